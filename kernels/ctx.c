@@ -1,0 +1,206 @@
+#include "ctx.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef MEMOPT_HAVE_CUDA
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include "cuda_check.h"
+#endif
+
+double mo_host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+#ifdef MEMOPT_HAVE_CUDA
+static mo_status ctx_cuda_init(mo_ctx *c) {
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    c->stream = s;
+    cublasLtHandle_t lt;
+    CUBLAS_CHECK(cublasLtCreate(&lt));
+    c->cublaslt = lt;
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    c->cublas = h;
+    CUBLAS_CHECK(cublasSetStream(h, s));
+    // cuBLAS would otherwise cudaMalloc a workspace of its own, outside the allocator's accounting.
+    CUBLAS_CHECK(cublasSetWorkspace(h, c->gemm_ws, c->gemm_ws_bytes));
+    return MO_OK;
+}
+
+static void ctx_cuda_fini(mo_ctx *c) {
+    if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
+    if (c->cublaslt) cublasLtDestroy((cublasLtHandle_t)c->cublaslt);
+    if (c->stream) {
+        cudaStreamSynchronize((cudaStream_t)c->stream);
+        cudaStreamDestroy((cudaStream_t)c->stream);
+    }
+}
+#endif
+
+mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc) {
+    *out = NULL;
+    if (mo_allocator_backend(alloc) != backend)
+        return MO_FAIL(MO_ERR_INVALID, "context backend %s but allocator backend %s", mo_backend_name(backend),
+                       mo_backend_name(mo_allocator_backend(alloc)));
+#ifndef MEMOPT_HAVE_CUDA
+    if (backend == MO_BACKEND_CUDA)
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "--backend cuda: this build has no CUDA (built with MEMOPT_CUDA=OFF)");
+#endif
+    mo_ctx *c = calloc(1, sizeof *c);
+    if (!c) return MO_FAIL(MO_ERR_OOM, "host out of memory for the context");
+    c->backend = backend;
+    c->alloc = alloc;
+    c->gemm_ws_bytes = MO_GEMM_WORKSPACE_BYTES;
+    mo_status st = mo_alloc(alloc, c->gemm_ws_bytes, MO_CAT_WORKSPACE, &c->gemm_ws);
+    if (st != MO_OK) { free(c); return st; }
+#ifdef MEMOPT_HAVE_CUDA
+    if (backend == MO_BACKEND_CUDA) {
+        st = ctx_cuda_init(c);
+        if (st != MO_OK) { mo_ctx_destroy(c); return st; }
+    }
+#endif
+    *out = c;
+    return MO_OK;
+}
+
+void mo_ctx_destroy(mo_ctx *c) {
+    if (!c) return;
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA) ctx_cuda_fini(c);
+#endif
+    mo_free(c->alloc, c->gemm_ws);
+    free(c);
+}
+
+mo_status mo_ctx_sync(mo_ctx *c) {
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA) CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
+#else
+    (void)c;
+#endif
+    return MO_OK;
+}
+
+mo_status mo_memcpy_h2d(mo_ctx *c, void *dst, const void *src, size_t bytes) {
+    switch (c->backend) {
+    case MO_BACKEND_DRY: return MO_OK;
+    case MO_BACKEND_CPU: memcpy(dst, src, bytes); return MO_OK;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        // Pageable host memory: cudaMemcpyAsync returns once the source is staged, so src may be reused.
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)c->stream));
+        CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
+#endif
+        return MO_OK;
+    }
+    return MO_OK;
+}
+
+mo_status mo_memcpy_d2h(mo_ctx *c, void *dst, const void *src, size_t bytes) {
+    switch (c->backend) {
+    case MO_BACKEND_DRY: memset(dst, 0, bytes); return MO_OK;
+    case MO_BACKEND_CPU: memcpy(dst, src, bytes); return MO_OK;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)c->stream));
+        CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
+#endif
+        return MO_OK;
+    }
+    return MO_OK;
+}
+
+mo_status mo_memcpy_d2d(mo_ctx *c, void *dst, const void *src, size_t bytes) {
+    switch (c->backend) {
+    case MO_BACKEND_DRY: return MO_OK;
+    case MO_BACKEND_CPU: memmove(dst, src, bytes); return MO_OK;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)c->stream));
+#endif
+        return MO_OK;
+    }
+    return MO_OK;
+}
+
+mo_status mo_memset_zero(mo_ctx *c, void *dst, size_t bytes) {
+    switch (c->backend) {
+    case MO_BACKEND_DRY: return MO_OK;
+    case MO_BACKEND_CPU: memset(dst, 0, bytes); return MO_OK;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, (cudaStream_t)c->stream));
+#endif
+        return MO_OK;
+    }
+    return MO_OK;
+}
+
+mo_status mo_timer_init(mo_ctx *c, mo_timer *t) {
+    memset(t, 0, sizeof *t);
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA) {
+        cudaEvent_t a, b;
+        CUDA_CHECK(cudaEventCreate(&a));
+        CUDA_CHECK(cudaEventCreate(&b));
+        t->ev_start = a;
+        t->ev_stop = b;
+    }
+#else
+    (void)c;
+#endif
+    return MO_OK;
+}
+
+mo_status mo_timer_start(mo_ctx *c, mo_timer *t) {
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA) {
+        CUDA_CHECK(cudaEventRecord((cudaEvent_t)t->ev_start, (cudaStream_t)c->stream));
+        return MO_OK;
+    }
+#else
+    (void)c;
+#endif
+    t->host_start = mo_host_ms();
+    return MO_OK;
+}
+
+mo_status mo_timer_stop(mo_ctx *c, mo_timer *t, double *ms) {
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA) {
+        CUDA_CHECK(cudaEventRecord((cudaEvent_t)t->ev_stop, (cudaStream_t)c->stream));
+        CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)t->ev_stop));
+        float f = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&f, (cudaEvent_t)t->ev_start, (cudaEvent_t)t->ev_stop));
+        *ms = f;
+        return MO_OK;
+    }
+#else
+    (void)c;
+#endif
+    *ms = mo_host_ms() - t->host_start;
+    return MO_OK;
+}
+
+void mo_timer_destroy(mo_timer *t) {
+#ifdef MEMOPT_HAVE_CUDA
+    if (t->ev_start) cudaEventDestroy((cudaEvent_t)t->ev_start);
+    if (t->ev_stop) cudaEventDestroy((cudaEvent_t)t->ev_stop);
+#endif
+    memset(t, 0, sizeof *t);
+}
+
+mo_status mo_scratch_alloc(mo_ctx *c, size_t bytes, void **ptr) {
+    *ptr = NULL;
+    if (bytes == 0) return MO_OK;
+    return mo_alloc(c->alloc, bytes, MO_CAT_WORKSPACE, ptr);
+}
+
+mo_status mo_scratch_free(mo_ctx *c, void *ptr) { return mo_free(c->alloc, ptr); }

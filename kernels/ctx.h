@@ -1,0 +1,64 @@
+// The runtime context every op takes: which backend, the allocator that serves every device byte,
+// and (cuda) the stream and library handles. One context per rank.
+#ifndef MEMOPT_CTX_H
+#define MEMOPT_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "backend.h"
+#include "status.h"
+#include "../strategies/alloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// cuBLASLt workspace: taken from the allocator (category workspace) on every backend, so the dry
+// backend's peak includes it exactly. 32 MiB is what cuBLASLt's heuristics want for Hopper GEMMs.
+#define MO_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef struct mo_ctx {
+    mo_backend_kind backend;
+    mo_allocator *alloc;  // not owned
+    int tf32;             // fp32 GEMMs may use TF32 tensor cores
+    void *stream;         // cudaStream_t (cuda)
+    void *cublaslt;       // cublasLtHandle_t (cuda)
+    void *cublas;         // cublasHandle_t (cuda), its workspace set to gemm_ws
+    void *gemm_ws;        // MO_GEMM_WORKSPACE_BYTES from alloc
+    size_t gemm_ws_bytes;
+} mo_ctx;
+
+// Creates the stream and handles (cuda) and takes the GEMM workspace from alloc.
+mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc);
+void mo_ctx_destroy(mo_ctx *c); // gives the workspace back to alloc
+
+mo_status mo_ctx_sync(mo_ctx *c); // wait for the stream (cuda); no-op elsewhere
+
+// Device memory helpers: no-ops on dry (there are no bytes), memcpy/memset on cpu.
+mo_status mo_memcpy_h2d(mo_ctx *c, void *dst, const void *src, size_t bytes);
+mo_status mo_memcpy_d2h(mo_ctx *c, void *dst, const void *src, size_t bytes); // synchronous
+mo_status mo_memcpy_d2d(mo_ctx *c, void *dst, const void *src, size_t bytes);
+mo_status mo_memset_zero(mo_ctx *c, void *dst, size_t bytes);
+
+// Step timing: CUDA events on the stream (cuda), a monotonic host clock elsewhere.
+typedef struct mo_timer {
+    void *ev_start, *ev_stop; // cudaEvent_t
+    double host_start;
+} mo_timer;
+mo_status mo_timer_init(mo_ctx *c, mo_timer *t);
+mo_status mo_timer_start(mo_ctx *c, mo_timer *t);
+mo_status mo_timer_stop(mo_ctx *c, mo_timer *t, double *ms); // waits for the stream
+void mo_timer_destroy(mo_timer *t);
+
+double mo_host_ms(void); // monotonic clock, milliseconds
+
+// Scratch for an op: taken from the allocator as category workspace (on dry too, so peaks match).
+// Dispatchers call these around the backend call; bytes 0 gives NULL and no allocation.
+mo_status mo_scratch_alloc(mo_ctx *c, size_t bytes, void **ptr);
+mo_status mo_scratch_free(mo_ctx *c, void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,107 @@
+// The suite's device allocator. Every device byte the suite uses (tensors, cuBLASLt and cuDNN
+// workspaces, kernel scratch) comes from here, so peaks are exact and a cap is enforced the way
+// torch.cuda.set_per_process_memory_fraction enforces it: against reserved bytes, not requests.
+//
+// kinds:
+//   caching  block pool with split and merge within segments, small/large pools, best fit,
+//            requests rounded to 512 B (PyTorch's CUDACachingAllocator design);
+//   async    cudaMallocAsync on a dedicated pool with its release threshold set (cuda backend);
+//            on cpu/dry it is modelled (see alloc.c);
+//   raw      one cudaMalloc / cudaFree per request (reserved == allocated, rounded to 512 B).
+// Memory comes from the backend: cudaMalloc (cuda), aligned malloc (cpu), a fake address space
+// that is never touched (dry). The caching logic is the same on all three, so dry peaks are real.
+#ifndef MEMOPT_ALLOC_H
+#define MEMOPT_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "../kernels/backend.h"
+#include "../kernels/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mo_alloc_kind { MO_ALLOC_CACHING = 0, MO_ALLOC_ASYNC, MO_ALLOC_RAW } mo_alloc_kind;
+
+// What a tensor is for: the memory-by-category columns of the CSV.
+typedef enum mo_category {
+    MO_CAT_PARAM = 0,
+    MO_CAT_GRAD,
+    MO_CAT_OPTIM,
+    MO_CAT_MASTER,
+    MO_CAT_ACTIVATION,
+    MO_CAT_WORKSPACE,
+    MO_CAT_COUNT
+} mo_category;
+
+const char *mo_alloc_kind_name(mo_alloc_kind k);
+mo_status mo_alloc_kind_parse(const char *s, mo_alloc_kind *out);
+const char *mo_category_name(mo_category c);
+
+// A memory cap as given on the command line: none, a fraction of device memory, or bytes.
+typedef struct mo_cap {
+    int kind;        // 0 none, 1 fraction, 2 bytes
+    double fraction; // kind 1: in (0, 1]
+    uint64_t bytes;  // kind 2
+} mo_cap;
+
+// "none", "0.5", "24GiB", "512MiB", "1.5GB", "123456" (bytes). Error names --cap.
+mo_status mo_cap_parse(const char *s, mo_cap *out);
+// Resolve against the device's total memory: 0 means no cap.
+uint64_t mo_cap_resolve(const mo_cap *cap, uint64_t device_total_bytes);
+// Sizes: "24GiB" "512MiB" "4KiB" "1.5GB" "100" (bytes); flag names the flag in the message.
+mo_status mo_size_parse(const char *s, const char *flag, uint64_t *out);
+// Human form into buf, e.g. "1.50 GiB".
+const char *mo_format_bytes(uint64_t bytes, char *buf, size_t n);
+
+typedef struct mo_alloc_stats {
+    uint64_t allocated_bytes;      // sum of live block sizes (rounded)
+    uint64_t reserved_bytes;       // sum of segment sizes held from the backend
+    uint64_t peak_allocated_bytes;
+    uint64_t peak_reserved_bytes;
+    uint64_t requested_bytes;      // sum of live request sizes (unrounded)
+    uint64_t allocated_by_cat[MO_CAT_COUNT];
+    uint64_t peak_by_cat[MO_CAT_COUNT]; // each category's own peak
+    uint64_t num_allocs, num_frees;
+    uint64_t num_segments;         // current
+    uint64_t num_segment_allocs, num_segment_frees; // calls to the backend
+    uint64_t num_ooms;
+    uint64_t num_alloc_retries;    // cache flushed and retried after a failed segment allocation
+    uint64_t inactive_split_bytes; // free bytes inside segments that also hold live blocks
+    uint64_t largest_free_block;   // largest free block in the cache (0 for raw)
+    uint64_t cap_bytes;            // 0: no cap
+} mo_alloc_stats;
+
+typedef struct mo_allocator mo_allocator;
+
+// cap_bytes 0 means no cap. stream: the cudaStream_t for async (NULL: the default stream).
+mo_status mo_allocator_create(mo_allocator **out, mo_alloc_kind kind, mo_backend_kind backend,
+                              uint64_t cap_bytes, void *stream);
+void mo_allocator_destroy(mo_allocator *a); // frees every segment; live blocks are a leak and are reported
+
+// 256-byte aligned device pointer for at least `bytes` (bytes 0 gives a valid 512-byte block).
+// On failure: MO_ERR_OOM with "tried to allocate X; cap Y; allocated A; reserved R; largest free block L"
+// and the allocator unchanged but for num_ooms (and cache flushes, counted in num_alloc_retries).
+mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr);
+mo_status mo_free(mo_allocator *a, void *ptr); // NULL is a no-op; an unknown pointer is MO_ERR_INTERNAL
+mo_status mo_empty_cache(mo_allocator *a);     // return every wholly free segment to the backend
+
+void mo_allocator_stats(const mo_allocator *a, mo_alloc_stats *out);
+void mo_allocator_reset_peaks(mo_allocator *a); // peaks := current values
+mo_backend_kind mo_allocator_backend(const mo_allocator *a);
+mo_alloc_kind mo_allocator_kind(const mo_allocator *a);
+
+// A torch.cuda.memory_summary()-style text report into buf (always NUL-terminated).
+void mo_memory_summary(const mo_allocator *a, char *buf, size_t n);
+
+// Debug walk for tests: calls fn for every block (segment base, block ptr, size, in use, category).
+typedef void (*mo_block_visitor)(void *user, uintptr_t seg_base, uint64_t seg_size, uintptr_t ptr,
+                                 uint64_t size, int in_use, int cat);
+void mo_allocator_visit(const mo_allocator *a, mo_block_visitor fn, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,99 @@
+#include "testlib.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+#include "kernels/backend.h"
+#include "kernels/status.h"
+
+int test_passed, test_failed;
+
+int test_check(int ok, const char *file, int line, const char *what) {
+    if (ok) { test_passed++; return 1; }
+    test_failed++;
+    fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what);
+    return 0;
+}
+
+int test_checkf(int ok, const char *file, int line, const char *fmt, ...) {
+    if (ok) { test_passed++; return 1; }
+    test_failed++;
+    fprintf(stderr, "FAIL %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 0;
+}
+
+int test_check_eq_u64(uint64_t a, uint64_t b, const char *file, int line, const char *ea, const char *eb) {
+    return test_checkf(a == b, file, line, "%s == %s: %llu != %llu", ea, eb, (unsigned long long)a,
+                       (unsigned long long)b);
+}
+
+int test_check_ok(int status, const char *file, int line, const char *what) {
+    return test_checkf(status == MO_OK, file, line, "%s: %s: %s", what, mo_status_name((mo_status)status),
+                       mo_errmsg());
+}
+
+double test_rel_error(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return NAN;
+        double d = (double)got[i] - (double)want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    if (den == 0) return num == 0 ? 0 : INFINITY;
+    return sqrt(num / den);
+}
+
+int test_check_rel(const float *got, const float *want, size_t n, double tol, const char *file, int line,
+                   const char *what) {
+    double e = test_rel_error(got, want, n);
+    int ok = !isnan(e) && e <= tol;
+    if (ok) printf("  %-40s rel err %.3e (tol %.1e)\n", what, e, tol);
+    return test_checkf(ok, file, line, "%s: relative error %.3e > tol %.1e (n=%zu)", what, e, tol, n);
+}
+
+void test_require_gpu(void) {
+    const char *why = NULL;
+    if (!mo_cuda_available(&why)) {
+        printf("SKIPPED: this GPU test needs a CUDA device: %s\n", why ? why : "?");
+        exit(77);
+    }
+}
+
+int test_finish(void) {
+    printf("%d passed, %d failed\n", test_passed, test_failed);
+    return test_failed ? 1 : 0;
+}
+
+void test_rng_seed(test_rng *r, uint64_t seed) { r->s = seed ? seed : 0x9e3779b97f4a7c15ull; }
+
+uint64_t test_rng_u64(test_rng *r) {
+    uint64_t x = r->s;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    r->s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+float test_rng_uniform(test_rng *r, float lo, float hi) {
+    return lo + (hi - lo) * (float)((test_rng_u64(r) >> 40) * (1.0 / 16777216.0));
+}
+
+void test_fill_uniform(test_rng *r, float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = test_rng_uniform(r, lo, hi);
+}
+
+uint64_t test_seed_from_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t s = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+    const char *env = getenv("MEMOPT_TEST_SEED");
+    if (env) s = strtoull(env, NULL, 0);
+    printf("seed %llu (replay with MEMOPT_TEST_SEED=%llu)\n", (unsigned long long)s, (unsigned long long)s);
+    return s;
+}
