@@ -1,0 +1,644 @@
+// The caching allocator (and the raw and async kinds) over three sources of memory:
+// cudaMalloc (cuda), posix_memalign (cpu), a fake address space never touched (dry).
+//
+// Caching follows PyTorch's CUDACachingAllocator: requests rounded up to 512 B; blocks of at most
+// 1 MiB come from 2 MiB segments of the small pool, larger ones from the large pool (segments of
+// 20 MiB for requests under 10 MiB, else the request rounded up to 2 MiB); best fit (smallest free
+// block that fits, lowest address on ties, so the layout is deterministic); a block is split when
+// the remainder is at least 512 B (small pool) or more than 1 MiB (large pool); freed blocks merge
+// with free neighbours in their segment. When a segment cannot be had (the cap, or the device), every
+// wholly free segment is released and the request retried once; then it is out of memory.
+//
+// The cap is counted against reserved bytes (segments held), as PyTorch counts its memory fraction.
+#include "alloc.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef MEMOPT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include "../kernels/cuda_check.h"
+#endif
+
+#define ROUND 512ull
+#define SMALL_SIZE (1ull << 20)     // blocks up to this come from the small pool
+#define SMALL_SEGMENT (2ull << 20)  // small-pool segment
+#define LARGE_SEGMENT (20ull << 20) // large-pool segment for requests under MIN_LARGE_ALLOC
+#define MIN_LARGE_ALLOC (10ull << 20)
+#define SEGMENT_ROUND (2ull << 20)
+#define DRY_BASE 0x100000000000ull  // fake addresses start here (never dereferenced)
+
+typedef struct segment segment;
+typedef struct block block;
+
+struct block {
+    uintptr_t ptr;
+    uint64_t size;      // rounded
+    uint64_t requested; // what the caller asked for (in use only)
+    segment *seg;
+    block *prev, *next;         // address-order neighbours within the segment
+    block *fprev, *fnext;       // free list of the pool, ordered by (size, ptr)
+    int in_use;
+    int cat;
+};
+
+struct segment {
+    uintptr_t base;
+    uint64_t size;
+    int pool; // 0 small, 1 large (raw/async: 1)
+    segment *snext, *sprev;
+    block *first;
+    uint64_t in_use_blocks;
+};
+
+// Open-addressing map from live pointer to its block.
+typedef struct {
+    uintptr_t *keys;
+    block **vals;
+    size_t cap, count;
+} ptr_map;
+
+struct mo_allocator {
+    mo_alloc_kind kind;
+    mo_backend_kind backend;
+    uint64_t cap;
+    void *stream;
+    segment *segments;       // all segments
+    block *free_list[2];     // per pool
+    ptr_map live;
+    uintptr_t dry_next;
+    mo_alloc_stats st;
+#ifdef MEMOPT_HAVE_CUDA
+    cudaMemPool_t pool;      // async
+#endif
+};
+
+// ---------- pointer map ----------
+static size_t hash_ptr(uintptr_t p, size_t cap) { return (size_t)((p >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1); }
+
+static int map_grow(ptr_map *m) {
+    size_t ncap = m->cap ? m->cap * 2 : 1024;
+    uintptr_t *nk = calloc(ncap, sizeof *nk);
+    block **nv = calloc(ncap, sizeof *nv);
+    if (!nk || !nv) { free(nk); free(nv); return -1; }
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->keys[i]) continue;
+        size_t j = hash_ptr(m->keys[i], ncap);
+        while (nk[j]) j = (j + 1) & (ncap - 1);
+        nk[j] = m->keys[i];
+        nv[j] = m->vals[i];
+    }
+    free(m->keys); free(m->vals);
+    m->keys = nk; m->vals = nv; m->cap = ncap;
+    return 0;
+}
+
+static int map_put(ptr_map *m, uintptr_t k, block *v) {
+    if ((m->count + 1) * 2 > m->cap && map_grow(m)) return -1;
+    size_t j = hash_ptr(k, m->cap);
+    while (m->keys[j]) j = (j + 1) & (m->cap - 1);
+    m->keys[j] = k; m->vals[j] = v; m->count++;
+    return 0;
+}
+
+static block *map_take(ptr_map *m, uintptr_t k) {
+    if (!m->cap) return NULL;
+    size_t j = hash_ptr(k, m->cap);
+    while (m->keys[j]) {
+        if (m->keys[j] == k) {
+            block *b = m->vals[j];
+            // Backward-shift deletion keeps probe chains intact.
+            size_t i = j;
+            for (;;) {
+                m->keys[i] = 0; m->vals[i] = NULL;
+                size_t n = i;
+                for (;;) {
+                    n = (n + 1) & (m->cap - 1);
+                    if (!m->keys[n]) { m->count--; return b; }
+                    size_t h = hash_ptr(m->keys[n], m->cap);
+                    // Move n back to i if its home h is not in (i, n] cyclically.
+                    if ((i <= n) ? (h <= i || h > n) : (h <= i && h > n)) break;
+                }
+                m->keys[i] = m->keys[n]; m->vals[i] = m->vals[n];
+                i = n;
+            }
+        }
+        j = (j + 1) & (m->cap - 1);
+    }
+    return NULL;
+}
+
+// ---------- backend memory ----------
+static mo_status backend_get(mo_allocator *a, uint64_t size, uintptr_t *out) {
+    switch (a->backend) {
+    case MO_BACKEND_DRY:
+        *out = a->dry_next;
+        a->dry_next += size;
+        return MO_OK;
+    case MO_BACKEND_CPU: {
+        void *p = NULL;
+        if (posix_memalign(&p, 512, size)) return MO_FAIL(MO_ERR_OOM, "host memory exhausted allocating %" PRIu64 " bytes", size);
+        *out = (uintptr_t)p;
+        return MO_OK;
+    }
+    case MO_BACKEND_CUDA: {
+#ifdef MEMOPT_HAVE_CUDA
+        void *p = NULL;
+        cudaError_t e = cudaMalloc(&p, size);
+        if (e != cudaSuccess) {
+            cudaGetLastError(); // clear the sticky-free error so later calls are not blamed
+            return MO_FAIL(e == cudaErrorMemoryAllocation ? MO_ERR_OOM : MO_ERR_CUDA, "cudaMalloc(%" PRIu64 "): %s", size, cudaGetErrorString(e));
+        }
+        *out = (uintptr_t)p;
+        return MO_OK;
+#else
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "built without CUDA");
+#endif
+    }
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "bad backend");
+}
+
+static mo_status backend_put(mo_allocator *a, uintptr_t p) {
+    switch (a->backend) {
+    case MO_BACKEND_DRY: return MO_OK;
+    case MO_BACKEND_CPU: free((void *)p); return MO_OK;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        CUDA_CHECK(cudaFree((void *)p));
+#endif
+        return MO_OK;
+    }
+    return MO_OK;
+}
+
+// ---------- bookkeeping ----------
+static uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+static uint64_t round_size(uint64_t req) { return req < ROUND ? ROUND : round_up(req, ROUND); }
+static uint64_t segment_size_for(uint64_t size) {
+    if (size <= SMALL_SIZE) return SMALL_SEGMENT;
+    if (size < MIN_LARGE_ALLOC) return LARGE_SEGMENT;
+    return round_up(size, SEGMENT_ROUND);
+}
+
+static void note_alloc(mo_allocator *a, uint64_t size, uint64_t req, int cat) {
+    mo_alloc_stats *s = &a->st;
+    s->allocated_bytes += size;
+    s->requested_bytes += req;
+    s->allocated_by_cat[cat] += size;
+    s->num_allocs++;
+    if (s->allocated_bytes > s->peak_allocated_bytes) s->peak_allocated_bytes = s->allocated_bytes;
+    if (s->allocated_by_cat[cat] > s->peak_by_cat[cat]) s->peak_by_cat[cat] = s->allocated_by_cat[cat];
+}
+
+static void note_free(mo_allocator *a, uint64_t size, uint64_t req, int cat) {
+    a->st.allocated_bytes -= size;
+    a->st.requested_bytes -= req;
+    a->st.allocated_by_cat[cat] -= size;
+    a->st.num_frees++;
+}
+
+static void note_reserve(mo_allocator *a, int64_t delta) {
+    a->st.reserved_bytes += (uint64_t)delta;
+    if (delta > 0) {
+        a->st.num_segments++;
+        a->st.num_segment_allocs++;
+        if (a->st.reserved_bytes > a->st.peak_reserved_bytes) a->st.peak_reserved_bytes = a->st.reserved_bytes;
+    } else {
+        a->st.num_segments--;
+        a->st.num_segment_frees++;
+    }
+}
+
+// Free list ordered by (size, ptr): the first block that fits is the best fit.
+static void free_insert(mo_allocator *a, block *b) {
+    int pool = b->seg->pool;
+    block **pp = &a->free_list[pool], *prev = NULL;
+    while (*pp && ((*pp)->size < b->size || ((*pp)->size == b->size && (*pp)->ptr < b->ptr))) {
+        prev = *pp;
+        pp = &(*pp)->fnext;
+    }
+    b->fnext = *pp;
+    b->fprev = prev;
+    if (*pp) (*pp)->fprev = b;
+    *pp = b;
+}
+
+static void free_remove(mo_allocator *a, block *b) {
+    if (b->fprev) b->fprev->fnext = b->fnext;
+    else a->free_list[b->seg->pool] = b->fnext;
+    if (b->fnext) b->fnext->fprev = b->fprev;
+    b->fprev = b->fnext = NULL;
+}
+
+static void segment_unlink(mo_allocator *a, segment *s) {
+    if (s->sprev) s->sprev->snext = s->snext;
+    else a->segments = s->snext;
+    if (s->snext) s->snext->sprev = s->sprev;
+}
+
+// Release every wholly free segment (one free block spanning it) to the backend.
+static mo_status release_free_segments(mo_allocator *a) {
+    segment *s = a->segments;
+    while (s) {
+        segment *next = s->snext;
+        if (s->in_use_blocks == 0) {
+            block *b = s->first;
+            free_remove(a, b);
+            segment_unlink(a, s);
+            mo_status st = backend_put(a, s->base);
+            note_reserve(a, -(int64_t)s->size);
+            free(b);
+            free(s);
+            if (st != MO_OK) return st;
+        }
+        s = next;
+    }
+    return MO_OK;
+}
+
+static uint64_t largest_free(const mo_allocator *a) {
+    uint64_t m = 0;
+    for (int p = 0; p < 2; p++)
+        for (const block *b = a->free_list[p]; b; b = b->fnext)
+            if (b->size > m) m = b->size;
+    return m;
+}
+
+static mo_status oom(mo_allocator *a, uint64_t bytes, const char *why) {
+    a->st.num_ooms++;
+    char x[32], y[32], al[32], r[32], l[32];
+    return MO_FAIL(MO_ERR_OOM,
+                   "out of memory: tried to allocate %s; cap %s; allocated %s; reserved %s; largest free block %s (%s)",
+                   mo_format_bytes(bytes, x, sizeof x), a->cap ? mo_format_bytes(a->cap, y, sizeof y) : "none",
+                   mo_format_bytes(a->st.allocated_bytes, al, sizeof al),
+                   mo_format_bytes(a->st.reserved_bytes, r, sizeof r), mo_format_bytes(largest_free(a), l, sizeof l),
+                   why);
+}
+
+// A new segment of seg_bytes, under the cap; one retry after releasing the cache.
+static mo_status new_segment(mo_allocator *a, uint64_t seg_bytes, int pool, uint64_t req, segment **out) {
+    char why[300] = "";
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt == 1) {
+            a->st.num_alloc_retries++;
+            MO_TRY(release_free_segments(a));
+        }
+        if (a->cap && a->st.reserved_bytes + seg_bytes > a->cap) {
+            snprintf(why, sizeof why, "the cap");
+            continue;
+        }
+        uintptr_t base = 0;
+        mo_status st = backend_get(a, seg_bytes, &base);
+        if (st == MO_ERR_OOM) {
+            snprintf(why, sizeof why, "%s", mo_errmsg());
+            continue;
+        }
+        if (st != MO_OK) return st;
+        segment *s = calloc(1, sizeof *s);
+        block *b = calloc(1, sizeof *b);
+        if (!s || !b) {
+            free(s); free(b);
+            backend_put(a, base);
+            return MO_FAIL(MO_ERR_OOM, "host memory exhausted for allocator metadata");
+        }
+        s->base = base; s->size = seg_bytes; s->pool = pool; s->first = b;
+        s->snext = a->segments;
+        if (a->segments) a->segments->sprev = s;
+        a->segments = s;
+        b->ptr = base; b->size = seg_bytes; b->seg = s;
+        free_insert(a, b);
+        note_reserve(a, (int64_t)seg_bytes);
+        *out = s;
+        return MO_OK;
+    }
+    return oom(a, req, why);
+}
+
+static mo_status caching_alloc(mo_allocator *a, uint64_t req, int cat, uintptr_t *ptr) {
+    uint64_t size = round_size(req);
+    int pool = size <= SMALL_SIZE ? 0 : 1;
+    block *b = a->free_list[pool];
+    while (b && b->size < size) b = b->fnext;
+    if (!b) {
+        segment *s = NULL;
+        MO_TRY(new_segment(a, segment_size_for(size), pool, req, &s));
+        b = s->first;
+    }
+    free_remove(a, b);
+    uint64_t remaining = b->size - size;
+    if (pool == 0 ? remaining >= ROUND : remaining > SMALL_SIZE) {
+        block *rest = calloc(1, sizeof *rest);
+        if (!rest) { free_insert(a, b); return MO_FAIL(MO_ERR_OOM, "host memory exhausted for allocator metadata"); }
+        rest->ptr = b->ptr + size;
+        rest->size = remaining;
+        rest->seg = b->seg;
+        rest->prev = b;
+        rest->next = b->next;
+        if (b->next) b->next->prev = rest;
+        b->next = rest;
+        b->size = size;
+        free_insert(a, rest);
+    }
+    b->in_use = 1;
+    b->requested = req;
+    b->cat = cat;
+    b->seg->in_use_blocks++;
+    if (map_put(&a->live, b->ptr, b)) {
+        // Undo: the block goes back to the free list unmerged split is harmless.
+        b->in_use = 0; b->seg->in_use_blocks--; free_insert(a, b);
+        return MO_FAIL(MO_ERR_OOM, "host memory exhausted for allocator metadata");
+    }
+    note_alloc(a, b->size, req, cat);
+    *ptr = b->ptr;
+    return MO_OK;
+}
+
+static void caching_free(mo_allocator *a, block *b) {
+    note_free(a, b->size, b->requested, b->cat);
+    b->in_use = 0;
+    b->requested = 0;
+    b->seg->in_use_blocks--;
+    // Merge with free neighbours.
+    block *n = b->next;
+    if (n && !n->in_use) {
+        free_remove(a, n);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        free(n);
+    }
+    block *p = b->prev;
+    if (p && !p->in_use) {
+        free_remove(a, p);
+        p->size += b->size;
+        p->next = b->next;
+        if (b->next) b->next->prev = p;
+        free(b);
+        b = p;
+    }
+    free_insert(a, b);
+}
+
+// raw: one backend allocation per request; the segment is the block.
+static mo_status raw_alloc(mo_allocator *a, uint64_t req, int cat, uintptr_t *ptr) {
+    uint64_t size = round_size(req);
+    segment *s = NULL;
+    MO_TRY(new_segment(a, size, 1, req, &s));
+    block *b = s->first;
+    free_remove(a, b);
+    b->in_use = 1; b->requested = req; b->cat = cat;
+    s->in_use_blocks = 1;
+    if (map_put(&a->live, b->ptr, b)) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for allocator metadata");
+    note_alloc(a, size, req, cat);
+    *ptr = b->ptr;
+    return MO_OK;
+}
+
+static mo_status raw_free(mo_allocator *a, block *b) {
+    note_free(a, b->size, b->requested, b->cat);
+    segment *s = b->seg;
+    segment_unlink(a, s);
+    note_reserve(a, -(int64_t)s->size);
+    mo_status st = backend_put(a, s->base);
+    free(b);
+    free(s);
+    return st;
+}
+
+#ifdef MEMOPT_HAVE_CUDA
+// async: cudaMallocFromPoolAsync on a pool of our own whose release threshold keeps freed memory
+// cached (UINT64_MAX), so it behaves as a caching pool; reserved bytes are the pool's own figure.
+static mo_status async_reserved(mo_allocator *a, uint64_t *out) {
+    uint64_t v = 0;
+    CUDA_CHECK(cudaMemPoolGetAttribute(a->pool, cudaMemPoolAttrReservedMemCurrent, &v));
+    *out = v;
+    return MO_OK;
+}
+
+static mo_status async_sync_reserved(mo_allocator *a) {
+    uint64_t r = 0;
+    MO_TRY(async_reserved(a, &r));
+    a->st.reserved_bytes = r;
+    if (r > a->st.peak_reserved_bytes) a->st.peak_reserved_bytes = r;
+    return MO_OK;
+}
+
+static mo_status async_alloc(mo_allocator *a, uint64_t req, int cat, uintptr_t *ptr) {
+    uint64_t size = round_size(req);
+    cudaStream_t s = (cudaStream_t)a->stream;
+    char why[300] = "";
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt == 1) {
+            a->st.num_alloc_retries++;
+            CUDA_CHECK(cudaStreamSynchronize(s));
+            CUDA_CHECK(cudaMemPoolTrimTo(a->pool, 0));
+        }
+        void *p = NULL;
+        cudaError_t e = cudaMallocFromPoolAsync(&p, size, a->pool, s);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            snprintf(why, sizeof why, "cudaMallocFromPoolAsync: %s", cudaGetErrorString(e));
+            continue;
+        }
+        if (e != cudaSuccess) return MO_FAIL(MO_ERR_CUDA, "cudaMallocFromPoolAsync(%" PRIu64 "): %s", size, cudaGetErrorString(e));
+        uint64_t r = 0;
+        MO_TRY(async_reserved(a, &r));
+        if (a->cap && r > a->cap) {
+            CUDA_CHECK(cudaFreeAsync(p, s));
+            snprintf(why, sizeof why, "the cap");
+            continue;
+        }
+        block *b = calloc(1, sizeof *b);
+        if (!b || map_put(&a->live, (uintptr_t)p, b)) {
+            free(b);
+            cudaFreeAsync(p, s);
+            return MO_FAIL(MO_ERR_OOM, "host memory exhausted for allocator metadata");
+        }
+        b->ptr = (uintptr_t)p; b->size = size; b->requested = req; b->cat = cat; b->in_use = 1;
+        note_alloc(a, size, req, cat);
+        MO_TRY(async_sync_reserved(a));
+        *ptr = b->ptr;
+        return MO_OK;
+    }
+    MO_TRY(async_sync_reserved(a));
+    return oom(a, req, why);
+}
+#endif
+
+// ---------- public ----------
+mo_status mo_allocator_create(mo_allocator **out, mo_alloc_kind kind, mo_backend_kind backend, uint64_t cap_bytes,
+                              void *stream) {
+    *out = NULL;
+#ifndef MEMOPT_HAVE_CUDA
+    if (backend == MO_BACKEND_CUDA) return MO_FAIL(MO_ERR_UNSUPPORTED, "--backend cuda: this build has no CUDA (MEMOPT_CUDA=OFF)");
+#endif
+    mo_allocator *a = calloc(1, sizeof *a);
+    if (!a) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the allocator");
+    a->kind = kind;
+    a->backend = backend;
+    a->cap = cap_bytes;
+    a->stream = stream;
+    a->dry_next = DRY_BASE;
+    a->st.cap_bytes = cap_bytes;
+#ifdef MEMOPT_HAVE_CUDA
+    if (kind == MO_ALLOC_ASYNC && backend == MO_BACKEND_CUDA) {
+        int dev = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        struct cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        if (e == cudaSuccess) e = cudaMemPoolCreate(&a->pool, &props);
+        if (e != cudaSuccess) {
+            free(a);
+            return MO_FAIL(MO_ERR_CUDA, "cudaMemPoolCreate: %s", cudaGetErrorString(e));
+        }
+        uint64_t keep = UINT64_MAX;
+        e = cudaMemPoolSetAttribute(a->pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        if (e != cudaSuccess) {
+            cudaMemPoolDestroy(a->pool);
+            free(a);
+            return MO_FAIL(MO_ERR_CUDA, "cudaMemPoolSetAttribute(ReleaseThreshold): %s", cudaGetErrorString(e));
+        }
+    }
+#endif
+    *out = a;
+    return MO_OK;
+}
+
+// async on cpu/dry has no pool to ask: it is modelled as raw (reserved == allocated).
+static int is_async_pool(const mo_allocator *a) { return a->kind == MO_ALLOC_ASYNC && a->backend == MO_BACKEND_CUDA; }
+
+mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {
+    *ptr = NULL;
+    if ((unsigned)cat >= MO_CAT_COUNT) return MO_FAIL(MO_ERR_INTERNAL, "bad memory category %d", (int)cat);
+    uintptr_t p = 0;
+    mo_status st;
+    if (a->kind == MO_ALLOC_CACHING) st = caching_alloc(a, bytes, cat, &p);
+#ifdef MEMOPT_HAVE_CUDA
+    else if (is_async_pool(a)) st = async_alloc(a, bytes, cat, &p);
+#endif
+    else st = raw_alloc(a, bytes, cat, &p);
+    if (st == MO_OK) *ptr = (void *)p;
+    return st;
+}
+
+mo_status mo_free(mo_allocator *a, void *ptr) {
+    if (!ptr) return MO_OK;
+    block *b = map_take(&a->live, (uintptr_t)ptr);
+    if (!b) return MO_FAIL(MO_ERR_INTERNAL, "mo_free: %p was not allocated here (or was freed twice)", ptr);
+    if (a->kind == MO_ALLOC_CACHING) { caching_free(a, b); return MO_OK; }
+#ifdef MEMOPT_HAVE_CUDA
+    if (is_async_pool(a)) {
+        note_free(a, b->size, b->requested, b->cat);
+        free(b);
+        CUDA_CHECK(cudaFreeAsync(ptr, (cudaStream_t)a->stream));
+        return MO_OK;
+    }
+#endif
+    return raw_free(a, b);
+}
+
+mo_status mo_empty_cache(mo_allocator *a) {
+#ifdef MEMOPT_HAVE_CUDA
+    if (is_async_pool(a)) {
+        CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)a->stream));
+        CUDA_CHECK(cudaMemPoolTrimTo(a->pool, 0));
+        return async_sync_reserved(a);
+    }
+#endif
+    if (a->kind != MO_ALLOC_CACHING) return MO_OK;
+#ifdef MEMOPT_HAVE_CUDA
+    // Blocks freed by the host may still be read by queued kernels: wait before giving them back.
+    if (a->backend == MO_BACKEND_CUDA) CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+    return release_free_segments(a);
+}
+
+void mo_allocator_destroy(mo_allocator *a) {
+    if (!a) return;
+    if (a->live.count)
+        fprintf(stderr, "memopt: allocator destroyed with %zu live blocks (%" PRIu64 " bytes): a leak\n", a->live.count,
+                a->st.allocated_bytes);
+#ifdef MEMOPT_HAVE_CUDA
+    if (a->backend == MO_BACKEND_CUDA) cudaDeviceSynchronize();
+    if (is_async_pool(a)) {
+        for (size_t i = 0; i < a->live.cap; i++)
+            if (a->live.keys[i]) { cudaFreeAsync((void *)a->live.keys[i], (cudaStream_t)a->stream); free(a->live.vals[i]); }
+        cudaStreamSynchronize((cudaStream_t)a->stream);
+        cudaMemPoolDestroy(a->pool);
+    }
+#endif
+    segment *s = a->segments;
+    while (s) {
+        segment *next = s->snext;
+        block *b = s->first;
+        while (b) { block *bn = b->next; free(b); b = bn; }
+        backend_put(a, s->base);
+        free(s);
+        s = next;
+    }
+    free(a->live.keys);
+    free(a->live.vals);
+    free(a);
+}
+
+void mo_allocator_stats(const mo_allocator *a, mo_alloc_stats *out) {
+    *out = a->st;
+    out->largest_free_block = largest_free(a);
+    uint64_t inactive = 0;
+    for (const segment *s = a->segments; s; s = s->snext) {
+        if (!s->in_use_blocks) continue;
+        for (const block *b = s->first; b; b = b->next)
+            if (!b->in_use) inactive += b->size;
+    }
+    out->inactive_split_bytes = inactive;
+}
+
+void mo_allocator_reset_peaks(mo_allocator *a) {
+    a->st.peak_allocated_bytes = a->st.allocated_bytes;
+    a->st.peak_reserved_bytes = a->st.reserved_bytes;
+    for (int c = 0; c < MO_CAT_COUNT; c++) a->st.peak_by_cat[c] = a->st.allocated_by_cat[c];
+}
+
+mo_backend_kind mo_allocator_backend(const mo_allocator *a) { return a->backend; }
+mo_alloc_kind mo_allocator_kind(const mo_allocator *a) { return a->kind; }
+
+void mo_allocator_visit(const mo_allocator *a, mo_block_visitor fn, void *user) {
+    for (const segment *s = a->segments; s; s = s->snext)
+        for (const block *b = s->first; b; b = b->next) fn(user, s->base, s->size, b->ptr, b->size, b->in_use, b->cat);
+    if (is_async_pool(a))
+        for (size_t i = 0; i < a->live.cap; i++)
+            if (a->live.keys[i]) fn(user, 0, 0, a->live.keys[i], a->live.vals[i]->size, 1, a->live.vals[i]->cat);
+}
+
+void mo_memory_summary(const mo_allocator *a, char *buf, size_t n) {
+    mo_alloc_stats s;
+    mo_allocator_stats(a, &s);
+    char b1[32], b2[32], b3[32];
+    size_t o = 0;
+#define P(...) do { int k_ = snprintf(buf + o, o < n ? n - o : 0, __VA_ARGS__); if (k_ > 0) o += (size_t)k_; } while (0)
+    P("|===========================================================|\n");
+    P("|  memopt memory summary (%s allocator, %s backend)\n", mo_alloc_kind_name(a->kind), mo_backend_name(a->backend));
+    P("|-----------------------------------------------------------|\n");
+    P("| %-22s %14s %14s\n", "", "current", "peak");
+    P("| %-22s %14s %14s\n", "allocated", mo_format_bytes(s.allocated_bytes, b1, 32), mo_format_bytes(s.peak_allocated_bytes, b2, 32));
+    P("| %-22s %14s %14s\n", "reserved", mo_format_bytes(s.reserved_bytes, b1, 32), mo_format_bytes(s.peak_reserved_bytes, b2, 32));
+    for (int c = 0; c < MO_CAT_COUNT; c++)
+        P("|   %-20s %14s %14s\n", mo_category_name((mo_category)c), mo_format_bytes(s.allocated_by_cat[c], b1, 32),
+          mo_format_bytes(s.peak_by_cat[c], b2, 32));
+    P("| %-22s %14s\n", "requested (unrounded)", mo_format_bytes(s.requested_bytes, b1, 32));
+    P("| %-22s %14s\n", "inactive split", mo_format_bytes(s.inactive_split_bytes, b1, 32));
+    P("| %-22s %14s\n", "largest free block", mo_format_bytes(s.largest_free_block, b1, 32));
+    P("| %-22s %14s\n", "cap", s.cap_bytes ? mo_format_bytes(s.cap_bytes, b3, 32) : "none");
+    P("| allocs %" PRIu64 "  frees %" PRIu64 "  segments %" PRIu64 " (%" PRIu64 " made, %" PRIu64 " released)\n",
+      s.num_allocs, s.num_frees, s.num_segments, s.num_segment_allocs, s.num_segment_frees);
+    P("| ooms %" PRIu64 "  retries after flushing the cache %" PRIu64 "\n", s.num_ooms, s.num_alloc_retries);
+    P("|===========================================================|\n");
+#undef P
+    if (n) buf[o < n ? o : n - 1] = '\0';
+}
