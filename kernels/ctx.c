@@ -18,10 +18,17 @@ double mo_host_ms(void) {
 }
 
 #ifdef MEMOPT_HAVE_CUDA
-static mo_status ctx_cuda_init(mo_ctx *c) {
+static mo_status ctx_cuda_stream(mo_ctx *c) {
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     c->stream = s;
+    // The allocator frees in this stream's order (async pool; workspace reuse).
+    mo_allocator_set_stream(c->alloc, s);
+    return MO_OK;
+}
+
+static mo_status ctx_cuda_init(mo_ctx *c) {
+    cudaStream_t s = (cudaStream_t)c->stream;
     cublasLtHandle_t lt;
     CUBLAS_CHECK(cublasLtCreate(&lt));
     c->cublaslt = lt;
@@ -58,8 +65,12 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->backend = backend;
     c->alloc = alloc;
     c->gemm_ws_bytes = MO_GEMM_WORKSPACE_BYTES;
-    mo_status st = mo_alloc(alloc, c->gemm_ws_bytes, MO_CAT_WORKSPACE, &c->gemm_ws);
-    if (st != MO_OK) { free(c); return st; }
+    mo_status st = MO_OK;
+#ifdef MEMOPT_HAVE_CUDA
+    if (backend == MO_BACKEND_CUDA && (st = ctx_cuda_stream(c)) != MO_OK) { free(c); return st; }
+#endif
+    st = mo_alloc(alloc, c->gemm_ws_bytes, MO_CAT_WORKSPACE, &c->gemm_ws);
+    if (st != MO_OK) { mo_ctx_destroy(c); return st; }
 #ifdef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA) {
         st = ctx_cuda_init(c);
@@ -72,10 +83,13 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
 
 void mo_ctx_destroy(mo_ctx *c) {
     if (!c) return;
+    mo_free(c->alloc, c->gemm_ws); // in stream order, before the stream goes
 #ifdef MEMOPT_HAVE_CUDA
-    if (c->backend == MO_BACKEND_CUDA) ctx_cuda_fini(c);
+    if (c->backend == MO_BACKEND_CUDA) {
+        ctx_cuda_fini(c);
+        mo_allocator_set_stream(c->alloc, NULL);
+    }
 #endif
-    mo_free(c->alloc, c->gemm_ws);
     free(c);
 }
 
@@ -186,6 +200,35 @@ mo_status mo_timer_stop(mo_ctx *c, mo_timer *t, double *ms) {
     (void)c;
 #endif
     *ms = mo_host_ms() - t->host_start;
+    return MO_OK;
+}
+
+mo_status mo_timer_mark_stop(mo_ctx *c, mo_timer *t) {
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA) {
+        CUDA_CHECK(cudaEventRecord((cudaEvent_t)t->ev_stop, (cudaStream_t)c->stream));
+        return MO_OK;
+    }
+#else
+    (void)c;
+#endif
+    t->host_ms = mo_host_ms() - t->host_start;
+    return MO_OK;
+}
+
+mo_status mo_timer_elapsed(mo_ctx *c, mo_timer *t, double *ms) {
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA) {
+        CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)t->ev_stop));
+        float f = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&f, (cudaEvent_t)t->ev_start, (cudaEvent_t)t->ev_stop));
+        *ms = f;
+        return MO_OK;
+    }
+#else
+    (void)c;
+#endif
+    *ms = t->host_ms;
     return MO_OK;
 }
 

@@ -44,10 +44,14 @@ mo_status mo_memset_zero(mo_ctx *c, void *dst, size_t bytes);
 typedef struct mo_timer {
     void *ev_start, *ev_stop; // cudaEvent_t
     double host_start;
+    double host_ms; // elapsed, once stopped (non-cuda backends)
 } mo_timer;
 mo_status mo_timer_init(mo_ctx *c, mo_timer *t);
 mo_status mo_timer_start(mo_ctx *c, mo_timer *t);
 mo_status mo_timer_stop(mo_ctx *c, mo_timer *t, double *ms); // waits for the stream
+// Marks the end without waiting (several intervals can be queued in one step), then reads it.
+mo_status mo_timer_mark_stop(mo_ctx *c, mo_timer *t);
+mo_status mo_timer_elapsed(mo_ctx *c, mo_timer *t, double *ms); // waits for the stop mark
 void mo_timer_destroy(mo_timer *t);
 
 double mo_host_ms(void); // monotonic clock, milliseconds

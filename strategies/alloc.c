@@ -607,6 +607,7 @@ void mo_allocator_reset_peaks(mo_allocator *a) {
 
 mo_backend_kind mo_allocator_backend(const mo_allocator *a) { return a->backend; }
 mo_alloc_kind mo_allocator_kind(const mo_allocator *a) { return a->kind; }
+void mo_allocator_set_stream(mo_allocator *a, void *stream) { a->stream = stream; }
 
 void mo_allocator_visit(const mo_allocator *a, mo_block_visitor fn, void *user) {
     for (const segment *s = a->segments; s; s = s->snext)

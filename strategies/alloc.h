@@ -91,6 +91,8 @@ void mo_allocator_stats(const mo_allocator *a, mo_alloc_stats *out);
 void mo_allocator_reset_peaks(mo_allocator *a); // peaks := current values
 mo_backend_kind mo_allocator_backend(const mo_allocator *a);
 mo_alloc_kind mo_allocator_kind(const mo_allocator *a);
+// The stream whose order frees follow (async): the context sets its own stream here.
+void mo_allocator_set_stream(mo_allocator *a, void *stream);
 
 // A torch.cuda.memory_summary()-style text report into buf (always NUL-terminated).
 void mo_memory_summary(const mo_allocator *a, char *buf, size_t n);

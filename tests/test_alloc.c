@@ -72,7 +72,10 @@ static void random_workload(mo_backend_kind be, mo_alloc_kind kind, uint64_t see
             double e = test_rng_uniform(&r, 0.0f, 25.0f);
             sz[k] = (size_t)(1.0 + (double)(1ull << (int)e) * test_rng_uniform(&r, 0.5f, 1.0f));
             CHECK_OK(mo_alloc(a, sz[k], (mo_category)(k % MO_CAT_COUNT), &p[k]));
-            if (be == MO_BACKEND_CPU && p[k]) memset(p[k], k, sz[k]);
+            if (be == MO_BACKEND_CPU && p[k]) { // mark both ends: another block over them would show
+                memset(p[k], k, sz[k] < 4096 ? sz[k] : 4096);
+                ((unsigned char *)p[k])[sz[k] - 1] = (unsigned char)k;
+            }
         }
         if (i % 2000 == 0) check_walk(a, "random workload");
     }

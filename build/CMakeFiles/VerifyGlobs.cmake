@@ -5,15 +5,23 @@ cmake_policy(SET CMP0009 NEW)
 # MEMOPT_C_SOURCES at CMakeLists.txt:46 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/bench/*.c")
 set(OLD_GLOB
+  "/work/main/bench/bench_alloc.c"
+  "/work/main/bench/cli.c"
+  "/work/main/bench/cmd_run.c"
+  "/work/main/bench/config.c"
+  "/work/main/bench/csv.c"
+  "/work/main/bench/main.c"
+  "/work/main/bench/run_engine.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
   file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
 endif()
 
-# MEMOPT_BENCH_PROGRAMS at CMakeLists.txt:90 (file)
+# MEMOPT_BENCH_PROGRAMS at CMakeLists.txt:92 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/bench/bench_*.c")
 set(OLD_GLOB
+  "/work/main/bench/bench_alloc.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
@@ -23,10 +31,22 @@ endif()
 # MEMOPT_C_SOURCES at CMakeLists.txt:46 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/kernels/*.c")
 set(OLD_GLOB
+  "/work/main/kernels/adamw.c"
+  "/work/main/kernels/attention.c"
+  "/work/main/kernels/attention_fused.c"
   "/work/main/kernels/backend.c"
+  "/work/main/kernels/crossentropy.c"
   "/work/main/kernels/ctx.c"
+  "/work/main/kernels/device.c"
   "/work/main/kernels/dtype.c"
+  "/work/main/kernels/encoder.c"
+  "/work/main/kernels/gelu.c"
+  "/work/main/kernels/layernorm.c"
+  "/work/main/kernels/matmul.c"
+  "/work/main/kernels/matmul_cuda.c"
+  "/work/main/kernels/residual.c"
   "/work/main/kernels/status.c"
+  "/work/main/kernels/sumsq.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
@@ -36,6 +56,15 @@ endif()
 # MEMOPT_CU_SOURCES at CMakeLists.txt:54 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/kernels/*.cu")
 set(OLD_GLOB
+  "/work/main/kernels/adamw.cu"
+  "/work/main/kernels/attention.cu"
+  "/work/main/kernels/attention_fused.cu"
+  "/work/main/kernels/crossentropy.cu"
+  "/work/main/kernels/encoder.cu"
+  "/work/main/kernels/gelu.cu"
+  "/work/main/kernels/layernorm.cu"
+  "/work/main/kernels/residual.cu"
+  "/work/main/kernels/sumsq.cu"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
@@ -45,6 +74,8 @@ endif()
 # MEMOPT_C_SOURCES at CMakeLists.txt:46 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/models/*.c")
 set(OLD_GLOB
+  "/work/main/models/gpt_params.c"
+  "/work/main/models/gpt_step.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
@@ -80,27 +111,36 @@ if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
 endif()
 
-# MEMOPT_CLI_TESTS at CMakeLists.txt:115 (file)
+# MEMOPT_CLI_TESTS at CMakeLists.txt:117 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/tests/cli_*.sh")
 set(OLD_GLOB
+  "/work/main/tests/cli_errors.sh"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
   file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
 endif()
 
-# MEMOPT_TESTS at CMakeLists.txt:102 (file)
+# MEMOPT_TESTS at CMakeLists.txt:104 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/tests/gpu_*.c")
 set(OLD_GLOB
+  "/work/main/tests/gpu_alloc.c"
+  "/work/main/tests/gpu_ops_basic.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
   file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
 endif()
 
-# MEMOPT_TESTS at CMakeLists.txt:102 (file)
+# MEMOPT_TESTS at CMakeLists.txt:104 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/tests/test_*.c")
 set(OLD_GLOB
+  "/work/main/tests/test_alloc.c"
+  "/work/main/tests/test_config.c"
+  "/work/main/tests/test_csv.c"
+  "/work/main/tests/test_dtype.c"
+  "/work/main/tests/test_gpt.c"
+  "/work/main/tests/test_ops_basic.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")

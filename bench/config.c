@@ -1,0 +1,671 @@
+// Flags to mo_config, lists to combinations, and the rules a combination must satisfy.
+// Every message is one line that starts with the flag's name, so the CLI can print it as is.
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------- names
+
+static const char *const command_names[MO_CMD_COUNT] = {
+    [MO_CMD_NONE] = "", [MO_CMD_RUN] = "run", [MO_CMD_SWEEP] = "sweep", [MO_CMD_CLAIMS] = "claims",
+    [MO_CMD_PLAN] = "plan", [MO_CMD_MINCAP] = "mincap", [MO_CMD_COMPARE] = "compare",
+    [MO_CMD_PLOT] = "plot", [MO_CMD_DEVICES] = "devices",
+};
+
+const char *mo_command_name(mo_command c) { return (unsigned)c < MO_CMD_COUNT ? command_names[c] : "?"; }
+
+mo_status mo_command_parse(const char *s, mo_command *out) {
+    for (int i = 1; i < MO_CMD_COUNT; i++)
+        if (!strcmp(s, command_names[i])) { *out = (mo_command)i; return MO_OK; }
+    return MO_FAIL(MO_ERR_INVALID,
+                   "unknown subcommand '%s' (accepted: run, sweep, claims, plan, mincap, compare, plot, devices)", s);
+}
+
+int mo_command_single(mo_command c) { return c == MO_CMD_RUN || c == MO_CMD_MINCAP || c == MO_CMD_CLAIMS; }
+
+static const char *const attn_names[] = {"materialized", "fused"};
+static const char *const precision_names[] = {"fp32", "tf32", "fp16", "bf16"};
+static const char *const comm_names[] = {"local", "nccl"};
+static const char *const on_oom_names[] = {"fail", "shrink"};
+static const char *const model_names[] = {"gpt"};
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+const char *mo_model_name(mo_model_kind m) { return (unsigned)m < 1 ? model_names[m] : "?"; }
+const char *mo_attn_name(mo_attn_kind a) { return (unsigned)a < 2 ? attn_names[a] : "?"; }
+const char *mo_precision_name(mo_precision p) { return (unsigned)p < 4 ? precision_names[p] : "?"; }
+const char *mo_comm_name(mo_comm_kind c) { return (unsigned)c < 2 ? comm_names[c] : "?"; }
+const char *mo_on_oom_name(mo_on_oom o) { return (unsigned)o < 2 ? on_oom_names[o] : "?"; }
+
+// "FLAG: unknown value 'X' (accepted: a, b, c)"
+static mo_status parse_enum(const char *flag, const char *s, const char *const *names, int n, int *out) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) { *out = i; return MO_OK; }
+    char acc[256] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(acc, names[i], sizeof acc - strlen(acc) - 1);
+        if (i + 1 < n) strncat(acc, ", ", sizeof acc - strlen(acc) - 1);
+    }
+    return MO_FAIL(MO_ERR_INVALID, "%s: unknown value '%s' (accepted: %s)", flag, s, acc);
+}
+
+mo_status mo_precision_parse(const char *s, mo_precision *out) {
+    int i = 0;
+    MO_TRY(parse_enum("--precision", s, precision_names, COUNT(precision_names), &i));
+    *out = (mo_precision)i;
+    return MO_OK;
+}
+
+// Digits only (no sign, no spaces), within [lo, hi].
+static int parse_digits(const char *s, long long lo, long long hi, long long *out) {
+    if (!*s) return 0;
+    for (const char *p = s; *p; p++)
+        if (!isdigit((unsigned char)*p)) return 0;
+    errno = 0;
+    long long v = strtoll(s, NULL, 10);
+    if (errno || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+static mo_status parse_int(const char *flag, const char *s, long long lo, long long hi, int *out) {
+    long long v;
+    if (!parse_digits(s, lo, hi, &v))
+        return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: an integer in %lld..%lld)", flag, s, lo, hi);
+    *out = (int)v;
+    return MO_OK;
+}
+
+static const char ckpt_accepted[] = "none, full, every:K with K a positive integer, sqrt, selective";
+
+mo_status mo_ckpt_parse(const char *s, mo_ckpt *out) {
+    static const struct { const char *name; mo_ckpt_kind kind; } kinds[] = {
+        {"none", MO_CKPT_NONE}, {"full", MO_CKPT_FULL}, {"sqrt", MO_CKPT_SQRT}, {"selective", MO_CKPT_SELECTIVE}};
+    for (int i = 0; i < COUNT(kinds); i++)
+        if (!strcmp(s, kinds[i].name)) { *out = (mo_ckpt){kinds[i].kind, 0}; return MO_OK; }
+    long long k;
+    if (!strncmp(s, "every:", 6) && parse_digits(s + 6, 1, MO_MAX_LAYERS, &k)) {
+        *out = (mo_ckpt){MO_CKPT_EVERY, (int)k};
+        return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INVALID, "--ckpt: unknown value '%s' (accepted: %s)", s, ckpt_accepted);
+}
+
+const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n) {
+    switch (c.kind) {
+    case MO_CKPT_NONE: snprintf(buf, n, "none"); break;
+    case MO_CKPT_FULL: snprintf(buf, n, "full"); break;
+    case MO_CKPT_EVERY: snprintf(buf, n, "every:%d", c.every); break;
+    case MO_CKPT_SQRT: snprintf(buf, n, "sqrt"); break;
+    case MO_CKPT_SELECTIVE: snprintf(buf, n, "selective"); break;
+    default: snprintf(buf, n, "?"); break;
+    }
+    return buf;
+}
+
+// ---------------------------------------------------------------- presets
+
+static const mo_preset presets[] = {
+    {"gpt2-124m", 12, 768, 12, 1024, 8, 50304},
+    {"gpt2-350m", 24, 1024, 16, 1024, 8, 50304},
+    {"gpt2-774m", 36, 1280, 20, 1024, 8, 50304},
+    {"gpt2-1558m", 48, 1600, 25, 1024, 8, 50304},
+};
+
+const mo_preset *mo_presets(size_t *n) {
+    *n = sizeof presets / sizeof presets[0];
+    return presets;
+}
+
+const mo_preset *mo_preset_find(const char *name) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(name, presets[i].name)) return &presets[i];
+    return NULL;
+}
+
+const char *mo_errmsg_plain(void) {
+    // mo_fail_at writes "base.c:123: "; skip it when it is there.
+    const char *m = mo_errmsg(), *p = m;
+    while (*p && *p != ':' && *p != ' ') p++;
+    if (*p != ':' || !isdigit((unsigned char)p[1])) return m;
+    p++;
+    while (isdigit((unsigned char)*p)) p++;
+    return p[0] == ':' && p[1] == ' ' ? p + 2 : m;
+}
+
+// ---------------------------------------------------------------- defaults
+
+void mo_config_defaults(mo_config *c, mo_command command) {
+    memset(c, 0, sizeof *c);
+    c->command = command;
+    mo_run_config *b = &c->base;
+    const mo_preset *p = &presets[0];
+    b->model = MO_MODEL_GPT;
+    snprintf(b->preset, sizeof b->preset, "%s", p->name);
+    b->layers = p->layers;
+    b->hidden = p->hidden;
+    b->heads = p->heads;
+    b->seq = p->seq;
+    b->batch = p->batch;
+    b->vocab = p->vocab;
+    b->attn = MO_ATTN_MATERIALIZED;
+    snprintf(b->cap_text, sizeof b->cap_text, "none");
+    b->alloc = MO_ALLOC_CACHING;
+    b->ckpt = (mo_ckpt){MO_CKPT_NONE, 0};
+    b->accum = 1;
+    b->precision = MO_PREC_FP32;
+    b->tp = b->pp = 1;
+    b->comm = MO_COMM_LOCAL;
+    b->on_oom = MO_ON_OOM_FAIL;
+    b->backend = MO_BACKEND_CUDA;
+    b->steps = 10;
+    b->warmup = 3;
+    b->seed = 1337;
+    b->lr = 3e-4;
+    b->device_mem_bytes = MO_DEFAULT_DEVICE_MEM;
+    c->tolerance = 0.05;
+
+    // The axis lists start with the defaults, so a combination is always well defined.
+    c->n_preset = 1;
+    snprintf(c->preset[0], sizeof c->preset[0], "%s", p->name);
+    c->n_attn = 1;       c->attn[0] = b->attn;
+    c->n_precision = 1;  c->precision[0] = b->precision;
+    c->n_tp = 1;         c->tp[0] = 1;
+    c->n_pp = 1;         c->pp[0] = 1;
+    c->n_accum = 1;      c->accum[0] = 1;
+    c->n_ckpt = 1;       c->ckpt[0] = b->ckpt;
+    c->n_alloc = 1;      c->alloc[0] = b->alloc;
+    c->n_cap = 1;        c->cap[0] = b->cap; snprintf(c->cap_text[0], sizeof c->cap_text[0], "none");
+}
+
+// ---------------------------------------------------------------- setters
+
+// One value of a flag; idx is its position in the list (0 for scalar flags).
+typedef mo_status (*setter)(mo_config *c, const char *flag, const char *v, int idx);
+
+static mo_status set_path(const char *flag, const char *v, char *dst, size_t n) {
+    if (!*v) return MO_FAIL(MO_ERR_INVALID, "%s: empty value (accepted: a path)", flag);
+    if (strlen(v) >= n) return MO_FAIL(MO_ERR_INVALID, "%s: path longer than %zu characters", flag, n - 1);
+    memcpy(dst, v, strlen(v) + 1);
+    return MO_OK;
+}
+
+static mo_status set_model(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    int i = 0;
+    MO_TRY(parse_enum(f, v, model_names, COUNT(model_names), &i));
+    c->base.model = (mo_model_kind)i;
+    return MO_OK;
+}
+
+static mo_status set_preset(mo_config *c, const char *f, const char *v, int idx) {
+    if (!mo_preset_find(v))
+        return MO_FAIL(MO_ERR_INVALID, "%s: unknown value '%s' (accepted: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m)", f, v);
+    snprintf(c->preset[idx], sizeof c->preset[idx], "%s", v);
+    return MO_OK;
+}
+
+#define INT_AXIS(field, lo, hi)                                                    \
+    static mo_status set_##field(mo_config *c, const char *f, const char *v, int idx) { \
+        return parse_int(f, v, (lo), (hi), &c->field[idx]);                        \
+    }
+INT_AXIS(layers, 1, MO_MAX_LAYERS)
+INT_AXIS(hidden, 1, MO_MAX_HIDDEN)
+INT_AXIS(heads, 1, MO_MAX_HEADS)
+INT_AXIS(seq, 1, MO_MAX_SEQ)
+INT_AXIS(batch, 1, MO_MAX_BATCH)
+INT_AXIS(vocab, 1, MO_MAX_VOCAB)
+INT_AXIS(accum, 1, MO_MAX_BATCH)
+INT_AXIS(tp, 1, MO_MAX_TP)
+INT_AXIS(pp, 1, MO_MAX_PP)
+
+static mo_status set_attn(mo_config *c, const char *f, const char *v, int idx) {
+    int i = 0;
+    MO_TRY(parse_enum(f, v, attn_names, COUNT(attn_names), &i));
+    c->attn[idx] = (mo_attn_kind)i;
+    return MO_OK;
+}
+
+static mo_status set_precision(mo_config *c, const char *f, const char *v, int idx) {
+    (void)f;
+    return mo_precision_parse(v, &c->precision[idx]);
+}
+
+static mo_status set_ckpt(mo_config *c, const char *f, const char *v, int idx) {
+    (void)f;
+    return mo_ckpt_parse(v, &c->ckpt[idx]);
+}
+
+static mo_status set_alloc(mo_config *c, const char *f, const char *v, int idx) {
+    (void)f;
+    return mo_alloc_kind_parse(v, &c->alloc[idx]);
+}
+
+static mo_status set_cap(mo_config *c, const char *f, const char *v, int idx) {
+    if (strlen(v) >= sizeof c->cap_text[idx]) return MO_FAIL(MO_ERR_INVALID, "%s: value '%s' is too long", f, v);
+    MO_TRY(mo_cap_parse(v, &c->cap[idx]));
+    snprintf(c->cap_text[idx], sizeof c->cap_text[idx], "%s", v);
+    return MO_OK;
+}
+
+static mo_status set_comm(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    int i = 0;
+    MO_TRY(parse_enum(f, v, comm_names, COUNT(comm_names), &i));
+    c->base.comm = (mo_comm_kind)i;
+    return MO_OK;
+}
+
+static mo_status set_on_oom(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    int i = 0;
+    MO_TRY(parse_enum(f, v, on_oom_names, COUNT(on_oom_names), &i));
+    c->base.on_oom = (mo_on_oom)i;
+    return MO_OK;
+}
+
+static mo_status set_backend(mo_config *c, const char *f, const char *v, int idx) {
+    (void)f, (void)idx;
+    return mo_backend_parse(v, &c->base.backend);
+}
+
+static mo_status set_steps(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return parse_int(f, v, 1, MO_MAX_STEPS, &c->base.steps);
+}
+
+static mo_status set_warmup(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return parse_int(f, v, 0, MO_MAX_STEPS, &c->base.warmup);
+}
+
+static mo_status set_monitor(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return parse_int(f, v, 0, MO_MAX_STEPS, &c->base.monitor);
+}
+
+static mo_status set_seed(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    int digits = *v != '\0';
+    for (const char *p = v; *p; p++) digits &= isdigit((unsigned char)*p) != 0;
+    errno = 0;
+    unsigned long long s = digits ? strtoull(v, NULL, 10) : 0;
+    if (!digits || errno)
+        return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: an integer in 0..18446744073709551615)", f, v);
+    c->base.seed = s;
+    return MO_OK;
+}
+
+// A finite number in [lo, hi] (lo excluded when open_lo).
+static mo_status parse_real(const char *f, const char *v, double lo, int open_lo, double hi, const char *what,
+                            double *out) {
+    char *end = NULL;
+    errno = 0;
+    double d = *v && !isspace((unsigned char)*v) ? strtod(v, &end) : NAN;
+    if (!end || *end || errno || !isfinite(d) || d > hi || (open_lo ? d <= lo : d < lo))
+        return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: %s)", f, v, what);
+    *out = d;
+    return MO_OK;
+}
+
+static mo_status set_lr(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return parse_real(f, v, 0, 1, 10, "a number in (0, 10], like 3e-4", &c->base.lr);
+}
+
+static mo_status set_tolerance(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return parse_real(f, v, 0, 0, 1, "a fraction in [0, 1], like 0.05", &c->tolerance);
+}
+
+static mo_status parse_mem(const char *f, const char *v, uint64_t *out) {
+    MO_TRY(mo_size_parse(v, f, out));
+    if (*out < ((uint64_t)1 << 20))
+        return MO_FAIL(MO_ERR_INVALID, "%s: '%s' is below 1 MiB (accepted: a size like 80GiB)", f, v);
+    return MO_OK;
+}
+
+static mo_status set_device_mem(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return parse_mem(f, v, &c->base.device_mem_bytes);
+}
+
+static mo_status set_mem(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return parse_mem(f, v, &c->mem_bytes);
+}
+
+static mo_status set_csv(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return set_path(f, v, c->base.csv, sizeof c->base.csv);
+}
+
+static mo_status set_out_dir(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return set_path(f, v, c->base.out_dir, sizeof c->base.out_dir);
+}
+
+static mo_status set_gpu(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    size_t n = strlen(v);
+    int ok = n > 0 && n < sizeof c->gpu;
+    for (const char *p = v; *p; p++) ok &= isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.';
+    if (!ok) return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: a GPU name like h200, see memopt plan --help)", f, v);
+    memcpy(c->gpu, v, n + 1);
+    return MO_OK;
+}
+
+static mo_status set_resume(mo_config *c, const char *f, const char *v, int idx) {
+    (void)f, (void)v, (void)idx;
+    c->resume = 1;
+    return MO_OK;
+}
+
+static mo_status set_grid(mo_config *c, const char *f, const char *v, int idx);
+
+// ---------------------------------------------------------------- the flag table
+
+#define B(cmd) (1u << (cmd))
+#define CMDS_CONFIG (B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_CLAIMS) | B(MO_CMD_PLAN) | B(MO_CMD_MINCAP))
+
+typedef struct flag_def {
+    mo_flag_info info;
+    setter set;
+} flag_def;
+
+// The list counter of an axis flag, found by name (scalar flags have none).
+static int *list_count(mo_config *c, const char *name) {
+    static const struct { const char *name; size_t off; } axes[] = {
+        {"--preset", offsetof(mo_config, n_preset)},     {"--layers", offsetof(mo_config, n_layers)},
+        {"--hidden", offsetof(mo_config, n_hidden)},     {"--heads", offsetof(mo_config, n_heads)},
+        {"--seq", offsetof(mo_config, n_seq)},           {"--vocab", offsetof(mo_config, n_vocab)},
+        {"--batch", offsetof(mo_config, n_batch)},       {"--attn", offsetof(mo_config, n_attn)},
+        {"--precision", offsetof(mo_config, n_precision)}, {"--tp", offsetof(mo_config, n_tp)},
+        {"--pp", offsetof(mo_config, n_pp)},             {"--accum", offsetof(mo_config, n_accum)},
+        {"--ckpt", offsetof(mo_config, n_ckpt)},         {"--alloc", offsetof(mo_config, n_alloc)},
+        {"--cap", offsetof(mo_config, n_cap)},
+    };
+    for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
+        if (!strcmp(name, axes[i].name)) return (int *)((char *)c + axes[i].off);
+    return NULL;
+}
+
+static const flag_def flags[] = {
+    // model
+    {{"--model", "gpt", "model family", "model", CMDS_CONFIG, 0}, set_model},
+    {{"--preset", "gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m", "GPT-2 dimensions (default gpt2-124m); explicit dims override", "model", CMDS_CONFIG, 1}, set_preset},
+    {{"--layers", "N", "transformer blocks (1..1024)", "model", CMDS_CONFIG, 1}, set_layers},
+    {{"--hidden", "N", "channels (1..65536), divisible by --heads", "model", CMDS_CONFIG, 1}, set_hidden},
+    {{"--heads", "N", "attention heads (1..1024)", "model", CMDS_CONFIG, 1}, set_heads},
+    {{"--seq", "N", "sequence length (1..65536)", "model", CMDS_CONFIG, 1}, set_seq},
+    {{"--batch", "N", "global batch per optimizer step (1..65536; default 8)", "model", CMDS_CONFIG, 1}, set_batch},
+    {{"--vocab", "N", "vocabulary size (1..2097152; presets 50304)", "model", CMDS_CONFIG, 1}, set_vocab},
+    {{"--attn", "materialized|fused", "attention: keep (B,H,T,T) scores, or flash-style (default materialized)", "model", CMDS_CONFIG, 1}, set_attn},
+    // strategy
+    {{"--cap", "none|FRACTION|SIZE", "memory cap on reserved bytes: 0.5 of device memory, or 24GiB (default none)", "strategy", CMDS_CONFIG, 1}, set_cap},
+    {{"--alloc", "caching|async|raw", "allocator (default caching)", "strategy", CMDS_CONFIG, 1}, set_alloc},
+    {{"--ckpt", "none|full|every:K|sqrt|selective", "activation checkpointing (default none; K <= layers)", "strategy", CMDS_CONFIG, 1}, set_ckpt},
+    {{"--accum", "K", "micro-batches per step, batch divisible by K (default 1)", "strategy", CMDS_CONFIG, 1}, set_accum},
+    {{"--precision", "fp32|tf32|fp16|bf16", "compute precision, fp32 master weights (default fp32)", "strategy", CMDS_CONFIG, 1}, set_precision},
+    {{"--tp", "T", "tensor-parallel degree, divides heads and 4*hidden (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
+    {{"--pp", "P", "pipeline stages, divides layers (default 1)", "strategy", CMDS_CONFIG, 1}, set_pp},
+    {{"--comm", "local|nccl", "communicator: ranks as threads, or one rank per GPU (default local)", "strategy", CMDS_CONFIG, 0}, set_comm},
+    {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or halve the micro-batch and retry (default fail)", "strategy", CMDS_CONFIG, 0}, set_on_oom},
+    // run
+    {{"--backend", "cuda|cpu|dry", "where it runs: GPU kernels, CPU reference, or allocator only (default cuda)", "run", CMDS_CONFIG, 0}, set_backend},
+    {{"--steps", "N", "timed steps (default 10)", "run", CMDS_CONFIG, 0}, set_steps},
+    {{"--warmup", "N", "untimed steps first (default 3)", "run", CMDS_CONFIG, 0}, set_warmup},
+    {{"--seed", "S", "random seed (default 1337)", "run", CMDS_CONFIG, 0}, set_seed},
+    {{"--csv", "FILE", "append one row per run to FILE", "run", CMDS_CONFIG, 0}, set_csv},
+    {{"--monitor", "N", "print memory every N steps (default 0: off)", "run", CMDS_CONFIG, 0}, set_monitor},
+    {{"--lr", "LR", "AdamW learning rate (default 3e-4)", "run", CMDS_CONFIG, 0}, set_lr},
+    {{"--device-mem", "SIZE", "device size dry/cpu pretend to have, resolves fractional caps (default 143771MiB)", "run", CMDS_CONFIG, 0}, set_device_mem},
+    {{"--out-dir", "DIR", "where CSVs and figures go (default results/, plots/ for plot)", "run", CMDS_CONFIG | B(MO_CMD_PLOT), 0}, set_out_dir},
+    // command-specific
+    {{"--grid", "FILE", "sweep: flags from FILE, one per line ('--precision fp32,bf16'; # comments)", "sweep", B(MO_CMD_SWEEP), 0}, set_grid},
+    {{"--resume", NULL, "sweep: skip combinations whose row is already in --csv", "sweep", B(MO_CMD_SWEEP), 0}, set_resume},
+    {{"--gpu", "NAME", "plan: the target GPU by name", "plan", B(MO_CMD_PLAN), 0}, set_gpu},
+    {{"--mem", "SIZE", "plan: the target device memory, like 80GiB", "plan", B(MO_CMD_PLAN), 0}, set_mem},
+    {{"--tolerance", "F", "compare: relative slack before a row is a regression (default 0.05)", "compare", B(MO_CMD_COMPARE), 0}, set_tolerance},
+};
+#define NFLAGS (sizeof flags / sizeof flags[0])
+
+const mo_flag_info *mo_config_flags(size_t *n) {
+    // flag_def begins with its mo_flag_info, but the array strides differ: hand out a copy.
+    static mo_flag_info infos[NFLAGS];
+    static int ready;
+    if (!ready) {
+        for (size_t i = 0; i < NFLAGS; i++) infos[i] = flags[i].info;
+        ready = 1;
+    }
+    *n = NFLAGS;
+    return infos;
+}
+
+static const char *commands_of(unsigned mask, char *buf, size_t n) {
+    buf[0] = '\0';
+    for (int i = 1; i < MO_CMD_COUNT; i++) {
+        if (!(mask & B(i))) continue;
+        if (buf[0]) strncat(buf, ", ", n - strlen(buf) - 1);
+        strncat(buf, command_names[i], n - strlen(buf) - 1);
+    }
+    return buf;
+}
+
+mo_status mo_config_set(mo_config *c, const char *flag, const char *value) {
+    const flag_def *d = NULL;
+    for (size_t i = 0; i < NFLAGS && !d; i++)
+        if (!strcmp(flag, flags[i].info.name)) d = &flags[i];
+    const char *cmd = mo_command_name(c->command);
+    if (!d) return MO_FAIL(MO_ERR_INVALID, "unknown flag '%s' for memopt %s (see memopt --help)", flag, cmd);
+    if (!(d->info.commands & B(c->command))) {
+        char buf[128];
+        return MO_FAIL(MO_ERR_INVALID, "%s: not a flag of memopt %s (it is for: %s)", flag, cmd,
+                       commands_of(d->info.commands, buf, sizeof buf));
+    }
+    if (!d->info.arg) {
+        if (value) return MO_FAIL(MO_ERR_INVALID, "%s: takes no value (got '%s')", flag, value);
+        return d->set(c, flag, NULL, 0);
+    }
+    if (!value) return MO_FAIL(MO_ERR_INVALID, "%s: missing value (accepted: %s)", flag, d->info.arg);
+    if (!d->info.list) return d->set(c, flag, value, 0);
+
+    // An axis: a comma list, each value checked, no repeats.
+    if (strchr(value, ',') && mo_command_single(c->command))
+        return MO_FAIL(MO_ERR_INVALID, "%s: memopt %s takes one value, got the list '%s' (lists are for sweep and plan)",
+                       flag, cmd, value);
+    char buf[4096];
+    if (strlen(value) >= sizeof buf) return MO_FAIL(MO_ERR_INVALID, "%s: value too long", flag);
+    memcpy(buf, value, strlen(value) + 1);
+    char *items[MO_LIST_MAX];
+    int n = 0;
+    for (char *p = buf;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (!*p) return MO_FAIL(MO_ERR_INVALID, "%s: empty value in '%s' (accepted: %s)", flag, value, d->info.arg);
+        if (n == MO_LIST_MAX) return MO_FAIL(MO_ERR_INVALID, "%s: more than %d values in the list", flag, MO_LIST_MAX);
+        for (int j = 0; j < n; j++)
+            if (!strcmp(items[j], p)) return MO_FAIL(MO_ERR_INVALID, "%s: '%s' appears twice in '%s'", flag, p, value);
+        items[n++] = p;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    // Parse into a scratch copy so a bad value leaves the config as it was.
+    mo_config *tmp = malloc(sizeof *tmp);
+    if (!tmp) return MO_FAIL(MO_ERR_INTERNAL, "host out of memory parsing %s", flag);
+    memcpy(tmp, c, sizeof *tmp);
+    mo_status st = MO_OK;
+    for (int j = 0; j < n && st == MO_OK; j++) st = d->set(tmp, flag, items[j], j);
+    if (st == MO_OK) {
+        *list_count(tmp, flag) = n;
+        memcpy(c, tmp, sizeof *c);
+    }
+    free(tmp);
+    return st;
+}
+
+// ---------------------------------------------------------------- --grid FILE
+
+// Each line: "--flag value", "flag value", "flag=value" or a switch; '#' starts a comment.
+static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx) {
+    (void)idx;
+    MO_TRY(set_path(f, path, c->grid, sizeof c->grid));
+    FILE *fp = fopen(path, "r");
+    if (!fp) return MO_FAIL(MO_ERR_INVALID, "%s: cannot open '%s': %s", f, path, strerror(errno));
+    char line[4096];
+    int lineno = 0;
+    mo_status st = MO_OK;
+    while (st == MO_OK && fgets(line, sizeof line, fp)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *p = line;
+        while (isspace((unsigned char)*p)) p++;
+        char *end = p + strlen(p);
+        while (end > p && isspace((unsigned char)end[-1])) *--end = '\0';
+        if (!*p) continue;
+        char *name = p;
+        while (*p && !isspace((unsigned char)*p) && *p != '=') p++;
+        char *value = NULL;
+        if (*p) {
+            *p++ = '\0';
+            while (isspace((unsigned char)*p) || *p == '=') p++;
+            value = *p ? p : NULL;
+        }
+        char flag[128];
+        snprintf(flag, sizeof flag, "%s%s", strncmp(name, "--", 2) ? "--" : "", name);
+        if (!strcmp(flag, "--grid")) {
+            st = MO_FAIL(MO_ERR_INVALID, "--grid %s:%d: a grid file cannot include another", path, lineno);
+            break;
+        }
+        st = mo_config_set(c, flag, value);
+        if (st != MO_OK) {
+            // Keep the flag's own message, and say where it came from.
+            char inner[1024];
+            snprintf(inner, sizeof inner, "%s", mo_errmsg_plain());
+            st = MO_FAIL(st, "--grid %s:%d: %s", path, lineno, inner);
+        }
+    }
+    if (st == MO_OK && ferror(fp)) st = MO_FAIL(MO_ERR_INVALID, "--grid: error reading '%s'", path);
+    fclose(fp);
+    return st;
+}
+
+// ---------------------------------------------------------------- combinations
+
+size_t mo_config_count(const mo_config *c) {
+    const int lens[] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
+                        c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap};
+    size_t total = 1;
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        size_t n = lens[i] > 0 ? (size_t)lens[i] : 1;
+        if (total > (SIZE_MAX / 2) / n) return SIZE_MAX; // saturate: far beyond MO_COMBINATIONS_MAX
+        total *= n;
+    }
+    return total;
+}
+
+// Takes this axis's index off the mixed-radix number i (last axis fastest, so decode it first).
+static int take(size_t *i, int n) {
+    if (n <= 1) return 0;
+    int k = (int)(*i % (size_t)n);
+    *i /= (size_t)n;
+    return k;
+}
+
+mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out) {
+    size_t count = mo_config_count(c);
+    if (i >= count) return MO_FAIL(MO_ERR_INTERNAL, "combination %zu of %zu", i, count);
+    // Decode in reverse order of the documented nesting.
+    int k_cap = take(&i, c->n_cap), k_alloc = take(&i, c->n_alloc), k_ckpt = take(&i, c->n_ckpt);
+    int k_accum = take(&i, c->n_accum), k_pp = take(&i, c->n_pp), k_tp = take(&i, c->n_tp);
+    int k_prec = take(&i, c->n_precision), k_attn = take(&i, c->n_attn), k_batch = take(&i, c->n_batch);
+    int k_vocab = take(&i, c->n_vocab), k_seq = take(&i, c->n_seq), k_heads = take(&i, c->n_heads);
+    int k_hidden = take(&i, c->n_hidden), k_layers = take(&i, c->n_layers), k_preset = take(&i, c->n_preset);
+
+    *out = c->base;
+    const mo_preset *p = mo_preset_find(c->preset[k_preset]);
+    if (!p) return MO_FAIL(MO_ERR_INTERNAL, "preset '%s' vanished", c->preset[k_preset]);
+    snprintf(out->preset, sizeof out->preset, "%s", p->name);
+    out->layers = c->n_layers ? c->layers[k_layers] : p->layers;
+    out->hidden = c->n_hidden ? c->hidden[k_hidden] : p->hidden;
+    out->heads = c->n_heads ? c->heads[k_heads] : p->heads;
+    out->seq = c->n_seq ? c->seq[k_seq] : p->seq;
+    out->vocab = c->n_vocab ? c->vocab[k_vocab] : p->vocab;
+    out->batch = c->n_batch ? c->batch[k_batch] : p->batch;
+    out->attn = c->attn[k_attn];
+    out->precision = c->precision[k_prec];
+    out->tp = c->tp[k_tp];
+    out->pp = c->pp[k_pp];
+    out->accum = c->accum[k_accum];
+    out->ckpt = c->ckpt[k_ckpt];
+    out->alloc = c->alloc[k_alloc];
+    out->cap = c->cap[k_cap];
+    snprintf(out->cap_text, sizeof out->cap_text, "%s", c->cap_text[k_cap]);
+    return MO_OK;
+}
+
+mo_status mo_run_config_validate(const mo_run_config *r) {
+    if (r->hidden % r->heads)
+        return MO_FAIL(MO_ERR_INVALID, "--heads %d: hidden %d is not divisible by %d", r->heads, r->hidden, r->heads);
+    if (r->batch % r->accum)
+        return MO_FAIL(MO_ERR_INVALID, "--accum %d: batch %d is not divisible by %d", r->accum, r->batch, r->accum);
+    if (r->heads % r->tp)
+        return MO_FAIL(MO_ERR_INVALID, "--tp %d: heads %d is not divisible by %d", r->tp, r->heads, r->tp);
+    if ((4 * r->hidden) % r->tp)
+        return MO_FAIL(MO_ERR_INVALID, "--tp %d: the MLP width 4*hidden = %d is not divisible by %d", r->tp,
+                       4 * r->hidden, r->tp);
+    if (r->layers % r->pp)
+        return MO_FAIL(MO_ERR_INVALID, "--pp %d: layers %d is not divisible by %d (every stage holds layers/pp blocks)",
+                       r->pp, r->layers, r->pp);
+    if (r->ckpt.kind == MO_CKPT_EVERY && (r->ckpt.every < 1 || r->ckpt.every > r->layers))
+        return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..layers (layers %d)", r->ckpt.every, r->layers);
+    if (r->comm == MO_COMM_NCCL && r->backend != MO_BACKEND_CUDA)
+        return MO_FAIL(MO_ERR_INVALID, "--comm nccl: needs --backend cuda (got %s)", mo_backend_name(r->backend));
+    return MO_OK;
+}
+
+mo_status mo_config_add_arg(mo_config *c, const char *arg) {
+    int max = c->command == MO_CMD_COMPARE ? 2 : c->command == MO_CMD_PLOT ? 1 : 0;
+    const char *cmd = mo_command_name(c->command);
+    if (c->n_args >= max)
+        return MO_FAIL(MO_ERR_INVALID, "memopt %s: unexpected argument '%s'%s", cmd, arg,
+                       max ? "" : " (flags start with --)");
+    MO_TRY(set_path(c->command == MO_CMD_COMPARE ? "compare" : cmd, arg, c->args[c->n_args], sizeof c->args[0]));
+    c->n_args++;
+    return MO_OK;
+}
+
+mo_status mo_config_finish(mo_config *c) {
+    if (c->command == MO_CMD_COMPARE && c->n_args != 2)
+        return MO_FAIL(MO_ERR_INVALID, "memopt compare: needs two files, BASE.csv NEW.csv (got %d)", c->n_args);
+    if (c->command == MO_CMD_PLOT && c->n_args != 1)
+        return MO_FAIL(MO_ERR_INVALID, "memopt plot: needs one file, RESULTS.csv");
+    if (c->gpu[0] && c->mem_bytes)
+        return MO_FAIL(MO_ERR_INVALID, "--gpu and --mem: give one of them, not both");
+    if (!(CMDS_CONFIG & B(c->command))) return MO_OK;
+
+    size_t n = mo_config_count(c);
+    if (n > MO_COMBINATIONS_MAX)
+        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make more than %d combinations", mo_command_name(c->command),
+                       MO_COMBINATIONS_MAX);
+    // The first failing combination's message is the one reported when none is valid.
+    mo_status first = MO_OK;
+    char first_msg[1024] = "";
+    for (size_t i = 0; i < n; i++) {
+        mo_run_config rc;
+        MO_TRY(mo_config_combination(c, i, &rc));
+        mo_status st = mo_run_config_validate(&rc);
+        if (st == MO_OK) return MO_OK;
+        if (first == MO_OK) {
+            first = st;
+            snprintf(first_msg, sizeof first_msg, "%s", mo_errmsg_plain());
+        }
+    }
+    if (n == 1) return first; // its message is still the thread's current one
+    return MO_FAIL(first, "no valid combination among %zu; the first: %s", n, first_msg);
+}

@@ -1,0 +1,195 @@
+// The command line as data. Two levels:
+//   mo_config      everything one `memopt <command> ...` invocation said: a list of values for each
+//                  axis flag (--precision fp32,bf16 --ckpt none,full --batch 4,8 ...), the scalar
+//                  flags, and the command's own flags and positional arguments;
+//   mo_run_config  one combination: scalar fields only, what one run needs.
+// mo_config_combination(cfg, i, &rc) yields combination i of mo_config_count(cfg), in the order
+// documented there. Every value is checked as it is set; the cross-flag rules (hidden % heads, ...)
+// are checked per combination by mo_run_config_validate. Errors are MO_ERR_INVALID with a
+// one-line message that names the flag and the accepted values.
+#ifndef MEMOPT_BENCH_CONFIG_H
+#define MEMOPT_BENCH_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels/backend.h"
+#include "kernels/status.h"
+#include "models/gpt.h" // mo_ckpt_kind
+#include "strategies/alloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MO_PATH_MAX 1024
+#define MO_LIST_MAX 32              // values per axis flag
+#define MO_COMBINATIONS_MAX 100000  // a sweep larger than this is surely a typo
+// The device size the dry and cpu backends pretend to have (--device-mem): the H200's
+// cudaMemGetInfo total, 143771 MiB.
+#define MO_DEFAULT_DEVICE_MEM ((uint64_t)143771 << 20)
+
+// Limits, checked per value (stated in --help):
+#define MO_MAX_LAYERS 1024
+#define MO_MAX_HIDDEN 65536
+#define MO_MAX_HEADS 1024
+#define MO_MAX_SEQ 65536
+#define MO_MAX_BATCH 65536
+#define MO_MAX_VOCAB (1 << 21)
+#define MO_MAX_TP 256
+#define MO_MAX_PP 1024
+#define MO_MAX_STEPS 1000000
+
+typedef enum mo_command {
+    MO_CMD_NONE = 0,
+    MO_CMD_RUN, MO_CMD_SWEEP, MO_CMD_CLAIMS, MO_CMD_PLAN, MO_CMD_MINCAP, MO_CMD_COMPARE, MO_CMD_PLOT,
+    MO_CMD_DEVICES,
+    MO_CMD_COUNT
+} mo_command;
+const char *mo_command_name(mo_command c);
+mo_status mo_command_parse(const char *s, mo_command *out); // error lists the subcommands
+// 1 when the command runs exactly one configuration (run, mincap, claims): list values are refused.
+int mo_command_single(mo_command c);
+
+typedef enum mo_model_kind { MO_MODEL_GPT = 0 } mo_model_kind;
+typedef enum mo_attn_kind { MO_ATTN_MATERIALIZED = 0, MO_ATTN_FUSED } mo_attn_kind;
+typedef enum mo_precision { MO_PREC_FP32 = 0, MO_PREC_TF32, MO_PREC_FP16, MO_PREC_BF16 } mo_precision;
+typedef enum mo_comm_kind { MO_COMM_LOCAL = 0, MO_COMM_NCCL } mo_comm_kind;
+typedef enum mo_on_oom { MO_ON_OOM_FAIL = 0, MO_ON_OOM_SHRINK } mo_on_oom;
+
+// --ckpt: kind, and K for every:K. full is kept as its own kind (it equals every:1 in effect).
+typedef struct mo_ckpt {
+    mo_ckpt_kind kind;
+    int every; // K for MO_CKPT_EVERY, else 0
+} mo_ckpt;
+
+const char *mo_model_name(mo_model_kind m);
+const char *mo_attn_name(mo_attn_kind a);
+const char *mo_precision_name(mo_precision p);
+const char *mo_comm_name(mo_comm_kind c);
+const char *mo_on_oom_name(mo_on_oom o);
+const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n); // "none", "full", "every:4", "sqrt", "selective"
+mo_status mo_precision_parse(const char *s, mo_precision *out);
+mo_status mo_ckpt_parse(const char *s, mo_ckpt *out);
+
+// A model preset: GPT-2 sizes, seq 1024, vocab 50304 (50257 padded to a multiple of 128), batch 8.
+typedef struct mo_preset {
+    const char *name;
+    int layers, hidden, heads, seq, batch, vocab;
+} mo_preset;
+const mo_preset *mo_preset_find(const char *name); // NULL when unknown
+const mo_preset *mo_presets(size_t *n);
+
+// One configuration.
+typedef struct mo_run_config {
+    // model
+    mo_model_kind model;
+    char preset[16];                 // the preset the dimensions started from
+    int layers, hidden, heads, seq;
+    int batch;                       // global batch per optimizer step
+    int vocab;
+    mo_attn_kind attn;
+    // strategy
+    mo_cap cap;                      // resolve with mo_cap_resolve(&cap, device total)
+    char cap_text[32];               // as given: "none", "0.5", "24GiB"
+    mo_alloc_kind alloc;
+    mo_ckpt ckpt;
+    int accum;                       // micro-batches per step; micro batch = batch / accum
+    mo_precision precision;
+    int tp, pp;
+    mo_comm_kind comm;
+    mo_on_oom on_oom;
+    // run
+    mo_backend_kind backend;
+    int steps, warmup;               // timed steps; untimed warm-up steps before them
+    uint64_t seed;
+    char csv[MO_PATH_MAX];           // "" when no --csv
+    int monitor;                     // print memory every N steps; 0 off
+    double lr;
+    uint64_t device_mem_bytes;       // --device-mem: what dry/cpu pretend the device holds
+    char out_dir[MO_PATH_MAX];       // "" : the command's own default (results/, plots/)
+} mo_run_config;
+
+// The whole command line.
+typedef struct mo_config {
+    mo_command command;
+    mo_run_config base; // scalar flags; the axis fields hold the defaults / first values
+
+    // Axis lists. A dimension list with 0 entries means "from the preset".
+    int n_preset;    char preset[MO_LIST_MAX][16];
+    int n_layers;    int layers[MO_LIST_MAX];
+    int n_hidden;    int hidden[MO_LIST_MAX];
+    int n_heads;     int heads[MO_LIST_MAX];
+    int n_seq;       int seq[MO_LIST_MAX];
+    int n_vocab;     int vocab[MO_LIST_MAX];
+    int n_batch;     int batch[MO_LIST_MAX];
+    int n_attn;      mo_attn_kind attn[MO_LIST_MAX];
+    int n_precision; mo_precision precision[MO_LIST_MAX];
+    int n_tp;        int tp[MO_LIST_MAX];
+    int n_pp;        int pp[MO_LIST_MAX];
+    int n_accum;     int accum[MO_LIST_MAX];
+    int n_ckpt;      mo_ckpt ckpt[MO_LIST_MAX];
+    int n_alloc;     mo_alloc_kind alloc[MO_LIST_MAX];
+    int n_cap;       mo_cap cap[MO_LIST_MAX]; char cap_text[MO_LIST_MAX][32];
+
+    // sweep
+    char grid[MO_PATH_MAX]; // --grid FILE (its flags were applied where --grid stood)
+    int resume;             // --resume: skip combinations whose row is already in --csv
+    // plan
+    char gpu[64];           // --gpu NAME ("" when not given); the planner knows the names
+    uint64_t mem_bytes;     // --mem SIZE (0 when not given)
+    // compare
+    double tolerance;       // --tolerance F: relative slack before a row counts as a regression
+    // positional arguments: compare BASE.csv NEW.csv, plot RESULTS.csv
+    int n_args;
+    char args[2][MO_PATH_MAX];
+} mo_config;
+
+// Defaults: preset gpt2-124m (L12 C768 H12, seq 1024, vocab 50304, batch 8), attn materialized,
+// cap none, alloc caching, ckpt none, accum 1, precision fp32, tp 1, pp 1, comm local,
+// on-oom fail, backend cuda, steps 10, warmup 3, seed 1337, monitor 0, lr 3e-4,
+// device-mem 143771MiB, tolerance 0.05.
+void mo_config_defaults(mo_config *c, mo_command command);
+
+// Sets one flag ("--precision") from its text value; axis flags take a comma list unless the
+// command is single-configuration. Unknown flags, flags of another command, bad values: MO_ERR_INVALID.
+mo_status mo_config_set(mo_config *c, const char *flag, const char *value);
+// Adds a positional argument (compare: 2, plot: 1, others: none).
+mo_status mo_config_add_arg(mo_config *c, const char *arg);
+// After the last flag: argument count, --gpu/--mem exclusivity, the combination count, and the
+// cross-flag rules. Single-configuration commands need their one combination valid; sweep and plan
+// need at least one valid combination (the rest become rows with status invalid).
+mo_status mo_config_finish(mo_config *c);
+
+// Number of combinations: the product of the list lengths (an empty dimension list counts 1).
+size_t mo_config_count(const mo_config *c);
+// Combination i, 0 <= i < count. Order: nested loops, the first axis outermost, the last fastest:
+//   preset, layers, hidden, heads, seq, vocab, batch, attn, precision, tp, pp, accum, ckpt, alloc, cap
+// (each list in the order given on the command line). Dimensions not given come from the preset.
+// Does not validate: call mo_run_config_validate.
+mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out);
+
+// The cross-flag rules of one combination:
+//   hidden % heads == 0; batch % accum == 0; heads % tp == 0 and (4*hidden) % tp == 0;
+//   layers % pp == 0 (every pipeline stage holds the same number of blocks); every:K has K <= layers;
+//   --comm nccl needs --backend cuda.
+mo_status mo_run_config_validate(const mo_run_config *rc);
+
+// mo_errmsg() without its "file.c:123: " prefix: the text a user is shown for bad input.
+const char *mo_errmsg_plain(void);
+
+// Flag descriptions, for --help and the per-command checks.
+typedef struct mo_flag_info {
+    const char *name;     // "--precision"
+    const char *arg;      // "fp32|tf32|fp16|bf16", or NULL for a switch
+    const char *help;     // one line
+    const char *group;    // "model", "strategy", "run", "sweep", "plan", "compare", "output"
+    unsigned commands;    // bit (1u << mo_command) for each command that takes it
+    int list;             // takes a comma list in sweep and plan
+} mo_flag_info;
+const mo_flag_info *mo_config_flags(size_t *n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,90 @@
+// The results CSV of DESIGN.md: one header line, one row per run, appended and made durable as
+// each run ends, so an interrupted sweep loses nothing and can resume.
+//
+// Empty cells: a value that is unknown or does not apply is an empty cell. In mo_csv_row that is
+//   -1   for the integer (int64_t) columns (no column is negative when known),
+//   NaN  for the real (double) columns (a NaN measured value is written empty too),
+//   ""   for the text columns.
+// mo_csv_row_init sets every field to unknown.
+#ifndef MEMOPT_BENCH_CSV_H
+#define MEMOPT_BENCH_CSV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "bench/config.h"
+#include "kernels/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MO_CSV_SCHEMA_VERSION 1
+
+typedef struct mo_csv_row {
+    int64_t schema_version;        // MO_CSV_SCHEMA_VERSION
+    char utc_time[32];             // "2026-12-02T10:00:00Z"
+    char git_rev[48];
+    char backend[8];               // cuda | cpu | dry
+    char device_name[128];
+    int64_t device_mem_bytes;
+    char driver[32];
+    char cuda_runtime[32];
+    char model[32];                // "gpt"
+    int64_t layers, hidden, heads, seq, batch, micro_batch, vocab, params;
+    char precision[8];
+    char attn[16];
+    char ckpt[24];                 // "every:4"
+    int64_t accum, tp, pp;
+    char comm[8];
+    int64_t cap_bytes;             // 0: no cap
+    char alloc[16];
+    char status[16];               // ok | oom | fallback | invalid | error
+    char detail[1024];             // why, for anything but ok
+    int64_t steps;
+    double step_ms, step_ms_p10, step_ms_p90;
+    double tokens_per_s, model_tflops, hw_tflops, mfu;
+    double recompute_ms, recompute_overhead;
+    int64_t peak_allocated_bytes, peak_reserved_bytes, static_bytes, activation_peak_bytes;
+    int64_t param_bytes, grad_bytes, optim_bytes, master_bytes, activation_bytes, workspace_bytes;
+    int64_t num_ooms, num_alloc_retries, skipped_steps;
+    double loss_scale, loss_first, loss_last;
+    int64_t predicted_peak_bytes;
+    double comm_ms;
+    int64_t comm_modelled;         // 1: comm_ms is modelled, not measured; 0 measured
+} mo_csv_row;
+
+// Every field unknown, schema_version set.
+void mo_csv_row_init(mo_csv_row *row);
+// The configuration columns (backend .. alloc, micro_batch) from one combination; cap_bytes is
+// the resolved cap (mo_cap_resolve against the device's total). Everything else stays unknown.
+void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t cap_bytes);
+
+// The header line, without the newline: the column names in order, comma-separated.
+const char *mo_csv_header(void);
+size_t mo_csv_num_columns(void);
+
+// Writer. Opens FILE for append; a new or empty file gets the header. An existing file must have
+// exactly this header (else MO_ERR_INVALID, nothing written); a torn last line (a run interrupted
+// while writing) is cut off. Each row is one write(2) followed by fsync(2).
+typedef struct mo_csv_writer mo_csv_writer;
+mo_status mo_csv_open(const char *path, mo_csv_writer **out);
+mo_status mo_csv_append(mo_csv_writer *w, const mo_csv_row *row);
+void mo_csv_close(mo_csv_writer *w);
+// One row as CSV text (RFC 4180 quoting), with the trailing newline; MO_ERR_INVALID if n is short.
+mo_status mo_csv_format_row(const mo_csv_row *row, char *buf, size_t n);
+
+// Reader. Columns are found by header name (any order; a missing column reads as unknown, an
+// unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_VERSION.
+// *rows is malloc'ed (free it); *n may be 0.
+mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
+
+// A string naming the configuration of a row (backend, model and dims, precision, attn, ckpt,
+// accum, tp, pp, comm, cap_bytes, alloc): rows with equal keys are the same experiment, for
+// sweep --resume and compare. Device, times and results are not part of it.
+const char *mo_csv_config_key(const mo_csv_row *row, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,44 @@
+// Causal self-attention, materialized (the (T, T) probabilities are kept for backward): the plain-C
+// references and the CUDA implementation behind mo_attention_forward / mo_attention_backward (ops.h).
+//
+// qkv (B, T, 3C): for each position q | k | v, head h at columns h*HS .. (h+1)*HS of each, HS = C / NH.
+// att (B, NH, T, T): softmax(q k^T / sqrt(HS)) under the causal mask; entries above the diagonal are 0.
+// out (B, T, C) = att @ v, heads side by side.
+//
+// Scratch (floats; the same on every backend, see the *_scratch_bytes functions in ops.h):
+//   forward   3*B*T*C            q, k, v permuted to (B, NH, T, HS) each; att @ v lands in q's slot
+//   backward  6*B*T*C + B*NH*T*T q, k, v, dq, dk, dv (B, NH, T, HS) each, then datt (B, NH, T, T), which
+//                                the softmax backward turns into dpreatt in place; the cpu reference uses
+//                                only the datt part (same offset).
+#ifndef MEMOPT_ATTENTION_H
+#define MEMOPT_ATTENTION_H
+
+#include <stddef.h>
+#include "ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Float offset of datt inside the backward scratch.
+static inline size_t attention_backward_datt_offset(int B, int T, int C) { return 6 * (size_t)B * T * C; }
+
+// Shape rules shared by both attention flavours: positive sizes, C divisible by NH.
+mo_status attention_check_shape(const char *op, int B, int T, int C, int NH);
+
+mo_status attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+// dqkv (B, T, 3C) overwritten; scratch as above.
+mo_status attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                 const float *att, int B, int T, int C, int NH);
+
+// cuda (attention.cu), on c->stream; batched GEMMs on c->cublas (math mode set from c->tf32 per call).
+mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float *qkv, void *scratch, int B,
+                                 int T, int C, int NH);
+mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv,
+                                  const float *att, void *scratch, int B, int T, int C, int NH);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

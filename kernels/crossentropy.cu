@@ -1,0 +1,112 @@
+// Fused softmax cross-entropy kernel, after karpathy/llm.c (train_gpt2_fp32.cu fused_classifier_kernel3 and
+// prepare_softmax_blockwide): one block per row, an online max/sum per thread, shuffle + shared-memory
+// block reductions (fixed order: deterministic), then one more pass writing the gradient in place.
+// float4 path when V % 4 == 0 and logits is 16-byte aligned (every row then is).
+// exp/log are the fast-math ones (__expf, __logf: relative error ~1e-6 over the logit ranges of training),
+// the 1/S is an IEEE division as on the cpu.
+#include <cuda_runtime.h>
+#include <float.h>
+#include <stdint.h>
+
+#include "crossentropy.h"
+#include "cuda_check.h"
+
+#define CE_MAX_THREADS 1024
+
+__device__ __forceinline__ float ce_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float ce_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide reductions (blockDim.x a multiple of 32); every thread gets the result.
+__device__ float ce_block_sum(float v, float *sh) {
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = ce_warp_sum(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = ce_warp_sum(lane < nw ? sh[lane] : 0.0f);
+    __syncthreads(); // sh is reused by the next reduction
+    return v;
+}
+__device__ float ce_block_max(float v, float *sh) {
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = ce_warp_max(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = ce_warp_max(lane < nw ? sh[lane] : -FLT_MAX);
+    __syncthreads();
+    return v;
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(CE_MAX_THREADS)
+    crossentropy_kernel(float *losses, float *logits, const int *targets, int V, float dloss) {
+    __shared__ float sh[32];
+    size_t row = blockIdx.x;
+    float *x = logits + row * (size_t)V;
+    const int t = targets[row];
+    const bool valid = t >= 0 && t < V;
+    // read x[t] now: the reductions below synchronize the block before any thread overwrites the row
+    float xt = 0.0f;
+    if (threadIdx.x == 0 && valid) xt = x[t];
+
+    // pass 1: running max m and sum s of exp(x - m) over this thread's elements
+    float m = -FLT_MAX, s = 0.0f;
+    if (VEC) {
+        const float4 *x4 = reinterpret_cast<const float4 *>(x);
+        for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+            float4 v = x4[i];
+            float nm = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+            s = s * __expf(m - nm) + ((__expf(v.x - nm) + __expf(v.y - nm)) + (__expf(v.z - nm) + __expf(v.w - nm)));
+            m = nm;
+        }
+    } else {
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            float v = x[i];
+            float nm = fmaxf(m, v);
+            s = s * __expf(m - nm) + __expf(v - nm);
+            m = nm;
+        }
+    }
+    const float bm = ce_block_max(m, sh);
+    const float S = ce_block_sum(s * __expf(m - bm), sh);
+    const float inv = __fdiv_rn(1.0f, S);
+    if (threadIdx.x == 0) losses[row] = valid ? __logf(S) - (xt - bm) : __int_as_float(0x7fc00000);
+
+    // pass 2: dlogits = (softmax - onehot) * dloss, in place
+    if (VEC) {
+        float4 *x4 = reinterpret_cast<float4 *>(x);
+        for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+            float4 v = x4[i];
+            int j = 4 * i;
+            float4 g;
+            g.x = (__expf(v.x - bm) * inv - (j + 0 == t ? 1.0f : 0.0f)) * dloss;
+            g.y = (__expf(v.y - bm) * inv - (j + 1 == t ? 1.0f : 0.0f)) * dloss;
+            g.z = (__expf(v.z - bm) * inv - (j + 2 == t ? 1.0f : 0.0f)) * dloss;
+            g.w = (__expf(v.w - bm) * inv - (j + 3 == t ? 1.0f : 0.0f)) * dloss;
+            x4[i] = g;
+        }
+    } else {
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            x[i] = (__expf(x[i] - bm) * inv - (i == t ? 1.0f : 0.0f)) * dloss;
+    }
+}
+
+extern "C" mo_status crossentropy_fused_cuda(mo_ctx *c, float *losses, float *logits, const int *targets, int N,
+                                             int V, float dloss) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    int vec = V % 4 == 0 && ((uintptr_t)logits & 15u) == 0;
+    int work = vec ? V / 4 : V; // items per row
+    int threads = (work + 31) / 32 * 32;
+    if (threads > CE_MAX_THREADS) threads = CE_MAX_THREADS;
+    if (vec)
+        crossentropy_kernel<true><<<(unsigned)N, (unsigned)threads, 0, s>>>(losses, logits, targets, V, dloss);
+    else
+        crossentropy_kernel<false><<<(unsigned)N, (unsigned)threads, 0, s>>>(losses, logits, targets, V, dloss);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}

@@ -1,0 +1,252 @@
+// The GPT's tensor table, parameter layout, initialization and batch handling.
+#include "gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+mo_status mo_gpt_validate(const mo_gpt_config *c) {
+    if (c->layers < 1) return MO_FAIL(MO_ERR_INVALID, "--layers: must be a positive integer (got %d)", c->layers);
+    if (c->hidden < 1) return MO_FAIL(MO_ERR_INVALID, "--hidden: must be a positive integer (got %d)", c->hidden);
+    if (c->heads < 1) return MO_FAIL(MO_ERR_INVALID, "--heads: must be a positive integer (got %d)", c->heads);
+    if (c->seq < 1) return MO_FAIL(MO_ERR_INVALID, "--seq: must be a positive integer (got %d)", c->seq);
+    if (c->batch < 1) return MO_FAIL(MO_ERR_INVALID, "--batch: must be a positive integer (got %d)", c->batch);
+    if (c->vocab < 2) return MO_FAIL(MO_ERR_INVALID, "--vocab: must be at least 2 (got %d)", c->vocab);
+    if (c->hidden % c->heads)
+        return MO_FAIL(MO_ERR_INVALID, "--heads %d: hidden %d is not divisible by it", c->heads, c->hidden);
+    if (c->accum < 1 || c->batch % c->accum)
+        return MO_FAIL(MO_ERR_INVALID, "--accum %d: batch %d is not divisible by it", c->accum, c->batch);
+    if (c->ckpt == MO_CKPT_EVERY && (c->ckpt_every < 1 || c->ckpt_every > c->layers))
+        return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..%d (the layer count)", c->ckpt_every, c->layers);
+    if (c->hidden / c->heads > 128 && c->attn_fused)
+        return MO_FAIL(MO_ERR_INVALID, "--attn fused: head size %d is above the kernel's 128", c->hidden / c->heads);
+    return MO_OK;
+}
+
+static void param_sizes(const mo_gpt_config *c, size_t s[GPT_NPARAMS]) {
+    size_t L = (size_t)c->layers, C = (size_t)c->hidden, V = (size_t)c->vocab, T = (size_t)c->seq;
+    s[GPT_WTE] = V * C;
+    s[GPT_WPE] = T * C;
+    s[GPT_LN1W] = L * C;
+    s[GPT_LN1B] = L * C;
+    s[GPT_QKVW] = L * 3 * C * C;
+    s[GPT_QKVB] = L * 3 * C;
+    s[GPT_PROJW] = L * C * C;
+    s[GPT_PROJB] = L * C;
+    s[GPT_LN2W] = L * C;
+    s[GPT_LN2B] = L * C;
+    s[GPT_FCW] = L * 4 * C * C;
+    s[GPT_FCB] = L * 4 * C;
+    s[GPT_FCPROJW] = L * C * 4 * C;
+    s[GPT_FCPROJB] = L * C;
+    s[GPT_LNFW] = C;
+    s[GPT_LNFB] = C;
+}
+
+size_t mo_gpt_num_params(const mo_gpt_config *c) {
+    size_t s[GPT_NPARAMS], n = 0;
+    param_sizes(c, s);
+    for (int i = 0; i < GPT_NPARAMS; i++) n += s[i];
+    return n;
+}
+
+static const char *param_names[GPT_NPARAMS] = {
+    "wte", "wpe", "ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "proj.weight", "proj.bias",
+    "ln2.weight", "ln2.bias", "fc.weight", "fc.bias", "fcproj.weight", "fcproj.bias", "lnf.weight", "lnf.bias"};
+
+static void row(mo_tensor_info *r, const char *name, mo_dtype t, mo_category cat, int ndim, int64_t a, int64_t b,
+                int64_t c, int64_t d) {
+    r->name = name;
+    r->ndim = ndim;
+    r->shape[0] = a; r->shape[1] = b; r->shape[2] = c; r->shape[3] = d;
+    r->dtype = t;
+    r->cat = cat;
+    r->numel = (size_t)a * (ndim > 1 ? (size_t)b : 1) * (ndim > 2 ? (size_t)c : 1) * (ndim > 3 ? (size_t)d : 1);
+}
+
+int mo_gpt_tensor_table(const mo_gpt_config *c, mo_tensor_info *rows, int max) {
+    int64_t L = c->layers, C = c->hidden, V = c->vocab, T = c->seq, NH = c->heads, B = c->batch / c->accum;
+    mo_tensor_info all[64];
+    int n = 0;
+    // Whole buffers, as allocated: one each for params, grads and the two Adam moments.
+    size_t np = mo_gpt_num_params(c);
+    row(&all[n++], "params", MO_F32, MO_CAT_PARAM, 1, (int64_t)np, 0, 0, 0);
+    row(&all[n++], "grads", MO_F32, MO_CAT_GRAD, 1, (int64_t)np, 0, 0, 0);
+    row(&all[n++], "adam.m", MO_F32, MO_CAT_OPTIM, 1, (int64_t)np, 0, 0, 0);
+    row(&all[n++], "adam.v", MO_F32, MO_CAT_OPTIM, 1, (int64_t)np, 0, 0, 0);
+    // The parameter views inside "params".
+    size_t s[GPT_NPARAMS];
+    param_sizes(c, s);
+    row(&all[n++], param_names[GPT_WTE], MO_F32, MO_CAT_PARAM, 2, V, C, 0, 0);
+    row(&all[n++], param_names[GPT_WPE], MO_F32, MO_CAT_PARAM, 2, T, C, 0, 0);
+    row(&all[n++], param_names[GPT_LN1W], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_LN1B], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_QKVW], MO_F32, MO_CAT_PARAM, 3, L, 3 * C, C, 0);
+    row(&all[n++], param_names[GPT_QKVB], MO_F32, MO_CAT_PARAM, 2, L, 3 * C, 0, 0);
+    row(&all[n++], param_names[GPT_PROJW], MO_F32, MO_CAT_PARAM, 3, L, C, C, 0);
+    row(&all[n++], param_names[GPT_PROJB], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_LN2W], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_LN2B], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_FCW], MO_F32, MO_CAT_PARAM, 3, L, 4 * C, C, 0);
+    row(&all[n++], param_names[GPT_FCB], MO_F32, MO_CAT_PARAM, 2, L, 4 * C, 0, 0);
+    row(&all[n++], param_names[GPT_FCPROJW], MO_F32, MO_CAT_PARAM, 3, L, C, 4 * C, 0);
+    row(&all[n++], param_names[GPT_FCPROJB], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_LNFW], MO_F32, MO_CAT_PARAM, 1, C, 0, 0, 0);
+    row(&all[n++], param_names[GPT_LNFB], MO_F32, MO_CAT_PARAM, 1, C, 0, 0, 0);
+    // Activations one block keeps for backward (per micro-batch, no checkpointing).
+    row(&all[n++], "block.ln1", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "block.ln1.mean", MO_F32, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
+    row(&all[n++], "block.ln1.rstd", MO_F32, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
+    row(&all[n++], "block.qkv", MO_F32, MO_CAT_ACTIVATION, 3, B, T, 3 * C, 0);
+    if (c->attn_fused) row(&all[n++], "block.att.lse", MO_F32, MO_CAT_ACTIVATION, 3, B, NH, T, 0);
+    else row(&all[n++], "block.att", MO_F32, MO_CAT_ACTIVATION, 4, B, NH, T, T);
+    row(&all[n++], "block.atty", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "block.resid2", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "block.ln2", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "block.ln2.mean", MO_F32, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
+    row(&all[n++], "block.ln2.rstd", MO_F32, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
+    row(&all[n++], "block.fch", MO_F32, MO_CAT_ACTIVATION, 3, B, T, 4 * C, 0);
+    row(&all[n++], "block.fch_gelu", MO_F32, MO_CAT_ACTIVATION, 3, B, T, 4 * C, 0);
+    row(&all[n++], "block.out", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "lnf", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "logits", MO_F32, MO_CAT_ACTIVATION, 3, B, T, V, 0);
+    for (int i = 0; i < n && i < max; i++) rows[i] = all[i];
+    return n;
+}
+
+// splitmix64 + Box-Muller: a fixed normal stream per seed, the same on every machine.
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return ((splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+static void init_params(const mo_gpt_config *c, const size_t sizes[GPT_NPARAMS], float *h) {
+    uint64_t s = c->seed * 0x2545f4914f6cdd1dull + 1;
+    float resid_std = 0.02f / sqrtf(2.0f * c->layers);
+    size_t o = 0;
+    for (int p = 0; p < GPT_NPARAMS; p++) {
+        int is_ln_w = p == GPT_LN1W || p == GPT_LN2W || p == GPT_LNFW;
+        int is_bias = p == GPT_LN1B || p == GPT_LN2B || p == GPT_LNFB || p == GPT_QKVB || p == GPT_PROJB ||
+                      p == GPT_FCB || p == GPT_FCPROJB;
+        float std = (p == GPT_PROJW || p == GPT_FCPROJW) ? resid_std : 0.02f;
+        for (size_t i = 0; i < sizes[p]; i++) {
+            if (is_ln_w) h[o + i] = 1.0f;
+            else if (is_bias) h[o + i] = 0.0f;
+            else {
+                double u1 = uniform01(&s), u2 = uniform01(&s);
+                h[o + i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+            }
+        }
+        o += sizes[p];
+    }
+}
+
+void mo_gpt_destroy(mo_gpt *m) {
+    if (!m) return;
+    mo_allocator *a = m->ctx->alloc;
+    mo_free(a, m->losses);
+    mo_free(a, m->targets);
+    mo_free(a, m->inputs);
+    mo_free(a, m->adam_v);
+    mo_free(a, m->adam_m);
+    mo_free(a, m->grads);
+    mo_free(a, m->params);
+    free(m->inputs_host);
+    free(m->targets_host);
+    free(m);
+}
+
+mo_status mo_gpt_create(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ctx) {
+    *out = NULL;
+    MO_TRY(mo_gpt_validate(cfg));
+    mo_gpt *m = calloc(1, sizeof *m);
+    if (!m) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the model");
+    m->cfg = *cfg;
+    m->ctx = ctx;
+    param_sizes(cfg, m->param_sizes);
+    m->num_params = mo_gpt_num_params(cfg);
+    size_t pb = m->num_params * sizeof(float), BT = (size_t)cfg->batch * cfg->seq;
+    mo_allocator *a = ctx->alloc;
+    mo_status st;
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_PARAM, (void **)&m->params), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->inputs), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->targets), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->losses), fail);
+    m->inputs_host = calloc(BT, sizeof(int));
+    m->targets_host = calloc(BT, sizeof(int));
+    if (!m->inputs_host || !m->targets_host) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch"); goto fail; }
+    size_t o = 0;
+    for (int p = 0; p < GPT_NPARAMS; p++) {
+        m->param_ptr[p] = m->params + o;
+        m->grad_ptr[p] = m->grads + o;
+        o += m->param_sizes[p];
+    }
+    if (ctx->backend != MO_BACKEND_DRY) {
+        float *h = malloc(pb);
+        if (!h) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the initial parameters"); goto fail; }
+        init_params(cfg, m->param_sizes, h);
+        st = mo_memcpy_h2d(ctx, m->params, h, pb);
+        free(h);
+        if (st != MO_OK) goto fail;
+    }
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_m, pb), fail);
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_v, pb), fail);
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->grads, pb), fail);
+    m->checkpointing = cfg->ckpt != MO_CKPT_NONE;
+    *out = m;
+    return MO_OK;
+fail:
+    mo_gpt_destroy(m);
+    return st;
+}
+
+void mo_gpt_synthetic_batch(const mo_gpt_config *cfg, uint64_t seed, int *tokens, int *targets) {
+    // Random tokens; the target of position t is the token at t+1 of the same stream, as in LM data.
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+    size_t T = (size_t)cfg->seq;
+    for (int b = 0; b < cfg->batch; b++) {
+        int next = (int)(splitmix(&s) % (uint64_t)cfg->vocab);
+        for (size_t t = 0; t < T; t++) {
+            int cur = next;
+            next = (int)(splitmix(&s) % (uint64_t)cfg->vocab);
+            tokens[b * T + t] = cur;
+            targets[b * T + t] = next;
+        }
+    }
+}
+
+mo_status mo_gpt_set_batch(mo_gpt *m, const int *tokens, const int *targets) {
+    size_t BT = (size_t)m->cfg.batch * m->cfg.seq;
+    for (size_t i = 0; i < BT; i++) {
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab || targets[i] < 0 || targets[i] >= m->cfg.vocab)
+            return MO_FAIL(MO_ERR_INVALID, "batch: token %zu out of range 0..%d", i, m->cfg.vocab - 1);
+    }
+    memcpy(m->inputs_host, tokens, BT * sizeof(int));
+    memcpy(m->targets_host, targets, BT * sizeof(int));
+    MO_TRY(mo_memcpy_h2d(m->ctx, m->inputs, tokens, BT * sizeof(int)));
+    MO_TRY(mo_memcpy_h2d(m->ctx, m->targets, targets, BT * sizeof(int)));
+    return MO_OK;
+}
+
+double mo_gpt_step_flops(const mo_gpt_config *c) {
+    double N = (double)mo_gpt_num_params(c) - (double)c->seq * c->hidden; // without wpe
+    double tokens = (double)c->batch * c->seq;
+    return 6.0 * N * tokens + 6.0 * c->layers * (double)c->seq * c->hidden * tokens;
+}
+
+double mo_gpt_recompute_flops(const mo_gpt_config *c) {
+    double tokens = (double)c->batch * c->seq, C = c->hidden, T = c->seq;
+    double block_fwd = 2.0 * tokens * 12.0 * C * C + 4.0 * tokens * T * C; // GEMMs of one block's forward
+    switch (c->ckpt) {
+    case MO_CKPT_NONE: return 0;
+    case MO_CKPT_SELECTIVE: return c->attn_fused ? 0 : c->layers * 4.0 * tokens * T * C; // attention forward again
+    default: return c->layers * block_fwd; // every block's forward once more
+    }
+}

@@ -1,0 +1,323 @@
+// The GPT training step: forward, backward, clipping and AdamW, with activation lifetimes and
+// checkpointing. Every activation is allocated when it is produced and freed after its last
+// reader, so the allocator's peak is the step's true peak on every backend.
+#include "gpt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/ops.h"
+
+// The tensors one block produces. in is not owned: it is the previous block's out (or the
+// embedding output) and is freed by this block's backward, after its last reader.
+typedef struct block_acts {
+    float *in;                          // (B,T,C)
+    float *ln1, *ln1_mean, *ln1_rstd;   // (B,T,C), (B,T), (B,T)
+    float *qkv;                         // (B,T,3C)
+    float *att;                         // (B,NH,T,T) materialized probabilities, or lse (B,NH,T) when fused
+    float *atty;                        // (B,T,C) attention output, heads concatenated
+    float *resid2;                      // (B,T,C) in + proj(atty)
+    float *ln2, *ln2_mean, *ln2_rstd;   // (B,T,C), (B,T), (B,T)
+    float *fch, *fch_gelu;              // (B,T,4C) pre-activation and GELU
+    float *out;                         // (B,T,C) resid2 + fcproj(fch_gelu)
+} block_acts;
+
+typedef struct step_state {
+    mo_gpt *m;
+    int Bm, N;          // micro-batch, rows = Bm*T
+    int micro;          // which micro-batch
+    block_acts *acts;   // (L)
+    float *enc;         // (B,T,C) embedding output (acts[0].in)
+    float *lnf, *lnf_mean, *lnf_rstd, *logits;
+    double recompute_ms;
+} step_state;
+
+static mo_status act_alloc(mo_gpt *m, size_t floats, float **p) {
+    return mo_alloc(m->ctx->alloc, floats * sizeof(float), MO_CAT_ACTIVATION, (void **)p);
+}
+
+static void act_free(mo_gpt *m, float **p) {
+    if (*p) mo_free(m->ctx->alloc, *p);
+    *p = NULL;
+}
+
+static void block_free_internals(mo_gpt *m, block_acts *a) {
+    act_free(m, &a->ln1); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
+    act_free(m, &a->qkv); act_free(m, &a->att); act_free(m, &a->atty); act_free(m, &a->resid2);
+    act_free(m, &a->ln2); act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd);
+    act_free(m, &a->fch); act_free(m, &a->fch_gelu);
+}
+
+// Attention forward into a->att (probabilities or lse) and a->atty.
+static mo_status attention_fwd(mo_gpt *m, step_state *s, block_acts *a) {
+    const mo_gpt_config *c = &m->cfg;
+    int B = s->Bm, T = c->seq, C = c->hidden, NH = c->heads;
+    if (c->attn_fused) {
+        MO_TRY(act_alloc(m, (size_t)B * NH * T, &a->att));
+        return mo_attention_fused_forward(m->ctx, a->atty, a->att, a->qkv, B, T, C, NH);
+    }
+    MO_TRY(act_alloc(m, (size_t)B * NH * T * T, &a->att));
+    return mo_attention_forward(m->ctx, a->atty, a->att, a->qkv, B, T, C, NH);
+}
+
+static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a) {
+    const mo_gpt_config *c = &m->cfg;
+    mo_ctx *x = m->ctx;
+    int N = s->N, C = c->hidden;
+    size_t NC = (size_t)N * C;
+    float *const *P = m->param_ptr;
+    MO_TRY(act_alloc(m, NC, &a->ln1));
+    MO_TRY(act_alloc(m, (size_t)N, &a->ln1_mean));
+    MO_TRY(act_alloc(m, (size_t)N, &a->ln1_rstd));
+    MO_TRY(mo_layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, a->in, P[GPT_LN1W] + (size_t)l * C,
+                                P[GPT_LN1B] + (size_t)l * C, N, C));
+    MO_TRY(act_alloc(m, 3 * NC, &a->qkv));
+    MO_TRY(mo_matmul_forward(x, a->qkv, NULL, a->ln1, P[GPT_QKVW] + (size_t)l * 3 * C * C, P[GPT_QKVB] + (size_t)l * 3 * C,
+                             N, C, 3 * C));
+    MO_TRY(act_alloc(m, NC, &a->atty));
+    MO_TRY(attention_fwd(m, s, a));
+    // resid2 = in + proj(atty): the GEMM writes resid2, the residual add adds in place.
+    MO_TRY(act_alloc(m, NC, &a->resid2));
+    MO_TRY(mo_matmul_forward(x, a->resid2, NULL, a->atty, P[GPT_PROJW] + (size_t)l * C * C, P[GPT_PROJB] + (size_t)l * C, N,
+                             C, C));
+    MO_TRY(mo_residual_forward(x, a->resid2, a->resid2, a->in, NC));
+    MO_TRY(act_alloc(m, NC, &a->ln2));
+    MO_TRY(act_alloc(m, (size_t)N, &a->ln2_mean));
+    MO_TRY(act_alloc(m, (size_t)N, &a->ln2_rstd));
+    MO_TRY(mo_layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, P[GPT_LN2W] + (size_t)l * C,
+                                P[GPT_LN2B] + (size_t)l * C, N, C));
+    MO_TRY(act_alloc(m, 4 * NC, &a->fch));
+    MO_TRY(act_alloc(m, 4 * NC, &a->fch_gelu));
+    MO_TRY(mo_matmul_forward(x, a->fch, a->fch_gelu, a->ln2, P[GPT_FCW] + (size_t)l * 4 * C * C, P[GPT_FCB] + (size_t)l * 4 * C,
+                             N, C, 4 * C));
+    MO_TRY(act_alloc(m, NC, &a->out));
+    MO_TRY(mo_matmul_forward(x, a->out, NULL, a->fch_gelu, P[GPT_FCPROJW] + (size_t)l * 4 * C * C,
+                             P[GPT_FCPROJB] + (size_t)l * C, N, 4 * C, C));
+    MO_TRY(mo_residual_forward(x, a->out, a->out, a->resid2, NC));
+    return MO_OK;
+}
+
+// dresid (B,T,C) holds d(out) on entry and d(in) on return.
+static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, float *dresid) {
+    const mo_gpt_config *c = &m->cfg;
+    mo_ctx *x = m->ctx;
+    int N = s->N, C = c->hidden, B = s->Bm, T = c->seq, NH = c->heads;
+    size_t NC = (size_t)N * C;
+    float *const *P = m->param_ptr, *const *G = m->grad_ptr;
+    float *d4 = NULL, *dC = NULL, *dqkv = NULL;
+    MO_TRY(act_alloc(m, 4 * NC, &d4));
+    MO_TRY(mo_matmul_backward(x, d4, G[GPT_FCPROJW] + (size_t)l * 4 * C * C, G[GPT_FCPROJB] + (size_t)l * C, dresid,
+                              a->fch_gelu, P[GPT_FCPROJW] + (size_t)l * 4 * C * C, N, 4 * C, C));
+    act_free(m, &a->fch_gelu);
+    MO_TRY(mo_gelu_backward(x, d4, a->fch, d4, 4 * NC));
+    act_free(m, &a->fch);
+    MO_TRY(act_alloc(m, NC, &dC));
+    MO_TRY(mo_matmul_backward(x, dC, G[GPT_FCW] + (size_t)l * 4 * C * C, G[GPT_FCB] + (size_t)l * 4 * C, d4, a->ln2,
+                              P[GPT_FCW] + (size_t)l * 4 * C * C, N, C, 4 * C));
+    act_free(m, &d4);
+    act_free(m, &a->ln2);
+    MO_TRY(mo_layernorm_backward(x, dresid, G[GPT_LN2W] + (size_t)l * C, G[GPT_LN2B] + (size_t)l * C, dC, a->resid2,
+                                 P[GPT_LN2W] + (size_t)l * C, a->ln2_mean, a->ln2_rstd, N, C));
+    act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd); act_free(m, &a->resid2);
+    // dC now receives d(atty).
+    MO_TRY(mo_matmul_backward(x, dC, G[GPT_PROJW] + (size_t)l * C * C, G[GPT_PROJB] + (size_t)l * C, dresid, a->atty,
+                              P[GPT_PROJW] + (size_t)l * C * C, N, C, C));
+    if (!a->att) {
+        // Selective checkpointing dropped the probabilities: recompute them (the attention forward
+        // again, its output into scratch), timed as recompute.
+        mo_timer t;
+        MO_TRY(mo_timer_init(x, &t));
+        MO_TRY(mo_timer_start(x, &t));
+        float *scratch_out = NULL;
+        MO_TRY(act_alloc(m, NC, &scratch_out));
+        float *keep = a->atty;
+        a->atty = scratch_out;
+        mo_status st = attention_fwd(m, s, a);
+        a->atty = keep;
+        act_free(m, &scratch_out);
+        double ms = 0;
+        if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
+        mo_timer_destroy(&t);
+        MO_TRY(st);
+        s->recompute_ms += ms;
+    }
+    MO_TRY(act_alloc(m, 3 * NC, &dqkv));
+    if (c->attn_fused) MO_TRY(mo_attention_fused_backward(x, dqkv, dC, a->qkv, a->atty, a->att, B, T, C, NH));
+    else MO_TRY(mo_attention_backward(x, dqkv, dC, a->qkv, a->att, B, T, C, NH));
+    act_free(m, &a->att); act_free(m, &a->atty);
+    // dC now receives d(ln1).
+    MO_TRY(mo_matmul_backward(x, dC, G[GPT_QKVW] + (size_t)l * 3 * C * C, G[GPT_QKVB] + (size_t)l * 3 * C, dqkv, a->ln1,
+                              P[GPT_QKVW] + (size_t)l * 3 * C * C, N, C, 3 * C));
+    act_free(m, &dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
+    MO_TRY(mo_layernorm_backward(x, dresid, G[GPT_LN1W] + (size_t)l * C, G[GPT_LN1B] + (size_t)l * C, dC, a->in,
+                                 P[GPT_LN1W] + (size_t)l * C, a->ln1_mean, a->ln1_rstd, N, C));
+    act_free(m, &dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
+    act_free(m, &a->in);
+    return MO_OK;
+}
+
+// Segment length for the checkpoint policy: 0 = no segments (everything kept).
+static int segment_len(const mo_gpt_config *c) {
+    switch (c->ckpt) {
+    case MO_CKPT_FULL: return 1;
+    case MO_CKPT_EVERY: return c->ckpt_every;
+    case MO_CKPT_SQRT: { int k = (int)ceil(sqrt((double)c->layers)); return k < 1 ? 1 : k; }
+    default: return 0;
+    }
+}
+
+// Frees whatever is still live (all of it after a failure): each in is the previous out, so an
+// in is freed only where it is not also the previous block's out.
+static void free_all(step_state *s) {
+    mo_gpt *m = s->m;
+    if (s->acts) {
+        for (int l = 0; l < m->cfg.layers; l++) {
+            block_acts *a = &s->acts[l];
+            block_free_internals(m, a);
+            if (a->in && (l == 0 || a->in != s->acts[l - 1].out)) mo_free(m->ctx->alloc, a->in);
+            a->in = NULL;
+        }
+        for (int l = 0; l < m->cfg.layers; l++) act_free(m, &s->acts[l].out);
+    }
+    act_free(m, &s->enc);
+    act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd); act_free(m, &s->logits);
+}
+
+static mo_status forward(step_state *s) {
+    mo_gpt *m = s->m;
+    const mo_gpt_config *c = &m->cfg;
+    mo_ctx *x = m->ctx;
+    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = c->layers;
+    size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
+    int K = segment_len(c);
+    MO_TRY(act_alloc(m, NC, &s->enc));
+    MO_TRY(mo_encoder_forward(x, s->enc, m->inputs + off, m->param_ptr[GPT_WTE], m->param_ptr[GPT_WPE], s->Bm, T, C));
+    for (int l = 0; l < L; l++) {
+        block_acts *a = &s->acts[l];
+        a->in = l == 0 ? s->enc : s->acts[l - 1].out;
+        if (l == 0) s->enc = NULL; // owned by acts[0] from here on
+        MO_TRY(block_forward(m, s, l, a));
+        if (K) {
+            block_free_internals(m, a);
+            // Only a segment's first input is kept; the inputs inside a segment are recomputed.
+            if (l % K != 0) { act_free(m, &a->in); s->acts[l - 1].out = NULL; }
+        } else if (c->ckpt == MO_CKPT_SELECTIVE && !c->attn_fused) {
+            act_free(m, &a->att);
+        }
+    }
+    float *last = s->acts[L - 1].out;
+    MO_TRY(act_alloc(m, NC, &s->lnf));
+    MO_TRY(act_alloc(m, (size_t)N, &s->lnf_mean));
+    MO_TRY(act_alloc(m, (size_t)N, &s->lnf_rstd));
+    MO_TRY(mo_layernorm_forward(x, s->lnf, s->lnf_mean, s->lnf_rstd, last, m->param_ptr[GPT_LNFW], m->param_ptr[GPT_LNFB], N, C));
+    MO_TRY(act_alloc(m, (size_t)N * V, &s->logits));
+    MO_TRY(mo_matmul_forward(x, s->logits, NULL, s->lnf, m->param_ptr[GPT_WTE], NULL, N, C, V));
+    // The mean over the global batch: each micro-batch's gradient is its share of the full one.
+    float dloss = 1.0f / ((float)c->batch * (float)T);
+    MO_TRY(mo_crossentropy_fused(x, m->losses + off, s->logits, m->targets + off, s->Bm, T, V, dloss));
+    return MO_OK;
+}
+
+static mo_status backward(step_state *s) {
+    mo_gpt *m = s->m;
+    const mo_gpt_config *c = &m->cfg;
+    mo_ctx *x = m->ctx;
+    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = c->layers;
+    size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
+    int K = segment_len(c);
+    float *dC = NULL, *dresid = NULL;
+    // logits now hold dlogits.
+    MO_TRY(act_alloc(m, NC, &dC));
+    MO_TRY(mo_matmul_backward(x, dC, m->grad_ptr[GPT_WTE], NULL, s->logits, s->lnf, m->param_ptr[GPT_WTE], N, C, V));
+    act_free(m, &s->logits);
+    MO_TRY(act_alloc(m, NC, &dresid));
+    MO_TRY(mo_memset_zero(x, dresid, NC * sizeof(float)));
+    MO_TRY(mo_layernorm_backward(x, dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB], dC, s->acts[L - 1].out,
+                                 m->param_ptr[GPT_LNFW], s->lnf_mean, s->lnf_rstd, N, C));
+    act_free(m, &dC); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
+    act_free(m, &s->acts[L - 1].out);
+    mo_status st = MO_OK;
+    if (!K) {
+        for (int l = L - 1; l >= 0 && st == MO_OK; l--) {
+            st = block_backward(m, s, l, &s->acts[l], dresid);
+            if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
+        }
+    } else {
+        int nseg = (L + K - 1) / K;
+        for (int g = nseg - 1; g >= 0 && st == MO_OK; g--) {
+            int a0 = g * K, b0 = a0 + K - 1 < L - 1 ? a0 + K - 1 : L - 1;
+            mo_timer t;
+            MO_TRY(mo_timer_init(x, &t));
+            st = mo_timer_start(x, &t);
+            for (int l = a0; l <= b0 && st == MO_OK; l++) {
+                if (l > a0) s->acts[l].in = s->acts[l - 1].out;
+                st = block_forward(m, s, l, &s->acts[l]);
+            }
+            // The segment's last output is not needed again (its reader's backward has run).
+            act_free(m, &s->acts[b0].out);
+            double ms = 0;
+            if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
+            mo_timer_destroy(&t);
+            s->recompute_ms += ms;
+            for (int l = b0; l >= a0 && st == MO_OK; l--) {
+                st = block_backward(m, s, l, &s->acts[l], dresid);
+                if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
+            }
+        }
+    }
+    if (st == MO_OK)
+        st = mo_encoder_backward(x, m->grad_ptr[GPT_WTE], m->grad_ptr[GPT_WPE], dresid, m->inputs + off,
+                                 m->inputs_host + off, s->Bm, T, C, V);
+    act_free(m, &dresid);
+    return st;
+}
+
+mo_status mo_gpt_forward_backward(mo_gpt *m) {
+    const mo_gpt_config *c = &m->cfg;
+    mo_ctx *x = m->ctx;
+    step_state s;
+    memset(&s, 0, sizeof s);
+    s.m = m;
+    s.Bm = c->batch / c->accum;
+    s.N = s.Bm * c->seq;
+    s.acts = calloc((size_t)c->layers, sizeof *s.acts);
+    if (!s.acts) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
+    mo_status st = mo_memset_zero(x, m->grads, m->num_params * sizeof(float));
+    for (int k = 0; k < c->accum && st == MO_OK; k++) {
+        s.micro = k;
+        st = forward(&s);
+        if (st == MO_OK) st = backward(&s);
+        free_all(&s); // a failure (out of memory) unwinds every live activation
+    }
+    m->recompute_ms = s.recompute_ms;
+    free(s.acts);
+    MO_TRY(st);
+    size_t BT = (size_t)c->batch * c->seq;
+    if (x->backend == MO_BACKEND_DRY) { m->last_loss = NAN; return MO_OK; }
+    float *h = malloc(BT * sizeof(float));
+    if (!h) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the losses");
+    st = mo_memcpy_d2h(x, h, m->losses, BT * sizeof(float));
+    double sum = 0;
+    for (size_t i = 0; i < BT; i++) sum += h[i];
+    free(h);
+    m->last_loss = sum / (double)BT;
+    return st;
+}
+
+mo_status mo_gpt_update(mo_gpt *m) {
+    const mo_gpt_config *c = &m->cfg;
+    double ss = 0;
+    MO_TRY(mo_sumsq(m->ctx, &ss, m->grads, m->num_params));
+    double norm = sqrt(ss);
+    m->last_grad_norm = m->ctx->backend == MO_BACKEND_DRY ? NAN : norm;
+    float scale = 1.0f;
+    if (c->grad_clip > 0 && norm > c->grad_clip) scale = (float)(c->grad_clip / norm);
+    m->step++;
+    return mo_adamw(m->ctx, m->params, m->grads, m->adam_m, m->adam_v, m->num_params, c->lr, c->beta1, c->beta2, c->eps,
+                    c->weight_decay, m->step, scale);
+}
+
+mo_status mo_gpt_step(mo_gpt *m) {
+    MO_TRY(mo_gpt_forward_backward(m));
+    return mo_gpt_update(m);
+}

@@ -1,0 +1,274 @@
+// bench/csv: every column round-trips (quoted text, NaN and -1 as empty cells), appending keeps
+// one header, torn last lines are cut, and other schemas or headers are refused.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "bench/csv.h"
+#include "testlib.h"
+
+static void tmp_path(char *buf, size_t n, const char *tag) {
+    snprintf(buf, n, "/tmp/memopt_test_csv_%s_%d.csv", tag, (int)getpid());
+    unlink(buf);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static int count_lines_starting(const char *text, const char *prefix) {
+    int n = 0;
+    for (const char *p = text; p && *p;) {
+        if (!strncmp(p, prefix, strlen(prefix))) n++;
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    return n;
+}
+
+// A row with every field set to something distinct.
+static void full_row(mo_csv_row *r) {
+    mo_csv_row_init(r);
+    snprintf(r->utc_time, sizeof r->utc_time, "2026-12-02T10:00:00Z");
+    snprintf(r->git_rev, sizeof r->git_rev, "abc123-dirty");
+    snprintf(r->backend, sizeof r->backend, "cuda");
+    snprintf(r->device_name, sizeof r->device_name, "NVIDIA H200, \"SXM\"");
+    r->device_mem_bytes = 150754820096LL;
+    snprintf(r->driver, sizeof r->driver, "13.0");
+    snprintf(r->cuda_runtime, sizeof r->cuda_runtime, "13.0");
+    snprintf(r->model, sizeof r->model, "gpt");
+    r->layers = 12; r->hidden = 768; r->heads = 12; r->seq = 1024; r->batch = 8; r->micro_batch = 2; r->vocab = 50304;
+    r->params = 124475904;
+    snprintf(r->precision, sizeof r->precision, "bf16");
+    snprintf(r->attn, sizeof r->attn, "fused");
+    snprintf(r->ckpt, sizeof r->ckpt, "every:4");
+    r->accum = 4; r->tp = 2; r->pp = 3;
+    snprintf(r->comm, sizeof r->comm, "local");
+    r->cap_bytes = 25769803776LL;
+    snprintf(r->alloc, sizeof r->alloc, "caching");
+    snprintf(r->status, sizeof r->status, "oom");
+    snprintf(r->detail, sizeof r->detail, "tried to allocate 1.50 GiB; cap 24.00 GiB,\nline two \"quoted\"");
+    r->steps = 10;
+    r->step_ms = 192.9; r->step_ms_p10 = 190.125; r->step_ms_p90 = 1.0 / 3.0;
+    r->tokens_per_s = 42467.5; r->model_tflops = 34.2; r->hw_tflops = 41.7e-3; r->mfu = 0.51;
+    r->recompute_ms = 42.0; r->recompute_overhead = 0.22;
+    r->peak_allocated_bytes = 17354735616LL; r->peak_reserved_bytes = 17448304640LL;
+    r->static_bytes = 1991614464LL; r->activation_peak_bytes = 15363121152LL;
+    r->param_bytes = 497903616; r->grad_bytes = 497903617; r->optim_bytes = 995807232; r->master_bytes = 0;
+    r->activation_bytes = 14000000000LL; r->workspace_bytes = 33554432;
+    r->num_ooms = 1; r->num_alloc_retries = 2; r->skipped_steps = 3;
+    r->loss_scale = 65536; r->loss_first = 10.98765432109876; r->loss_last = INFINITY;
+    r->predicted_peak_bytes = 17354735616LL;
+    r->comm_ms = 1e-300; r->comm_modelled = 1;
+}
+
+static int same_double(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
+
+static void check_same(const mo_csv_row *a, const mo_csv_row *b) {
+    // Compare field by field through the formatter: equal text means equal values for every column,
+    // and the text of the original must be reproduced exactly.
+    char ta[16384], tb[16384];
+    CHECK_OK(mo_csv_format_row(a, ta, sizeof ta));
+    CHECK_OK(mo_csv_format_row(b, tb, sizeof tb));
+    CHECK_MSG(!strcmp(ta, tb), "round trip differs:\n%s%s", ta, tb);
+    CHECK(!strcmp(a->detail, b->detail) && !strcmp(a->device_name, b->device_name));
+    CHECK(same_double(a->step_ms_p90, b->step_ms_p90) && same_double(a->loss_first, b->loss_first));
+    CHECK(same_double(a->loss_last, b->loss_last) && same_double(a->comm_ms, b->comm_ms));
+    CHECK(a->cap_bytes == b->cap_bytes && a->activation_bytes == b->activation_bytes);
+}
+
+static void test_header(void) {
+    const char *h = mo_csv_header();
+    static const char start[] = "schema_version,utc_time,git_rev,backend,device_name,device_mem_bytes,driver,cuda_runtime,model,";
+    CHECK(!strncmp(h, start, sizeof start - 1));
+    CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled") != NULL);
+    CHECK_EQ_U64(mo_csv_num_columns(), 57);
+    int commas = 0;
+    for (const char *p = h; *p; p++) commas += *p == ',';
+    CHECK_EQ_U64(commas + 1, 57);
+}
+
+static void test_round_trip(void) {
+    char path[128];
+    tmp_path(path, sizeof path, "rt");
+    mo_csv_row rows[3];
+    full_row(&rows[0]);
+    mo_csv_row_init(&rows[1]); // every column unknown: empty cells
+    full_row(&rows[2]);
+    rows[2].step_ms = NAN;     // a NaN measurement is written empty and read back NaN
+    rows[2].layers = -1;
+    snprintf(rows[2].detail, sizeof rows[2].detail, " leading and trailing spaces ");
+    mo_csv_writer *w;
+    CHECK_OK(mo_csv_open(path, &w));
+    for (int i = 0; i < 3; i++) CHECK_OK(mo_csv_append(w, &rows[i]));
+    mo_csv_close(w);
+
+    mo_csv_row *got = NULL;
+    size_t n = 0;
+    CHECK_OK(mo_csv_read(path, &got, &n));
+    CHECK_EQ_U64(n, 3);
+    for (size_t i = 0; i < n && i < 3; i++) check_same(&rows[i], &got[i]);
+    if (n == 3) {
+        CHECK(got[1].schema_version == 1 && got[1].layers == -1 && isnan(got[1].mfu) && got[1].detail[0] == '\0');
+        CHECK(isnan(got[2].step_ms) && got[2].layers == -1 && !strcmp(got[2].detail, " leading and trailing spaces "));
+        CHECK(!strcmp(got[0].detail, "tried to allocate 1.50 GiB; cap 24.00 GiB,\nline two \"quoted\""));
+        CHECK(got[0].step_ms_p90 == 1.0 / 3.0 && isinf(got[0].loss_last));
+    }
+    free(got);
+    // The text: the quoted fields are RFC 4180, unknown cells empty.
+    const char *text = read_file(path);
+    CHECK(text && strstr(text, "\"NVIDIA H200, \"\"SXM\"\"\"") != NULL);
+    char empty[128] = "1";
+    for (size_t i = 1; i < mo_csv_num_columns(); i++) strcat(empty, ",");
+    strcat(empty, "\n");
+    CHECK(text && strstr(text, empty) != NULL);
+    unlink(path);
+}
+
+static void test_append_and_resume(void) {
+    char path[128];
+    tmp_path(path, sizeof path, "app");
+    mo_csv_row r;
+    full_row(&r);
+    for (int round = 0; round < 3; round++) {
+        mo_csv_writer *w;
+        CHECK_OK(mo_csv_open(path, &w));
+        CHECK_OK(mo_csv_append(w, &r));
+        mo_csv_close(w);
+    }
+    const char *text = read_file(path);
+    CHECK_EQ_U64(count_lines_starting(text, "schema_version,"), 1);
+    mo_csv_row *got;
+    size_t n;
+    CHECK_OK(mo_csv_read(path, &got, &n));
+    CHECK_EQ_U64(n, 3);
+    free(got);
+
+    // An empty existing file gets the header.
+    write_file(path, "");
+    mo_csv_writer *w;
+    CHECK_OK(mo_csv_open(path, &w));
+    mo_csv_close(w);
+    CHECK(!strncmp(read_file(path), "schema_version,", 15));
+
+    // A torn last row (interrupted mid-write) is cut before appending.
+    char line[16384];
+    CHECK_OK(mo_csv_format_row(&r, line, sizeof line));
+    char torn[40000];
+    snprintf(torn, sizeof torn, "%s\n%s%.*s", mo_csv_header(), line, 50, line);
+    write_file(path, torn);
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID); // the reader says so ...
+    CHECK_OK(mo_csv_open(path, &w));                    // ... the writer mends it
+    CHECK_OK(mo_csv_append(w, &r));
+    mo_csv_close(w);
+    CHECK_OK(mo_csv_read(path, &got, &n));
+    CHECK_EQ_U64(n, 2);
+    free(got);
+    unlink(path);
+}
+
+static void test_refusals(void) {
+    char path[128];
+    tmp_path(path, sizeof path, "ref");
+    mo_csv_row *got;
+    size_t n;
+    mo_csv_writer *w;
+
+    // Another schema_version.
+    char text[8192];
+    snprintf(text, sizeof text, "%s\n2,,,,\n", mo_csv_header());
+    write_file(path, text);
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID);
+    char want[256];
+    snprintf(want, sizeof want, "%s: schema_version 2, this memopt reads 1", path);
+    CHECK_MSG(strstr(mo_errmsg(), want) != NULL, "%s", mo_errmsg());
+    // A version-2 file with columns this schema lacks still gets the version message first.
+    snprintf(text, sizeof text, "schema_version,new_column\n2,x\n");
+    write_file(path, text);
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 2, this memopt reads 1"));
+
+    // A different header: the writer refuses and leaves the file alone.
+    write_file(path, "a,b,c\n1,2,3\n");
+    mo_clear_error();
+    CHECK(mo_csv_open(path, &w) == MO_ERR_INVALID);
+    CHECK_MSG(strstr(mo_errmsg(), "header") && strstr(mo_errmsg(), "'a'") && strstr(mo_errmsg(), "'schema_version'"), "%s",
+              mo_errmsg());
+    CHECK(!strcmp(read_file(path), "a,b,c\n1,2,3\n"));
+    // One column fewer than ours.
+    const char *h = mo_csv_header();
+    snprintf(text, sizeof text, "%.*s\n", (int)(strrchr(h, ',') - h), h);
+    write_file(path, text);
+    CHECK(mo_csv_open(path, &w) == MO_ERR_INVALID && strstr(mo_errmsg(), "comm_modelled"));
+    // The reader: an unknown column, a row of the wrong width, a bad number.
+    snprintf(text, sizeof text, "schema_version,bogus\n1,2\n");
+    write_file(path, text);
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "unknown column 'bogus'"));
+    write_file(path, "schema_version,layers\n1,2,3\n");
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), ":2: 3 fields, the header has 2"));
+    write_file(path, "schema_version,layers\n1,twelve\n");
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "column layers: 'twelve'"));
+    write_file(path, "layers\n12\n");
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "no schema_version column"));
+    unlink(path);
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_IO);
+}
+
+static void test_reorder_and_key(void) {
+    char path[128];
+    tmp_path(path, sizeof path, "ord");
+    // Columns in another order, some missing, CRLF line ends: read by name.
+    write_file(path, "layers,precision,schema_version,ckpt\r\n12,bf16,1,\"every:2\"\r\n");
+    mo_csv_row *got;
+    size_t n;
+    CHECK_OK(mo_csv_read(path, &got, &n));
+    CHECK_EQ_U64(n, 1);
+    if (n == 1) {
+        CHECK(got[0].layers == 12 && !strcmp(got[0].precision, "bf16") && !strcmp(got[0].ckpt, "every:2"));
+        CHECK(got[0].hidden == -1 && isnan(got[0].step_ms));
+    }
+    free(got);
+    unlink(path);
+
+    // The key: configuration only, equal for equal configurations, different otherwise.
+    mo_config cfg;
+    mo_config_defaults(&cfg, MO_CMD_RUN);
+    CHECK_OK(mo_config_set(&cfg, "--accum", "2"));
+    mo_run_config rc;
+    CHECK_OK(mo_config_combination(&cfg, 0, &rc));
+    mo_csv_row a, b;
+    mo_csv_row_init(&a);
+    mo_csv_row_from_config(&a, &rc, 0);
+    CHECK(a.micro_batch == 4 && a.accum == 2 && !strcmp(a.backend, "cuda") && !strcmp(a.ckpt, "none"));
+    b = a;
+    b.step_ms = 12.5;
+    snprintf(b.device_name, sizeof b.device_name, "other");
+    char ka[512], kb[512];
+    CHECK(!strcmp(mo_csv_config_key(&a, ka, sizeof ka), mo_csv_config_key(&b, kb, sizeof kb)));
+    CHECK(strstr(ka, "precision=fp32") && strstr(ka, "accum=2") && strstr(ka, "cap_bytes=0"));
+    b.cap_bytes = 1 << 30;
+    CHECK(strcmp(mo_csv_config_key(&a, ka, sizeof ka), mo_csv_config_key(&b, kb, sizeof kb)) != 0);
+}
+
+int main(void) {
+    test_header();
+    test_round_trip();
+    test_append_and_resume();
+    test_refusals();
+    test_reorder_and_key();
+    return test_finish();
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Makes sure the build and test tools are there: installs the missing Debian packages when run as
+# root, otherwise prints the one command that would. Usage: tools/install-deps.sh [test|bench]
+set -u
+want="${1:-test}"
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v c++ >/dev/null 2>&1 || need+=(g++)
+# Google Benchmark: its CMake package (the shim and the allocator benchmark need it).
+if ! ls /usr/lib/*/cmake/benchmark/benchmarkConfig.cmake /usr/lib/cmake/benchmark/benchmarkConfig.cmake \
+     /usr/local/lib/cmake/benchmark/benchmarkConfig.cmake >/dev/null 2>&1; then
+  need+=(libbenchmark-dev)
+fi
+if [ "$want" = bench ]; then
+  command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
+fi
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "memopt: installing ${need[*]} (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null && exit 0
+  echo "memopt: apt-get could not install ${need[*]}" >&2
+  exit 1
+fi
+echo "memopt: missing ${need[*]}; run: sudo apt-get install -y ${need[*]}" >&2
+exit 1
