@@ -35,9 +35,11 @@ void mo_cli_usage(FILE *f) {
     for (size_t i = 0; i < n; i++) {
         if (strcmp(fl[i].group, group)) {
             group = fl[i].group;
+            unsigned mask = 0; // the commands of any flag in the group
+            for (size_t j = i; j < n && !strcmp(fl[j].group, group); j++) mask |= fl[j].commands;
             char cmds[128] = "";
             for (int c = 1; c < MO_CMD_COUNT; c++)
-                if (fl[i].commands & (1u << c)) {
+                if (mask & (1u << c)) {
                     if (cmds[0]) strcat(cmds, ", ");
                     strcat(cmds, mo_command_name((mo_command)c));
                 }

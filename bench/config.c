@@ -168,6 +168,7 @@ void mo_config_defaults(mo_config *c, mo_command command) {
     b->lr = 3e-4;
     b->device_mem_bytes = MO_DEFAULT_DEVICE_MEM;
     c->tolerance = 0.05;
+    c->shard_count = 1;
 
     // The axis lists start with the defaults, so a combination is always well defined.
     c->n_preset = 1;
@@ -365,6 +366,29 @@ static mo_status set_resume(mo_config *c, const char *f, const char *v, int idx)
     return MO_OK;
 }
 
+static mo_status set_shard(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    int i = -1, n = -1, used = 0;
+    if (sscanf(v, "%d/%d%n", &i, &n, &used) != 2 || v[used] || n < 1 || i < 0 || i >= n)
+        return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: i/n with 0 <= i < n, like 0/4)", f, v);
+    c->shard_index = i;
+    c->shard_count = n;
+    return MO_OK;
+}
+
+static mo_status set_format(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    if (!strcmp(v, "md")) c->format_md = 1;
+    else if (!strcmp(v, "text")) c->format_md = 0;
+    else return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: text, md)", f, v);
+    return MO_OK;
+}
+
+static mo_status set_validate(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return set_path(f, v, c->validate, sizeof c->validate);
+}
+
 static mo_status set_grid(mo_config *c, const char *f, const char *v, int idx);
 
 // ---------------------------------------------------------------- the flag table
@@ -414,7 +438,7 @@ static const flag_def flags[] = {
     {{"--tp", "T", "tensor-parallel degree, divides heads and 4*hidden (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
     {{"--pp", "P", "pipeline stages, divides layers (default 1)", "strategy", CMDS_CONFIG, 1}, set_pp},
     {{"--comm", "local|nccl", "communicator: ranks as threads, or one rank per GPU (default local)", "strategy", CMDS_CONFIG, 0}, set_comm},
-    {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or halve the micro-batch and retry (default fail)", "strategy", CMDS_CONFIG, 0}, set_on_oom},
+    {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or retry with a smaller micro-batch (default fail)", "strategy", CMDS_CONFIG, 0}, set_on_oom},
     // run
     {{"--backend", "cuda|cpu|dry", "where it runs: GPU kernels, CPU reference, or allocator only (default cuda)", "run", CMDS_CONFIG, 0}, set_backend},
     {{"--steps", "N", "timed steps (default 10)", "run", CMDS_CONFIG, 0}, set_steps},
@@ -430,6 +454,9 @@ static const flag_def flags[] = {
     {{"--resume", NULL, "sweep: skip combinations whose row is already in --csv", "sweep", B(MO_CMD_SWEEP), 0}, set_resume},
     {{"--gpu", "NAME", "plan: the target GPU by name", "plan", B(MO_CMD_PLAN), 0}, set_gpu},
     {{"--mem", "SIZE", "plan: the target device memory, like 80GiB", "plan", B(MO_CMD_PLAN), 0}, set_mem},
+    {{"--shard", "i/n", "sweep: run only combinations i, i+n, i+2n, ... (CSVs of all shards concatenate)", "sweep", B(MO_CMD_SWEEP), 0}, set_shard},
+    {{"--validate", "RESULTS.csv", "plan: predicted against measured peak and step time for every row", "plan", B(MO_CMD_PLAN), 0}, set_validate},
+    {{"--format", "text|md", "compare: a text table or a Markdown one for CI summaries (default text)", "compare", B(MO_CMD_COMPARE), 0}, set_format},
     {{"--tolerance", "F", "compare: relative slack before a row is a regression (default 0.05)", "compare", B(MO_CMD_COMPARE), 0}, set_tolerance},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
@@ -457,6 +484,16 @@ static const char *commands_of(unsigned mask, char *buf, size_t n) {
 }
 
 mo_status mo_config_set(mo_config *c, const char *flag, const char *value) {
+    // Google Benchmark's own flags pass through to the library (sweep times through it).
+    if (!strncmp(flag, "--benchmark_", 12)) {
+        if (c->command != MO_CMD_SWEEP)
+            return MO_FAIL(MO_ERR_INVALID, "%s: Google Benchmark flags are for memopt sweep", flag);
+        if (c->n_gbench >= 8) return MO_FAIL(MO_ERR_INVALID, "%s: at most 8 --benchmark_ flags", flag);
+        int k = snprintf(c->gbench[c->n_gbench], sizeof c->gbench[0], "%s%s%s", flag, value ? "=" : "", value ? value : "");
+        if (k < 0 || (size_t)k >= sizeof c->gbench[0]) return MO_FAIL(MO_ERR_INVALID, "%s: value too long", flag);
+        c->n_gbench++;
+        return MO_OK;
+    }
     const flag_def *d = NULL;
     for (size_t i = 0; i < NFLAGS && !d; i++)
         if (!strcmp(flag, flags[i].info.name)) d = &flags[i];

@@ -134,11 +134,17 @@ typedef struct mo_config {
     // sweep
     char grid[MO_PATH_MAX]; // --grid FILE (its flags were applied where --grid stood)
     int resume;             // --resume: skip combinations whose row is already in --csv
+    int shard_index, shard_count; // --shard i/n: combinations with index % n == i (default 0/1)
+    // --benchmark_* flags (sweep): handed to Google Benchmark as they were given ("--benchmark_x=v").
+    int n_gbench;
+    char gbench[8][256];
     // plan
     char gpu[64];           // --gpu NAME ("" when not given); the planner knows the names
     uint64_t mem_bytes;     // --mem SIZE (0 when not given)
     // compare
     double tolerance;       // --tolerance F: relative slack before a row counts as a regression
+    int format_md;          // --format md: a Markdown table (compare); default text
+    char validate[MO_PATH_MAX]; // plan --validate RESULTS.csv: predicted against measured per row
     // positional arguments: compare BASE.csv NEW.csv, plot RESULTS.csv
     int n_args;
     char args[2][MO_PATH_MAX];

@@ -103,81 +103,6 @@ static uint64_t used_device_bytes(void) {
     return 0;
 }
 
-typedef struct run_out {
-    double *times, *recompute;
-    int n;
-    double loss_first, loss_last;
-    mo_alloc_stats st;
-    uint64_t static_bytes;
-    uint64_t dev_used_before, dev_used_peak_seen;
-} run_out;
-
-// Builds and trains; everything is given back before it returns.
-static mo_status train(const mo_run_config *rc, const mo_gpt_config *g, mo_backend_kind be, uint64_t cap, run_out *o,
-                       FILE *out) {
-    mo_allocator *a = NULL;
-    mo_ctx *x = NULL;
-    mo_gpt *m = NULL;
-    int *tok = NULL, *tgt = NULL;
-    mo_status st;
-    o->dev_used_before = be == MO_BACKEND_CUDA ? used_device_bytes() : 0;
-    MO_TRY_GOTO(st, mo_allocator_create(&a, rc->alloc, be, cap, NULL), done);
-    MO_TRY_GOTO(st, mo_ctx_create(&x, be, a), done);
-    x->tf32 = g->tf32;
-    MO_TRY_GOTO(st, mo_gpt_create(&m, g, x), done);
-    size_t BT = (size_t)g->batch * g->seq;
-    tok = malloc(BT * sizeof(int));
-    tgt = malloc(BT * sizeof(int));
-    if (!tok || !tgt) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch"); goto done; }
-    mo_gpt_synthetic_batch(g, rc->seed, tok, tgt);
-    MO_TRY_GOTO(st, mo_gpt_set_batch(m, tok, tgt), done);
-    mo_alloc_stats s0;
-    mo_allocator_stats(a, &s0);
-    o->static_bytes = s0.allocated_by_cat[MO_CAT_PARAM] + s0.allocated_by_cat[MO_CAT_GRAD] +
-                      s0.allocated_by_cat[MO_CAT_OPTIM] + s0.allocated_by_cat[MO_CAT_MASTER];
-    mo_timer t;
-    MO_TRY_GOTO(st, mo_timer_init(x, &t), done);
-    int total = rc->warmup + rc->steps;
-    for (int i = 0; i < total && st == MO_OK; i++) {
-        if (i == rc->warmup) mo_allocator_reset_peaks(a); // peaks over the timed steps
-        double ms = 0;
-        st = mo_timer_start(x, &t);
-        if (st == MO_OK) st = mo_gpt_step(m);
-        if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
-        if (st != MO_OK) break;
-        if (i == 0) o->loss_first = m->last_loss;
-        o->loss_last = m->last_loss;
-        if (i >= rc->warmup) {
-            o->times[o->n] = ms;
-            o->recompute[o->n] = m->recompute_ms;
-            o->n++;
-        }
-        if (rc->monitor > 0 && (i + 1) % rc->monitor == 0 && out) {
-            mo_alloc_stats s;
-            mo_allocator_stats(a, &s);
-            char b1[32], b2[32], b3[32];
-            uint64_t used = be == MO_BACKEND_CUDA ? used_device_bytes() - o->dev_used_before : 0;
-            fprintf(out, "  step %4d  loss %.4f  %.2f ms  allocated %s  reserved %s  device used (since start) %s\n", i + 1,
-                    m->last_loss, ms, mo_format_bytes(s.allocated_bytes, b1, 32), mo_format_bytes(s.reserved_bytes, b2, 32),
-                    be == MO_BACKEND_CUDA ? mo_format_bytes(used, b3, 32) : "n/a");
-        }
-        if (be == MO_BACKEND_CUDA) {
-            uint64_t u = used_device_bytes();
-            if (u > o->dev_used_peak_seen) o->dev_used_peak_seen = u;
-        }
-    }
-    mo_timer_destroy(&t);
-    mo_allocator_stats(a, &o->st);
-done:
-    free(tok);
-    free(tgt);
-    if (st != MO_OK && a) mo_allocator_stats(a, &o->st);
-    mo_gpt_destroy(m);
-    mo_ctx_destroy(x);
-    mo_allocator_destroy(a);
-    return st;
-}
-
 static void utc_now(char *buf, size_t n) {
     time_t now = time(NULL);
     struct tm tm;
@@ -185,135 +110,292 @@ static void utc_now(char *buf, size_t n) {
     strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-mo_status mo_run_execute(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, FILE *out) {
+struct mo_run_session {
+    mo_run_config rc;
+    const mo_run_env *env;
+    mo_gpt_config g;
+    mo_backend_kind be;
+    uint64_t cap;
+    FILE *out;               // monitor lines; NULL: quiet
+    int config_failed;       // the configuration was refused before anything was allocated
+    mo_status st;            // the first failure (config, OOM, error); MO_OK while all is well
+    char detail[1024];
+    mo_allocator *a;
+    mo_ctx *x;
+    mo_gpt *m;
+    mo_timer t;
+    int timer_ok;
+    int steps_run, timed;
+    double *times, *recompute;
+    int n, cap_n;
+    double loss_first, loss_last;
+    mo_alloc_stats stats;    // taken when the model is released
+    uint64_t static_bytes;
+    uint64_t dev_used_before, dev_used_peak_seen;
+};
+
+static mo_status session_fail(mo_run_session *s, mo_status st) {
+    s->st = st;
+    snprintf(s->detail, sizeof s->detail, "%s", st == MO_ERR_OOM || st == MO_ERR_INVALID || st == MO_ERR_UNSUPPORTED ? mo_errmsg_plain() : mo_errmsg());
+    return st;
+}
+
+static mo_status session_build(mo_run_session *s) {
+    const mo_gpt_config *g = &s->g;
+    s->dev_used_before = s->be == MO_BACKEND_CUDA ? used_device_bytes() : 0;
+    MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
+    MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
+    s->x->tf32 = g->tf32;
+    MO_TRY(mo_gpt_create(&s->m, g, s->x));
+    size_t BT = (size_t)g->batch * g->seq;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    mo_status st = MO_OK;
+    if (!tok || !tgt) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
+    if (st == MO_OK) {
+        mo_gpt_synthetic_batch(g, s->rc.seed, tok, tgt);
+        st = mo_gpt_set_batch(s->m, tok, tgt);
+    }
+    free(tok);
+    free(tgt);
+    MO_TRY(st);
+    mo_alloc_stats s0;
+    mo_allocator_stats(s->a, &s0);
+    s->static_bytes = s0.allocated_by_cat[MO_CAT_PARAM] + s0.allocated_by_cat[MO_CAT_GRAD] +
+                      s0.allocated_by_cat[MO_CAT_OPTIM] + s0.allocated_by_cat[MO_CAT_MASTER];
+    MO_TRY(mo_timer_init(s->x, &s->t));
+    s->timer_ok = 1;
+    return MO_OK;
+}
+
+// Gives back everything the run holds, keeping the allocator's final statistics.
+static void session_release(mo_run_session *s) {
+    if (s->a) mo_allocator_stats(s->a, &s->stats);
+    if (s->timer_ok) mo_timer_destroy(&s->t);
+    s->timer_ok = 0;
+    mo_gpt_destroy(s->m);
+    mo_ctx_destroy(s->x);
+    mo_allocator_destroy(s->a);
+    s->m = NULL; s->x = NULL; s->a = NULL;
+}
+
+static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo_backend_kind be, FILE *out,
+                              mo_run_session **res) {
+    *res = NULL;
+    mo_run_session *s = calloc(1, sizeof *s);
+    if (!s) return MO_FAIL(MO_ERR_OOM, "host memory exhausted");
+    s->rc = *rc;
+    s->env = env;
+    s->be = be;
+    s->out = out;
     uint64_t total = env->have_device ? env->dev.total_mem_bytes : rc->device_mem_bytes;
-    uint64_t cap = mo_cap_resolve(&rc->cap, total);
+    s->cap = mo_cap_resolve(&rc->cap, total);
+    *res = s;
+    mo_status st = gpt_config_of(rc, &s->g);
+    if (st != MO_OK) s->config_failed = 1;
+    else st = session_build(s);
+    if (st != MO_OK) {
+        session_fail(s, st);
+        session_release(s);
+    }
+    return MO_OK;
+}
+
+mo_status mo_run_begin(const mo_run_config *rc, const mo_run_env *env, FILE *out, mo_run_session **res) {
+    return session_open(rc, env, rc->backend, out, res);
+}
+
+mo_status mo_run_status(const mo_run_session *s) { return s->st; }
+
+void mo_run_mark_timed(mo_run_session *s) {
+    if (s->a) mo_allocator_reset_peaks(s->a); // peaks over the timed steps
+    s->timed = 1;
+}
+
+mo_status mo_run_step(mo_run_session *s, double *ms_out) {
+    if (s->st != MO_OK) return s->st;
+    double ms = 0;
+    mo_status st = mo_timer_start(s->x, &s->t);
+    if (st == MO_OK) st = mo_gpt_step(s->m);
+    if (st == MO_OK) st = mo_timer_stop(s->x, &s->t, &ms);
+    if (st != MO_OK) {
+        session_fail(s, st);
+        session_release(s); // an out-of-memory unwinds here: nothing stays allocated
+        return st;
+    }
+    if (s->steps_run == 0) s->loss_first = s->m->last_loss;
+    s->loss_last = s->m->last_loss;
+    s->steps_run++;
+    if (s->timed) {
+        if (s->n == s->cap_n) {
+            int nc = s->cap_n ? 2 * s->cap_n : 64;
+            double *t2 = realloc(s->times, (size_t)nc * sizeof(double));
+            if (t2) s->times = t2;
+            double *r2 = realloc(s->recompute, (size_t)nc * sizeof(double));
+            if (r2) s->recompute = r2;
+            if (!t2 || !r2) return session_fail(s, MO_FAIL(MO_ERR_OOM, "host memory exhausted"));
+            s->cap_n = nc;
+        }
+        s->times[s->n] = ms;
+        s->recompute[s->n] = s->m->recompute_ms;
+        s->n++;
+    }
+    if (s->rc.monitor > 0 && s->steps_run % s->rc.monitor == 0 && s->out) {
+        mo_alloc_stats a;
+        mo_allocator_stats(s->a, &a);
+        char b1[32], b2[32], b3[32];
+        uint64_t used = s->be == MO_BACKEND_CUDA ? used_device_bytes() - s->dev_used_before : 0;
+        fprintf(s->out, "  step %4d  loss %.4f  %.2f ms  allocated %s  reserved %s  device used (since start) %s\n",
+                s->steps_run, s->m->last_loss, ms, mo_format_bytes(a.allocated_bytes, b1, 32),
+                mo_format_bytes(a.reserved_bytes, b2, 32), s->be == MO_BACKEND_CUDA ? mo_format_bytes(used, b3, 32) : "n/a");
+    }
+    if (s->be == MO_BACKEND_CUDA) {
+        uint64_t u = used_device_bytes();
+        if (u > s->dev_used_peak_seen) s->dev_used_peak_seen = u;
+    }
+    if (ms_out) *ms_out = ms;
+    return MO_OK;
+}
+
+// The dry backend's peak for the same configuration and the same number of steps.
+static int64_t predicted_peak(const mo_run_session *s) {
+    if (s->be == MO_BACKEND_DRY) return (int64_t)s->stats.peak_allocated_bytes;
+    mo_run_session *d = NULL;
+    int64_t r = -1;
+    if (session_open(&s->rc, s->env, MO_BACKEND_DRY, NULL, &d) != MO_OK || !d) return -1;
+    int warm = s->steps_run - s->n;
+    for (int i = 0; i < s->steps_run && d->st == MO_OK; i++) {
+        if (i == warm) mo_run_mark_timed(d);
+        mo_run_step(d, NULL);
+    }
+    if (d->st == MO_OK) {
+        session_release(d);
+        r = (int64_t)d->stats.peak_allocated_bytes;
+    }
+    session_release(d);
+    free(d->times); free(d->recompute); free(d);
+    return r;
+}
+
+static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *out);
+
+mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
+    const mo_run_config *rc = &s->rc;
+    const mo_run_env *env = s->env;
+    session_release(s);
     mo_csv_row_init(row);
-    mo_csv_row_from_config(row, rc, cap);
+    mo_csv_row_from_config(row, rc, s->cap);
     utc_now(row->utc_time, sizeof row->utc_time);
     snprintf(row->git_rev, sizeof row->git_rev, "%s", env->git_rev);
     snprintf(row->device_name, sizeof row->device_name, "%s", env->dev.name);
-    row->device_mem_bytes = (int64_t)total;
+    row->device_mem_bytes = (int64_t)(env->have_device ? env->dev.total_mem_bytes : rc->device_mem_bytes);
     snprintf(row->driver, sizeof row->driver, "%s", env->dev.driver);
     snprintf(row->cuda_runtime, sizeof row->cuda_runtime, "%s", env->dev.runtime);
-    row->steps = rc->steps;
-
-    mo_gpt_config g;
-    mo_status st = gpt_config_of(rc, &g);
-    if (st != MO_OK) {
-        snprintf(row->status, sizeof row->status, "%s", st == MO_ERR_INVALID ? "invalid" : "error");
-        snprintf(row->detail, sizeof row->detail, "%s", mo_errmsg_plain());
-        if (out) fprintf(out, "memopt run: %s: %s\n", row->status, row->detail);
-        return MO_OK;
+    row->steps = s->n;
+    const mo_gpt_config *g = &s->g;
+    if (s->config_failed) {
+        snprintf(row->status, sizeof row->status, "%s", s->st == MO_ERR_INVALID ? "invalid" : "error");
+        snprintf(row->detail, sizeof row->detail, "%s", s->detail);
+        goto finish;
     }
-    row->params = (int64_t)mo_gpt_num_params(&g);
-
-    run_out o;
-    memset(&o, 0, sizeof o);
-    o.times = calloc((size_t)rc->steps + 1, sizeof(double));
-    o.recompute = calloc((size_t)rc->steps + 1, sizeof(double));
-    if (!o.times || !o.recompute) { free(o.times); free(o.recompute); return MO_FAIL(MO_ERR_OOM, "host memory exhausted"); }
-    st = train(rc, &g, rc->backend, cap, &o, out);
-
-    // The planner's figure: the same configuration on the dry backend (no compute, same allocations).
-    if (rc->backend != MO_BACKEND_DRY) {
-        run_out d;
-        memset(&d, 0, sizeof d);
-        d.times = calloc((size_t)rc->steps + 1, sizeof(double));
-        d.recompute = calloc((size_t)rc->steps + 1, sizeof(double));
-        if (d.times && d.recompute && train(rc, &g, MO_BACKEND_DRY, cap, &d, NULL) == MO_OK)
-            row->predicted_peak_bytes = (int64_t)d.st.peak_allocated_bytes;
-        free(d.times);
-        free(d.recompute);
-    }
-
-    const mo_alloc_stats *s = &o.st;
-    row->num_ooms = (int64_t)s->num_ooms;
-    row->num_alloc_retries = (int64_t)s->num_alloc_retries;
-    row->peak_allocated_bytes = (int64_t)s->peak_allocated_bytes;
-    row->peak_reserved_bytes = (int64_t)s->peak_reserved_bytes;
-    row->param_bytes = (int64_t)s->peak_by_cat[MO_CAT_PARAM];
-    row->grad_bytes = (int64_t)s->peak_by_cat[MO_CAT_GRAD];
-    row->optim_bytes = (int64_t)s->peak_by_cat[MO_CAT_OPTIM];
-    row->master_bytes = (int64_t)s->peak_by_cat[MO_CAT_MASTER];
-    row->activation_bytes = (int64_t)s->peak_by_cat[MO_CAT_ACTIVATION];
-    row->workspace_bytes = (int64_t)s->peak_by_cat[MO_CAT_WORKSPACE];
-    if (rc->backend == MO_BACKEND_DRY) row->predicted_peak_bytes = row->peak_allocated_bytes;
-    if (st == MO_ERR_OOM) {
-        snprintf(row->status, sizeof row->status, "oom");
-        snprintf(row->detail, sizeof row->detail, "%s", mo_errmsg_plain());
-        if (out) fprintf(out, "memopt run: out of memory: %s\n", row->detail);
-        free(o.times); free(o.recompute);
-        return MO_OK;
-    }
-    if (st != MO_OK) {
-        snprintf(row->status, sizeof row->status, "error");
-        snprintf(row->detail, sizeof row->detail, "%s", mo_errmsg());
-        if (out) fprintf(out, "memopt run: error: %s\n", row->detail);
-        free(o.times); free(o.recompute);
-        return MO_OK;
+    row->params = (int64_t)mo_gpt_num_params(g);
+    const mo_alloc_stats *a = &s->stats;
+    row->num_ooms = (int64_t)a->num_ooms;
+    row->num_alloc_retries = (int64_t)a->num_alloc_retries;
+    row->peak_allocated_bytes = (int64_t)a->peak_allocated_bytes;
+    row->peak_reserved_bytes = (int64_t)a->peak_reserved_bytes;
+    row->param_bytes = (int64_t)a->peak_by_cat[MO_CAT_PARAM];
+    row->grad_bytes = (int64_t)a->peak_by_cat[MO_CAT_GRAD];
+    row->optim_bytes = (int64_t)a->peak_by_cat[MO_CAT_OPTIM];
+    row->master_bytes = (int64_t)a->peak_by_cat[MO_CAT_MASTER];
+    row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
+    row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
+    row->predicted_peak_bytes = predicted_peak(s);
+    if (s->st != MO_OK) {
+        snprintf(row->status, sizeof row->status, "%s", s->st == MO_ERR_OOM ? "oom" : "error");
+        snprintf(row->detail, sizeof row->detail, "%s", s->detail);
+        goto finish;
     }
     snprintf(row->status, sizeof row->status, "ok");
-    row->static_bytes = (int64_t)o.static_bytes;
-    row->activation_peak_bytes = (int64_t)(s->peak_allocated_bytes - o.static_bytes);
-    row->loss_first = o.loss_first;
-    row->loss_last = o.loss_last;
-    if (o.n > 0 && rc->backend != MO_BACKEND_DRY) {
-        double rec_med = 0;
-        qsort(o.recompute, (size_t)o.n, sizeof(double), cmp_double);
-        rec_med = median(o.recompute, o.n);
-        qsort(o.times, (size_t)o.n, sizeof(double), cmp_double);
-        double med = median(o.times, o.n);
+    row->static_bytes = (int64_t)s->static_bytes;
+    row->activation_peak_bytes = (int64_t)(a->peak_allocated_bytes - s->static_bytes);
+    row->loss_first = s->loss_first;
+    row->loss_last = s->loss_last;
+    if (s->n > 0 && s->be != MO_BACKEND_DRY) {
+        qsort(s->recompute, (size_t)s->n, sizeof(double), cmp_double);
+        double rec_med = median(s->recompute, s->n);
+        qsort(s->times, (size_t)s->n, sizeof(double), cmp_double);
+        double med = median(s->times, s->n);
         row->step_ms = med;
-        row->step_ms_p10 = percentile(o.times, o.n, 0.10);
-        row->step_ms_p90 = percentile(o.times, o.n, 0.90);
-        row->recompute_ms = g.ckpt != MO_CKPT_NONE ? rec_med : 0.0;
-        double tokens = (double)g.batch * g.seq;
+        row->step_ms_p10 = percentile(s->times, s->n, 0.10);
+        row->step_ms_p90 = percentile(s->times, s->n, 0.90);
+        row->recompute_ms = g->ckpt != MO_CKPT_NONE ? rec_med : 0.0;
+        double tokens = (double)g->batch * g->seq;
         row->tokens_per_s = tokens / (med * 1e-3);
-        row->model_tflops = mo_gpt_step_flops(&g) / (med * 1e-3) / 1e12;
-        row->hw_tflops = (mo_gpt_step_flops(&g) + mo_gpt_recompute_flops(&g)) / (med * 1e-3) / 1e12;
-        double peak = rc->backend == MO_BACKEND_CUDA ? mo_device_peak_tflops(env->dev.name, rc->precision) : 0;
+        row->model_tflops = mo_gpt_step_flops(g) / (med * 1e-3) / 1e12;
+        row->hw_tflops = (mo_gpt_step_flops(g) + mo_gpt_recompute_flops(g)) / (med * 1e-3) / 1e12;
+        double peak = s->be == MO_BACKEND_CUDA ? mo_device_peak_tflops(env->dev.name, rc->precision) : 0;
         row->mfu = peak > 0 ? row->model_tflops / peak : NAN;
     }
-    if (out) {
-        char b1[32], b2[32];
-        fprintf(out, "memopt run: %s, %s backend, %s, L%d C%d H%d T%d B%d (micro %d) V%d, %.1fM params\n", "gpt",
-                mo_backend_name(rc->backend), env->dev.name, g.layers, g.hidden, g.heads, g.seq, g.batch, g.batch / g.accum,
-                g.vocab, row->params / 1e6);
-        fprintf(out, "  strategy: precision %s, attn %s, ckpt %s, accum %d, alloc %s, cap %s\n", mo_precision_name(rc->precision),
-                mo_attn_name(rc->attn), row->ckpt, g.accum, mo_alloc_kind_name(rc->alloc),
-                cap ? mo_format_bytes(cap, b1, 32) : "none");
-        if (rc->backend != MO_BACKEND_DRY && o.n > 0) {
+finish:
+    if (s->out) print_summary(s, row, s->out);
+    free(s->times);
+    free(s->recompute);
+    free(s);
+    return MO_OK;
+}
+
+mo_status mo_run_execute(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, FILE *out) {
+    mo_run_session *s = NULL;
+    MO_TRY(mo_run_begin(rc, env, out, &s));
+    for (int i = 0; i < rc->warmup + rc->steps && mo_run_status(s) == MO_OK; i++) {
+        if (i == rc->warmup) mo_run_mark_timed(s);
+        mo_run_step(s, NULL);
+    }
+    return mo_run_end(s, row);
+}
+
+static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *out) {
+    const mo_run_config *rc = &s->rc;
+    const mo_gpt_config *g = &s->g;
+    const mo_alloc_stats *a = &s->stats;
+    // A failed row's reason is printed by the caller (main prints the command's status).
+    if (strcmp(row->status, "ok") && strcmp(row->status, "oom")) return;
+    char b1[32], b2[32];
+    fprintf(out, "memopt run: gpt, %s backend, %s, L%d C%d H%d T%d B%d (micro %d) V%d, %.1fM params\n",
+            mo_backend_name(rc->backend), s->env->dev.name, g->layers, g->hidden, g->heads, g->seq, g->batch,
+            g->batch / g->accum, g->vocab, (double)mo_gpt_num_params(g) / 1e6);
+    fprintf(out, "  strategy: precision %s, attn %s, ckpt %s, accum %d, alloc %s, cap %s\n", mo_precision_name(rc->precision),
+            mo_attn_name(rc->attn), row->ckpt, g->accum, mo_alloc_kind_name(rc->alloc),
+            s->cap ? mo_format_bytes(s->cap, b1, 32) : "none");
+    if (!strcmp(row->status, "ok")) {
+        if (rc->backend != MO_BACKEND_DRY && s->n > 0) {
             fprintf(out, "  step: median %.2f ms (p10 %.2f, p90 %.2f) over %d steps after %d warm-up\n", row->step_ms,
-                    row->step_ms_p10, row->step_ms_p90, o.n, rc->warmup);
+                    row->step_ms_p10, row->step_ms_p90, s->n, s->steps_run - s->n);
             fprintf(out, "  %.0f tokens/s, %.1f model TFLOP/s, %.1f hardware TFLOP/s", row->tokens_per_s, row->model_tflops,
                     row->hw_tflops);
             if (!isnan(row->mfu)) fprintf(out, ", MFU %.1f%%", 100 * row->mfu);
             fprintf(out, "\n");
-            if (g.ckpt != MO_CKPT_NONE) fprintf(out, "  recompute: %.2f ms per step (median)\n", row->recompute_ms);
+            if (g->ckpt != MO_CKPT_NONE) fprintf(out, "  recompute: %.2f ms per step (median)\n", row->recompute_ms);
             fprintf(out, "  loss: %.4f (first step) -> %.4f (last)\n", row->loss_first, row->loss_last);
         } else {
             fprintf(out, "  (dry backend: no compute, no times; memory is exact)\n");
         }
-        fprintf(out, "  peak allocated %s, peak reserved %s\n", mo_format_bytes(s->peak_allocated_bytes, b1, 32),
-                mo_format_bytes(s->peak_reserved_bytes, b2, 32));
-        fprintf(out, "  static (params+grads+optimizer) %s, activation peak %s\n", mo_format_bytes(o.static_bytes, b1, 32),
-                mo_format_bytes(s->peak_allocated_bytes - o.static_bytes, b2, 32));
-        fprintf(out, "  peak by category:");
-        for (int c = 0; c < MO_CAT_COUNT; c++)
-            fprintf(out, " %s %s%s", mo_category_name((mo_category)c), mo_format_bytes(s->peak_by_cat[c], b1, 32),
-                    c + 1 < MO_CAT_COUNT ? "," : "\n");
-        if (rc->backend == MO_BACKEND_CUDA)
-            fprintf(out, "  cross-check: device memory in use rose by at most %s during the run (allocator reserved peak %s;"
-                         " the rest is cuBLAS/cuDNN handles and the CUDA context)\n",
-                    mo_format_bytes(o.dev_used_peak_seen > o.dev_used_before ? o.dev_used_peak_seen - o.dev_used_before : 0, b1, 32),
-                    mo_format_bytes(s->peak_reserved_bytes, b2, 32));
-        if (row->predicted_peak_bytes >= 0 && rc->backend != MO_BACKEND_DRY)
-            fprintf(out, "  dry-backend prediction of the peak: %s (%s)\n",
-                    mo_format_bytes((uint64_t)row->predicted_peak_bytes, b1, 32),
-                    (uint64_t)row->predicted_peak_bytes == s->peak_allocated_bytes ? "exact" : "differs");
     }
-    free(o.times);
-    free(o.recompute);
-    return MO_OK;
+    fprintf(out, "  peak allocated %s, peak reserved %s\n", mo_format_bytes(a->peak_allocated_bytes, b1, 32),
+            mo_format_bytes(a->peak_reserved_bytes, b2, 32));
+    if (!strcmp(row->status, "ok"))
+        fprintf(out, "  static (params+grads+optimizer) %s, activation peak %s\n", mo_format_bytes(s->static_bytes, b1, 32),
+                mo_format_bytes(a->peak_allocated_bytes - s->static_bytes, b2, 32));
+    fprintf(out, "  peak by category:");
+    for (int c = 0; c < MO_CAT_COUNT; c++)
+        fprintf(out, " %s %s%s", mo_category_name((mo_category)c), mo_format_bytes(a->peak_by_cat[c], b1, 32),
+                c + 1 < MO_CAT_COUNT ? "," : "\n");
+    if (rc->backend == MO_BACKEND_CUDA)
+        fprintf(out, "  cross-check: device memory in use rose by %s at most between steps (allocator reserved peak %s;"
+                     " the rest is the cuBLAS handles and the CUDA context)\n",
+                mo_format_bytes(s->dev_used_peak_seen > s->dev_used_before ? s->dev_used_peak_seen - s->dev_used_before : 0, b1, 32),
+                mo_format_bytes(a->peak_reserved_bytes, b2, 32));
+    if (row->predicted_peak_bytes >= 0 && rc->backend != MO_BACKEND_DRY)
+        fprintf(out, "  dry-backend prediction of the peak: %s (%s)\n", mo_format_bytes((uint64_t)row->predicted_peak_bytes, b1, 32),
+                (uint64_t)row->predicted_peak_bytes == a->peak_allocated_bytes ? "exact" : "differs");
 }

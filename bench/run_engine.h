@@ -26,6 +26,18 @@ mo_status mo_run_env_init(mo_run_env *env, const mo_run_config *rc);
 // Everything the run took is given back before it returns, also after an out-of-memory.
 mo_status mo_run_execute(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, FILE *out);
 
+// The same, step by step, for callers that drive the loop themselves (the Google Benchmark shim):
+// begin builds the model (a failure, out of memory included, is recorded in the session, not
+// returned: mo_run_status says), step runs one training step and gives its time, mark_timed
+// starts the timed part (peaks reset), end releases everything and fills the row. A session
+// whose status is not MO_OK has already given its memory back.
+typedef struct mo_run_session mo_run_session;
+mo_status mo_run_begin(const mo_run_config *rc, const mo_run_env *env, FILE *out, mo_run_session **s);
+mo_status mo_run_status(const mo_run_session *s);
+void mo_run_mark_timed(mo_run_session *s);
+mo_status mo_run_step(mo_run_session *s, double *ms);
+mo_status mo_run_end(mo_run_session *s, mo_csv_row *row); // frees s
+
 // The dense datasheet peak (TFLOP/s) of a device for a precision, 0 when unknown.
 double mo_device_peak_tflops(const char *device_name, mo_precision p);
 

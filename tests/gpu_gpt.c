@@ -1,0 +1,146 @@
+// The whole GPT on the GPU against the CPU reference: loss and every parameter gradient on a
+// small config (fresh batch each run), determinism (two GPU runs give the same bits),
+// checkpointing bit-identical to none on the GPU, accumulation against the full batch, and the
+// dry backend's peak equal to the cuda backend's to the byte.
+#include <math.h>
+#include <stdio.h>
+#include "tests/gpt_fixture.h"
+
+static mo_gpt_config small_config(void) {
+    mo_gpt_config c = tiny_config();
+    c.layers = 3; c.hidden = 128; c.heads = 4; c.seq = 64; c.batch = 4; c.vocab = 1000;
+    return c;
+}
+
+// One forward/backward on backend be; returns the host gradients and the loss.
+static float *run_grads(mo_backend_kind be, mo_gpt_config c, uint64_t batch_seed, double *loss, mo_alloc_stats *st) {
+    gpt_fixture f;
+    if (!fixture_open(&f, be, &c, batch_seed)) return NULL;
+    CHECK_OK(mo_gpt_forward_backward(f.m));
+    *loss = f.m->last_loss;
+    float *g = fixture_read(&f, f.m->grads, f.m->num_params);
+    if (st) mo_allocator_stats(f.alloc, st);
+    fixture_close(&f);
+    return g;
+}
+
+static const char *pname[GPT_NPARAMS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "projw", "projb",
+                                         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+// fp32: the GPU sums in other orders (GEMM tiles, warp reductions), so gradients agree to about
+// 1e-6 relative per op and compound over the layers; 1e-4 on each parameter tensor leaves a
+// margin and still fails any indexing or formula error (those give O(1)). tf32 rounds GEMM inputs
+// to 10 mantissa bits: 2e-2.
+static void compare_model(int fused, int tf32, uint64_t seed) {
+    mo_gpt_config c = small_config();
+    c.attn_fused = fused;
+    c.tf32 = tf32;
+    double lc = 0, lg = 0;
+    float *gc = run_grads(MO_BACKEND_CPU, c, seed, &lc, NULL);
+    float *gg = run_grads(MO_BACKEND_CUDA, c, seed, &lg, NULL);
+    if (!gc || !gg) { free(gc); free(gg); return; }
+    double tol = tf32 ? 2e-2 : 1e-4;
+    printf(" attn %s, %s: loss cpu %.7f cuda %.7f\n", fused ? "fused" : "materialized", tf32 ? "tf32" : "fp32", lc, lg);
+    CHECK_MSG(fabs(lc - lg) <= (tf32 ? 1e-3 : 1e-5) * fabs(lc), "loss cpu %.9g vs cuda %.9g", lc, lg);
+    size_t s[GPT_NPARAMS], off = 0;
+    // The parameter sizes, as the model lays them out.
+    {
+        gpt_fixture f;
+        if (!fixture_open(&f, MO_BACKEND_DRY, &c, seed)) return;
+        memcpy(s, f.m->param_sizes, sizeof s);
+        fixture_close(&f);
+    }
+    for (int p = 0; p < GPT_NPARAMS; p++) {
+        char what[64];
+        snprintf(what, sizeof what, "grad %s", pname[p]);
+        double e = test_rel_error(gg + off, gc + off, s[p]);
+        CHECK_MSG(!isnan(e) && e <= tol, "%s (attn %s, %s): relative error %.3e > %.1e", what, fused ? "fused" : "materialized",
+                  tf32 ? "tf32" : "fp32", e, tol);
+        printf("  %-14s rel err %.3e\n", what, e);
+        off += s[p];
+    }
+    free(gc);
+    free(gg);
+}
+
+static void test_deterministic_and_checkpoint(uint64_t seed) {
+    for (int fused = 0; fused <= 1; fused++) {
+        mo_gpt_config c = small_config();
+        c.layers = 4;
+        c.attn_fused = fused;
+        size_t n = mo_gpt_num_params(&c);
+        double l0 = 0, l1 = 0;
+        float *g0 = run_grads(MO_BACKEND_CUDA, c, seed, &l0, NULL);
+        float *g1 = run_grads(MO_BACKEND_CUDA, c, seed, &l1, NULL);
+        CHECK_MSG(g0 && g1 && l0 == l1 && !memcmp(g0, g1, n * sizeof(float)), "two GPU runs differ (attn %s)", fused ? "fused" : "materialized");
+        mo_ckpt_kind ks[] = {MO_CKPT_FULL, MO_CKPT_EVERY, MO_CKPT_SQRT, MO_CKPT_SELECTIVE};
+        for (int i = 0; i < 4; i++) {
+            mo_gpt_config d = c;
+            d.ckpt = ks[i];
+            d.ckpt_every = 2;
+            double lk = 0;
+            float *gk = run_grads(MO_BACKEND_CUDA, d, seed, &lk, NULL);
+            CHECK_MSG(gk && lk == l0 && !memcmp(gk, g0, n * sizeof(float)),
+                      "GPU checkpoint policy %d (attn %s) is not bit-identical to none", (int)ks[i], fused ? "fused" : "materialized");
+            free(gk);
+        }
+        // Accumulation: the same gradient within fp32 rounding (1e-5 relative, as on the CPU).
+        mo_gpt_config a = c;
+        a.accum = 4;
+        double la = 0;
+        float *ga = run_grads(MO_BACKEND_CUDA, a, seed, &la, NULL);
+        if (ga && g0) CHECK_REL(ga, g0, n, 1e-5);
+        free(ga);
+        free(g0);
+        free(g1);
+    }
+}
+
+static void test_dry_equals_cuda(void) {
+    mo_gpt_config c = small_config();
+    for (int k = 0; k < 3; k++) {
+        c.ckpt = k == 0 ? MO_CKPT_NONE : k == 1 ? MO_CKPT_SQRT : MO_CKPT_SELECTIVE;
+        c.accum = k == 1 ? 2 : 1;
+        c.attn_fused = k == 1;
+        mo_alloc_stats s[2];
+        for (int b = 0; b < 2; b++) {
+            gpt_fixture f;
+            if (!fixture_open(&f, b ? MO_BACKEND_DRY : MO_BACKEND_CUDA, &c, 5)) return;
+            CHECK_OK(mo_gpt_step(f.m));
+            CHECK_OK(mo_gpt_step(f.m));
+            mo_allocator_stats(f.alloc, &s[b]);
+            fixture_close(&f);
+        }
+        CHECK_EQ_U64(s[0].peak_allocated_bytes, s[1].peak_allocated_bytes);
+        CHECK_EQ_U64(s[0].peak_reserved_bytes, s[1].peak_reserved_bytes);
+    }
+}
+
+// The loss falls when overfitting one batch on the GPU too.
+static void test_overfit(void) {
+    mo_gpt_config c = small_config();
+    c.lr = 3e-3f;
+    gpt_fixture f;
+    if (!fixture_open(&f, MO_BACKEND_CUDA, &c, 3)) return;
+    double first = 0, last = 0;
+    for (int i = 0; i < 40; i++) {
+        CHECK_OK(mo_gpt_step(f.m));
+        if (i == 0) first = f.m->last_loss;
+        last = f.m->last_loss;
+    }
+    printf(" overfit on the GPU: loss %.4f -> %.4f\n", first, last);
+    CHECK(last < 0.5 * first);
+    fixture_close(&f);
+}
+
+int main(void) {
+    test_require_gpu();
+    uint64_t seed = test_seed_from_time();
+    compare_model(0, 0, seed);
+    compare_model(1, 0, seed + 1);
+    compare_model(0, 1, seed + 2);
+    test_deterministic_and_checkpoint(seed + 3);
+    test_dry_equals_cuda();
+    test_overfit();
+    return test_finish();
+}
