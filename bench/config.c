@@ -669,7 +669,7 @@ mo_status mo_run_config_validate(const mo_run_config *r) {
 mo_status mo_config_add_arg(mo_config *c, const char *arg) {
     int max = c->command == MO_CMD_COMPARE ? 2 : c->command == MO_CMD_PLOT ? 1 : 0;
     const char *cmd = mo_command_name(c->command);
-    if (c->n_args >= max)
+    if (c->n_args < 0 || c->n_args >= max)
         return MO_FAIL(MO_ERR_INVALID, "memopt %s: unexpected argument '%s'%s", cmd, arg,
                        max ? "" : " (flags start with --)");
     MO_TRY(set_path(c->command == MO_CMD_COMPARE ? "compare" : cmd, arg, c->args[c->n_args], sizeof c->args[0]));

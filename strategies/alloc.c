@@ -463,6 +463,10 @@ static mo_status async_alloc(mo_allocator *a, uint64_t req, int cat, uintptr_t *
         *ptr = b->ptr;
         return MO_OK;
     }
+    // The refused blocks went back to the pool, which keeps freed memory: trim it so a refused
+    // request leaves reserved bytes where they were, under the cap.
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaMemPoolTrimTo(a->pool, 0));
     MO_TRY(async_sync_reserved(a));
     return oom(a, req, why);
 }

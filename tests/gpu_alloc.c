@@ -38,13 +38,14 @@ static void check_tracks(mo_allocator *a, int64_t used0, const char *kind, const
               (long long)delta, (unsigned long long)s.reserved_bytes, (unsigned long long)s.num_segments, (long long)tol);
 }
 
-static void test_tracking(mo_alloc_kind kind) {
+// Returns the device-used delta left after destroy (-1 if the test could not run).
+static int64_t test_tracking(mo_alloc_kind kind) {
     const char *name = mo_alloc_kind_name(kind);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     int64_t used0 = used_bytes();
     CHECK(used0 >= 0);
     mo_allocator *a = NULL;
-    if (!CHECK_OK(mo_allocator_create(&a, kind, MO_BACKEND_CUDA, 0, NULL))) return;
+    if (!CHECK_OK(mo_allocator_create(&a, kind, MO_BACKEND_CUDA, 0, NULL))) return -1;
 
     test_rng r;
     uint64_t seed = test_seed_from_time();
@@ -84,10 +85,16 @@ out:
     int64_t after_destroy = used_bytes() - used0;
     printf("%s: device used delta after empty_cache %lld, after destroy %lld bytes\n", name, (long long)after_empty,
            (long long)after_destroy);
-    CHECK_MSG(absdiff(after_empty, 0) <= (int64_t)GRANULE, "%s: %lld bytes still used after empty_cache", name,
-              (long long)after_empty);
-    CHECK_MSG(absdiff(after_destroy, 0) <= (int64_t)GRANULE, "%s: %lld bytes still used after destroy", name,
-              (long long)after_destroy);
+    // raw hands every block straight to cudaFree; the driver keeps the pages it sub-allocated
+    // small cudaMallocs from (seen on the H200: ~30 MiB after 300 blocks). That is not ours to
+    // return, so raw is checked by main for not growing on a repeat instead.
+    if (kind != MO_ALLOC_RAW) {
+        CHECK_MSG(absdiff(after_empty, 0) <= (int64_t)GRANULE, "%s: %lld bytes still used after empty_cache", name,
+                  (long long)after_empty);
+        CHECK_MSG(absdiff(after_destroy, 0) <= (int64_t)GRANULE, "%s: %lld bytes still used after destroy", name,
+                  (long long)after_destroy);
+    }
+    return after_destroy;
 }
 
 static void test_cap(mo_alloc_kind kind) {
@@ -130,6 +137,14 @@ int main(void) {
         }
     }
     for (int k = 0; k < 3; k++) test_tracking(kinds[k]);
+    // raw again: a leak would add to what the driver kept the first time.
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    int64_t kept = used_bytes();
+    int64_t again = test_tracking(MO_ALLOC_RAW);
+    int64_t grown = used_bytes() - kept;
+    printf("raw: the driver kept %lld bytes after the first round; the repeat left %lld more\n", (long long)again,
+           (long long)grown);
+    CHECK_MSG(grown <= (int64_t)GRANULE, "raw: device use grew by %lld bytes on a repeat: a leak", (long long)grown);
     for (int k = 0; k < 3; k++) test_cap(kinds[k]);
     return test_finish();
 }
