@@ -389,6 +389,12 @@ static mo_status set_validate(mo_config *c, const char *f, const char *v, int id
     return set_path(f, v, c->validate, sizeof c->validate);
 }
 
+static mo_status set_profile(mo_config *c, const char *f, const char *v, int idx) {
+    (void)f, (void)v, (void)idx;
+    c->base.profile = 1;
+    return MO_OK;
+}
+
 static mo_status set_grid(mo_config *c, const char *f, const char *v, int idx);
 
 // ---------------------------------------------------------------- the flag table
@@ -446,6 +452,7 @@ static const flag_def flags[] = {
     {{"--seed", "S", "random seed (default 1337)", "run", CMDS_CONFIG, 0}, set_seed},
     {{"--csv", "FILE", "append one row per run to FILE", "run", CMDS_CONFIG, 0}, set_csv},
     {{"--monitor", "N", "print memory every N steps (default 0: off)", "run", CMDS_CONFIG, 0}, set_monitor},
+    {{"--profile", NULL, "time each class of op (gemm, attention, layernorm, ...) over the timed steps", "run", CMDS_CONFIG, 0}, set_profile},
     {{"--lr", "LR", "AdamW learning rate (default 3e-4)", "run", CMDS_CONFIG, 0}, set_lr},
     {{"--device-mem", "SIZE", "device size dry/cpu pretend to have, resolves fractional caps (default 143771MiB)", "run", CMDS_CONFIG, 0}, set_device_mem},
     {{"--out-dir", "DIR", "where CSVs and figures go (default results/, plots/ for plot)", "run", CMDS_CONFIG | B(MO_CMD_PLOT), 0}, set_out_dir},

@@ -104,6 +104,7 @@ typedef struct mo_run_config {
     uint64_t seed;
     char csv[MO_PATH_MAX];           // "" when no --csv
     int monitor;                     // print memory every N steps; 0 off
+    int profile;                     // --profile: time per class of op (gemm, attention, ...)
     double lr;
     uint64_t device_mem_bytes;       // --device-mem: what dry/cpu pretend the device holds
     char out_dir[MO_PATH_MAX];       // "" : the command's own default (results/, plots/)

@@ -132,6 +132,7 @@ struct mo_run_session {
     mo_alloc_stats stats;    // taken when the model is released
     uint64_t static_bytes;
     uint64_t dev_used_before, dev_used_peak_seen;
+    double prof_ms[MO_PROF_COUNT]; // --profile: summed over the timed steps
 };
 
 static mo_status session_fail(mo_run_session *s, mo_status st) {
@@ -162,6 +163,7 @@ static mo_status session_build(mo_run_session *s) {
     mo_allocator_stats(s->a, &s0);
     s->static_bytes = s0.allocated_by_cat[MO_CAT_PARAM] + s0.allocated_by_cat[MO_CAT_GRAD] +
                       s0.allocated_by_cat[MO_CAT_OPTIM] + s0.allocated_by_cat[MO_CAT_MASTER];
+    if (s->rc.profile) MO_TRY(mo_prof_enable(s->x));
     MO_TRY(mo_timer_init(s->x, &s->t));
     s->timer_ok = 1;
     return MO_OK;
@@ -221,6 +223,12 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
         session_fail(s, st);
         session_release(s); // an out-of-memory unwinds here: nothing stays allocated
         return st;
+    }
+    if (s->rc.profile) {
+        double ms_cat[MO_PROF_COUNT] = {0};
+        if ((st = mo_prof_collect(s->x, ms_cat)) != MO_OK) return session_fail(s, st);
+        if (s->timed)
+            for (int k = 0; k < MO_PROF_COUNT; k++) s->prof_ms[k] += ms_cat[k];
     }
     if (s->steps_run == 0) s->loss_first = s->m->last_loss;
     s->loss_last = s->m->last_loss;
@@ -376,6 +384,13 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
             if (!isnan(row->mfu)) fprintf(out, ", MFU %.1f%%", 100 * row->mfu);
             fprintf(out, "\n");
             if (g->ckpt != MO_CKPT_NONE) fprintf(out, "  recompute: %.2f ms per step (median)\n", row->recompute_ms);
+            if (rc->profile) {
+                double sum = 0;
+                for (int k = 0; k < MO_PROF_COUNT; k++) sum += s->prof_ms[k];
+                fprintf(out, "  profile (device time per step, mean over %d timed steps; %.2f ms in ops):", s->n, sum / s->n);
+                for (int k = 0; k < MO_PROF_COUNT; k++)
+                    fprintf(out, " %s %.2f%s", mo_prof_name((mo_prof_cat)k), s->prof_ms[k] / s->n, k + 1 < MO_PROF_COUNT ? "," : "\n");
+            }
             fprintf(out, "  loss: %.4f (first step) -> %.4f (last)\n", row->loss_first, row->loss_last);
         } else {
             fprintf(out, "  (dry backend: no compute, no times; memory is exact)\n");

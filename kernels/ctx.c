@@ -81,8 +81,11 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     return MO_OK;
 }
 
+static void prof_free(mo_profiler *p);
+
 void mo_ctx_destroy(mo_ctx *c) {
     if (!c) return;
+    prof_free(c->prof);
     mo_free(c->alloc, c->gemm_ws); // in stream order, before the stream goes
 #ifdef MEMOPT_HAVE_CUDA
     if (c->backend == MO_BACKEND_CUDA) {
@@ -247,3 +250,105 @@ mo_status mo_scratch_alloc(mo_ctx *c, size_t bytes, void **ptr) {
 }
 
 mo_status mo_scratch_free(mo_ctx *c, void *ptr) { return mo_free(c->alloc, ptr); }
+
+// ---------------------------------------------------------------- profiler
+#define PROF_PAIRS 4096
+
+struct mo_profiler {
+    mo_backend_kind backend;
+    int n, open;                 // pairs recorded; a pair is begun
+    int cat[PROF_PAIRS];
+    double host_ms[PROF_PAIRS];  // non-cuda: elapsed per pair
+    double host_start;
+    void *ev[2 * PROF_PAIRS];    // cudaEvent_t start/stop per pair
+    double pending[MO_PROF_COUNT]; // flushed when the pool fills
+};
+
+const char *mo_prof_name(mo_prof_cat c) {
+    static const char *n[MO_PROF_COUNT] = {"gemm", "attention", "layernorm", "elementwise", "loss", "optimizer"};
+    return (unsigned)c < MO_PROF_COUNT ? n[c] : "?";
+}
+
+static void prof_free(mo_profiler *p) {
+    if (!p) return;
+#ifdef MEMOPT_HAVE_CUDA
+    for (int i = 0; i < 2 * PROF_PAIRS; i++)
+        if (p->ev[i]) cudaEventDestroy((cudaEvent_t)p->ev[i]);
+#endif
+    free(p);
+}
+
+mo_status mo_prof_enable(mo_ctx *c) {
+    if (c->prof) return MO_OK;
+    mo_profiler *p = calloc(1, sizeof *p);
+    if (!p) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the profiler");
+    p->backend = c->backend;
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA)
+        for (int i = 0; i < 2 * PROF_PAIRS; i++) {
+            cudaEvent_t e;
+            cudaError_t err = cudaEventCreate(&e);
+            if (err != cudaSuccess) { prof_free(p); return MO_FAIL(MO_ERR_CUDA, "cudaEventCreate: %s", cudaGetErrorString(err)); }
+            p->ev[i] = e;
+        }
+#endif
+    c->prof = p;
+    return MO_OK;
+}
+
+static mo_status prof_drain(mo_ctx *c, double ms[MO_PROF_COUNT]) {
+    mo_profiler *p = c->prof;
+    for (int i = 0; i < p->n; i++) {
+        double t = p->host_ms[i];
+#ifdef MEMOPT_HAVE_CUDA
+        if (p->backend == MO_BACKEND_CUDA) {
+            float f = 0;
+            CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)p->ev[2 * i + 1]));
+            CUDA_CHECK(cudaEventElapsedTime(&f, (cudaEvent_t)p->ev[2 * i], (cudaEvent_t)p->ev[2 * i + 1]));
+            t = f;
+        }
+#endif
+        ms[p->cat[i]] += t;
+    }
+    p->n = 0;
+    return MO_OK;
+}
+
+mo_status mo_prof_begin(mo_ctx *c, mo_prof_cat cat) {
+    mo_profiler *p = c->prof;
+    if (!p) return MO_OK;
+    if (p->n == PROF_PAIRS) MO_TRY(prof_drain(c, p->pending));
+    p->cat[p->n] = cat;
+    p->open = 1;
+#ifdef MEMOPT_HAVE_CUDA
+    if (p->backend == MO_BACKEND_CUDA) {
+        CUDA_CHECK(cudaEventRecord((cudaEvent_t)p->ev[2 * p->n], (cudaStream_t)c->stream));
+        return MO_OK;
+    }
+#endif
+    p->host_start = mo_host_ms();
+    return MO_OK;
+}
+
+mo_status mo_prof_end(mo_ctx *c) {
+    mo_profiler *p = c->prof;
+    if (!p || !p->open) return MO_OK;
+    p->open = 0;
+#ifdef MEMOPT_HAVE_CUDA
+    if (p->backend == MO_BACKEND_CUDA) {
+        CUDA_CHECK(cudaEventRecord((cudaEvent_t)p->ev[2 * p->n + 1], (cudaStream_t)c->stream));
+        p->n++;
+        return MO_OK;
+    }
+#endif
+    p->host_ms[p->n++] = mo_host_ms() - p->host_start;
+    return MO_OK;
+}
+
+mo_status mo_prof_collect(mo_ctx *c, double ms[MO_PROF_COUNT]) {
+    mo_profiler *p = c->prof;
+    if (!p) return MO_OK;
+    MO_TRY(prof_drain(c, ms));
+    for (int k = 0; k < MO_PROF_COUNT; k++) { ms[k] += p->pending[k]; p->pending[k] = 0; }
+    return MO_OK;
+}

@@ -17,6 +17,8 @@ extern "C" {
 // backend's peak includes it exactly. 32 MiB is what cuBLASLt's heuristics want for Hopper GEMMs.
 #define MO_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
 
+typedef struct mo_profiler mo_profiler;
+
 typedef struct mo_ctx {
     mo_backend_kind backend;
     mo_allocator *alloc;  // not owned
@@ -26,6 +28,7 @@ typedef struct mo_ctx {
     void *cublas;         // cublasHandle_t (cuda), its workspace set to gemm_ws
     void *gemm_ws;        // MO_GEMM_WORKSPACE_BYTES from alloc
     size_t gemm_ws_bytes;
+    mo_profiler *prof;    // NULL unless profiling (mo_prof_enable)
 } mo_ctx;
 
 // Creates the stream and handles (cuda) and takes the GEMM workspace from alloc.
@@ -55,6 +58,18 @@ mo_status mo_timer_elapsed(mo_ctx *c, mo_timer *t, double *ms); // waits for the
 void mo_timer_destroy(mo_timer *t);
 
 double mo_host_ms(void); // monotonic clock, milliseconds
+
+// Where the time goes: device time per class of op, from a pair of CUDA events around each op
+// (host clock on cpu). Off by default; when on, each op costs two event records.
+typedef enum mo_prof_cat {
+    MO_PROF_GEMM = 0, MO_PROF_ATTENTION, MO_PROF_NORM, MO_PROF_ELEMENTWISE, MO_PROF_LOSS, MO_PROF_OPTIMIZER, MO_PROF_COUNT
+} mo_prof_cat;
+const char *mo_prof_name(mo_prof_cat c);
+mo_status mo_prof_enable(mo_ctx *c);
+mo_status mo_prof_begin(mo_ctx *c, mo_prof_cat cat); // no-op when profiling is off
+mo_status mo_prof_end(mo_ctx *c);
+// Adds the time recorded since the last collect to ms[] (waits for the device) and starts afresh.
+mo_status mo_prof_collect(mo_ctx *c, double ms[MO_PROF_COUNT]);
 
 // Scratch for an op: taken from the allocator as category workspace (on dry too, so peaks match).
 // Dispatchers call these around the backend call; bytes 0 gives NULL and no allocation.

@@ -104,6 +104,8 @@ mo_status mo_gpt_update(mo_gpt *m);
 // FLOPs of one training step (forward + backward): 6*N*tokens (N without the position embedding,
 // as is usual) + attention 6*L*T*C*tokens (causal halving not taken), recompute excluded.
 double mo_gpt_step_flops(const mo_gpt_config *cfg);
+// Blocks per checkpoint segment: 1 (full), K (every:K), ceil(sqrt(L)) (sqrt); 0 = no segments.
+int mo_gpt_segment_len(const mo_gpt_config *cfg);
 // FLOPs re-run in backward by the checkpoint strategy (for hw_tflops).
 double mo_gpt_recompute_flops(const mo_gpt_config *cfg);
 

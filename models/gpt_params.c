@@ -241,12 +241,23 @@ double mo_gpt_step_flops(const mo_gpt_config *c) {
     return 6.0 * N * tokens + 6.0 * c->layers * (double)c->seq * c->hidden * tokens;
 }
 
+int mo_gpt_segment_len(const mo_gpt_config *c) {
+    switch (c->ckpt) {
+    case MO_CKPT_FULL: return 1;
+    case MO_CKPT_EVERY: return c->ckpt_every;
+    case MO_CKPT_SQRT: { int k = (int)ceil(sqrt((double)c->layers)); return k < 1 ? 1 : k; }
+    default: return 0;
+    }
+}
+
 double mo_gpt_recompute_flops(const mo_gpt_config *c) {
     double tokens = (double)c->batch * c->seq, C = c->hidden, T = c->seq;
-    double block_fwd = 2.0 * tokens * 12.0 * C * C + 4.0 * tokens * T * C; // GEMMs of one block's forward
-    switch (c->ckpt) {
-    case MO_CKPT_NONE: return 0;
-    case MO_CKPT_SELECTIVE: return c->attn_fused ? 0 : c->layers * 4.0 * tokens * T * C; // attention forward again
-    default: return c->layers * block_fwd; // every block's forward once more
-    }
+    double attn_fwd = 4.0 * tokens * T * C;                       // q.k^T and att.v
+    double block_fwd = 2.0 * tokens * 12.0 * C * C + attn_fwd;    // one block's forward GEMMs
+    double fcproj = 2.0 * tokens * 4.0 * C * C;                   // skipped for each segment's last block
+    if (c->ckpt == MO_CKPT_NONE) return 0;
+    if (c->ckpt == MO_CKPT_SELECTIVE) return c->attn_fused ? 0 : c->layers * attn_fwd; // attention forward again
+    int K = mo_gpt_segment_len(c);
+    int nseg = (c->layers + K - 1) / K;
+    return c->layers * block_fwd - nseg * fcproj;
 }

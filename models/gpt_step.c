@@ -32,6 +32,14 @@ typedef struct step_state {
     double recompute_ms;
 } step_state;
 
+// An op, timed by the profiler when it is on.
+#define OP(cat, call)                       \
+    do {                                    \
+        MO_TRY(mo_prof_begin(x, (cat)));    \
+        MO_TRY(call);                       \
+        MO_TRY(mo_prof_end(x));             \
+    } while (0)
+
 static mo_status act_alloc(mo_gpt *m, size_t floats, float **p) {
     return mo_alloc(m->ctx->alloc, floats * sizeof(float), MO_CAT_ACTIVATION, (void **)p);
 }
@@ -60,7 +68,9 @@ static mo_status attention_fwd(mo_gpt *m, step_state *s, block_acts *a) {
     return mo_attention_forward(m->ctx, a->atty, a->att, a->qkv, B, T, C, NH);
 }
 
-static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a) {
+// need_out 0 (a recompute whose output nobody reads: the segment's last block) skips the last
+// GEMM and residual add: backward needs fch_gelu, not out.
+static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a, int need_out) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
     int N = s->N, C = c->hidden;
@@ -69,31 +79,32 @@ static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a) {
     MO_TRY(act_alloc(m, NC, &a->ln1));
     MO_TRY(act_alloc(m, (size_t)N, &a->ln1_mean));
     MO_TRY(act_alloc(m, (size_t)N, &a->ln1_rstd));
-    MO_TRY(mo_layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, a->in, P[GPT_LN1W] + (size_t)l * C,
+    OP(MO_PROF_NORM, mo_layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, a->in, P[GPT_LN1W] + (size_t)l * C,
                                 P[GPT_LN1B] + (size_t)l * C, N, C));
     MO_TRY(act_alloc(m, 3 * NC, &a->qkv));
-    MO_TRY(mo_matmul_forward(x, a->qkv, NULL, a->ln1, P[GPT_QKVW] + (size_t)l * 3 * C * C, P[GPT_QKVB] + (size_t)l * 3 * C,
+    OP(MO_PROF_GEMM, mo_matmul_forward(x, a->qkv, NULL, a->ln1, P[GPT_QKVW] + (size_t)l * 3 * C * C, P[GPT_QKVB] + (size_t)l * 3 * C,
                              N, C, 3 * C));
     MO_TRY(act_alloc(m, NC, &a->atty));
     MO_TRY(attention_fwd(m, s, a));
     // resid2 = in + proj(atty): the GEMM writes resid2, the residual add adds in place.
     MO_TRY(act_alloc(m, NC, &a->resid2));
-    MO_TRY(mo_matmul_forward(x, a->resid2, NULL, a->atty, P[GPT_PROJW] + (size_t)l * C * C, P[GPT_PROJB] + (size_t)l * C, N,
+    OP(MO_PROF_GEMM, mo_matmul_forward(x, a->resid2, NULL, a->atty, P[GPT_PROJW] + (size_t)l * C * C, P[GPT_PROJB] + (size_t)l * C, N,
                              C, C));
-    MO_TRY(mo_residual_forward(x, a->resid2, a->resid2, a->in, NC));
+    OP(MO_PROF_ELEMENTWISE, mo_residual_forward(x, a->resid2, a->resid2, a->in, NC));
     MO_TRY(act_alloc(m, NC, &a->ln2));
     MO_TRY(act_alloc(m, (size_t)N, &a->ln2_mean));
     MO_TRY(act_alloc(m, (size_t)N, &a->ln2_rstd));
-    MO_TRY(mo_layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, P[GPT_LN2W] + (size_t)l * C,
+    OP(MO_PROF_NORM, mo_layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, P[GPT_LN2W] + (size_t)l * C,
                                 P[GPT_LN2B] + (size_t)l * C, N, C));
     MO_TRY(act_alloc(m, 4 * NC, &a->fch));
     MO_TRY(act_alloc(m, 4 * NC, &a->fch_gelu));
-    MO_TRY(mo_matmul_forward(x, a->fch, a->fch_gelu, a->ln2, P[GPT_FCW] + (size_t)l * 4 * C * C, P[GPT_FCB] + (size_t)l * 4 * C,
+    OP(MO_PROF_GEMM, mo_matmul_forward(x, a->fch, a->fch_gelu, a->ln2, P[GPT_FCW] + (size_t)l * 4 * C * C, P[GPT_FCB] + (size_t)l * 4 * C,
                              N, C, 4 * C));
+    if (!need_out) return MO_OK;
     MO_TRY(act_alloc(m, NC, &a->out));
-    MO_TRY(mo_matmul_forward(x, a->out, NULL, a->fch_gelu, P[GPT_FCPROJW] + (size_t)l * 4 * C * C,
+    OP(MO_PROF_GEMM, mo_matmul_forward(x, a->out, NULL, a->fch_gelu, P[GPT_FCPROJW] + (size_t)l * 4 * C * C,
                              P[GPT_FCPROJB] + (size_t)l * C, N, 4 * C, C));
-    MO_TRY(mo_residual_forward(x, a->out, a->out, a->resid2, NC));
+    OP(MO_PROF_ELEMENTWISE, mo_residual_forward(x, a->out, a->out, a->resid2, NC));
     return MO_OK;
 }
 
@@ -106,21 +117,21 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     float *const *P = m->param_ptr, *const *G = m->grad_ptr;
     float *d4 = NULL, *dC = NULL, *dqkv = NULL;
     MO_TRY(act_alloc(m, 4 * NC, &d4));
-    MO_TRY(mo_matmul_backward(x, d4, G[GPT_FCPROJW] + (size_t)l * 4 * C * C, G[GPT_FCPROJB] + (size_t)l * C, dresid,
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, d4, G[GPT_FCPROJW] + (size_t)l * 4 * C * C, G[GPT_FCPROJB] + (size_t)l * C, dresid,
                               a->fch_gelu, P[GPT_FCPROJW] + (size_t)l * 4 * C * C, N, 4 * C, C));
     act_free(m, &a->fch_gelu);
-    MO_TRY(mo_gelu_backward(x, d4, a->fch, d4, 4 * NC));
+    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward(x, d4, a->fch, d4, 4 * NC));
     act_free(m, &a->fch);
     MO_TRY(act_alloc(m, NC, &dC));
-    MO_TRY(mo_matmul_backward(x, dC, G[GPT_FCW] + (size_t)l * 4 * C * C, G[GPT_FCB] + (size_t)l * 4 * C, d4, a->ln2,
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, dC, G[GPT_FCW] + (size_t)l * 4 * C * C, G[GPT_FCB] + (size_t)l * 4 * C, d4, a->ln2,
                               P[GPT_FCW] + (size_t)l * 4 * C * C, N, C, 4 * C));
     act_free(m, &d4);
     act_free(m, &a->ln2);
-    MO_TRY(mo_layernorm_backward(x, dresid, G[GPT_LN2W] + (size_t)l * C, G[GPT_LN2B] + (size_t)l * C, dC, a->resid2,
+    OP(MO_PROF_NORM, mo_layernorm_backward(x, dresid, G[GPT_LN2W] + (size_t)l * C, G[GPT_LN2B] + (size_t)l * C, dC, a->resid2,
                                  P[GPT_LN2W] + (size_t)l * C, a->ln2_mean, a->ln2_rstd, N, C));
     act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd); act_free(m, &a->resid2);
     // dC now receives d(atty).
-    MO_TRY(mo_matmul_backward(x, dC, G[GPT_PROJW] + (size_t)l * C * C, G[GPT_PROJB] + (size_t)l * C, dresid, a->atty,
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, dC, G[GPT_PROJW] + (size_t)l * C * C, G[GPT_PROJB] + (size_t)l * C, dresid, a->atty,
                               P[GPT_PROJW] + (size_t)l * C * C, N, C, C));
     if (!a->att) {
         // Selective checkpointing dropped the probabilities: recompute them (the attention forward
@@ -142,28 +153,18 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         s->recompute_ms += ms;
     }
     MO_TRY(act_alloc(m, 3 * NC, &dqkv));
-    if (c->attn_fused) MO_TRY(mo_attention_fused_backward(x, dqkv, dC, a->qkv, a->atty, a->att, B, T, C, NH));
-    else MO_TRY(mo_attention_backward(x, dqkv, dC, a->qkv, a->att, B, T, C, NH));
+    if (c->attn_fused) OP(MO_PROF_ATTENTION, mo_attention_fused_backward(x, dqkv, dC, a->qkv, a->atty, a->att, B, T, C, NH));
+    else OP(MO_PROF_ATTENTION, mo_attention_backward(x, dqkv, dC, a->qkv, a->att, B, T, C, NH));
     act_free(m, &a->att); act_free(m, &a->atty);
     // dC now receives d(ln1).
-    MO_TRY(mo_matmul_backward(x, dC, G[GPT_QKVW] + (size_t)l * 3 * C * C, G[GPT_QKVB] + (size_t)l * 3 * C, dqkv, a->ln1,
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, dC, G[GPT_QKVW] + (size_t)l * 3 * C * C, G[GPT_QKVB] + (size_t)l * 3 * C, dqkv, a->ln1,
                               P[GPT_QKVW] + (size_t)l * 3 * C * C, N, C, 3 * C));
     act_free(m, &dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
-    MO_TRY(mo_layernorm_backward(x, dresid, G[GPT_LN1W] + (size_t)l * C, G[GPT_LN1B] + (size_t)l * C, dC, a->in,
+    OP(MO_PROF_NORM, mo_layernorm_backward(x, dresid, G[GPT_LN1W] + (size_t)l * C, G[GPT_LN1B] + (size_t)l * C, dC, a->in,
                                  P[GPT_LN1W] + (size_t)l * C, a->ln1_mean, a->ln1_rstd, N, C));
     act_free(m, &dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
     act_free(m, &a->in);
     return MO_OK;
-}
-
-// Segment length for the checkpoint policy: 0 = no segments (everything kept).
-static int segment_len(const mo_gpt_config *c) {
-    switch (c->ckpt) {
-    case MO_CKPT_FULL: return 1;
-    case MO_CKPT_EVERY: return c->ckpt_every;
-    case MO_CKPT_SQRT: { int k = (int)ceil(sqrt((double)c->layers)); return k < 1 ? 1 : k; }
-    default: return 0;
-    }
 }
 
 // Frees whatever is still live (all of it after a failure): each in is the previous out, so an
@@ -189,14 +190,14 @@ static mo_status forward(step_state *s) {
     mo_ctx *x = m->ctx;
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = c->layers;
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
-    int K = segment_len(c);
+    int K = mo_gpt_segment_len(c);
     MO_TRY(act_alloc(m, NC, &s->enc));
-    MO_TRY(mo_encoder_forward(x, s->enc, m->inputs + off, m->param_ptr[GPT_WTE], m->param_ptr[GPT_WPE], s->Bm, T, C));
+    OP(MO_PROF_ELEMENTWISE, mo_encoder_forward(x, s->enc, m->inputs + off, m->param_ptr[GPT_WTE], m->param_ptr[GPT_WPE], s->Bm, T, C));
     for (int l = 0; l < L; l++) {
         block_acts *a = &s->acts[l];
         a->in = l == 0 ? s->enc : s->acts[l - 1].out;
         if (l == 0) s->enc = NULL; // owned by acts[0] from here on
-        MO_TRY(block_forward(m, s, l, a));
+        MO_TRY(block_forward(m, s, l, a, 1));
         if (K) {
             block_free_internals(m, a);
             // Only a segment's first input is kept; the inputs inside a segment are recomputed.
@@ -209,12 +210,12 @@ static mo_status forward(step_state *s) {
     MO_TRY(act_alloc(m, NC, &s->lnf));
     MO_TRY(act_alloc(m, (size_t)N, &s->lnf_mean));
     MO_TRY(act_alloc(m, (size_t)N, &s->lnf_rstd));
-    MO_TRY(mo_layernorm_forward(x, s->lnf, s->lnf_mean, s->lnf_rstd, last, m->param_ptr[GPT_LNFW], m->param_ptr[GPT_LNFB], N, C));
+    OP(MO_PROF_NORM, mo_layernorm_forward(x, s->lnf, s->lnf_mean, s->lnf_rstd, last, m->param_ptr[GPT_LNFW], m->param_ptr[GPT_LNFB], N, C));
     MO_TRY(act_alloc(m, (size_t)N * V, &s->logits));
-    MO_TRY(mo_matmul_forward(x, s->logits, NULL, s->lnf, m->param_ptr[GPT_WTE], NULL, N, C, V));
+    OP(MO_PROF_GEMM, mo_matmul_forward(x, s->logits, NULL, s->lnf, m->param_ptr[GPT_WTE], NULL, N, C, V));
     // The mean over the global batch: each micro-batch's gradient is its share of the full one.
     float dloss = 1.0f / ((float)c->batch * (float)T);
-    MO_TRY(mo_crossentropy_fused(x, m->losses + off, s->logits, m->targets + off, s->Bm, T, V, dloss));
+    OP(MO_PROF_LOSS, mo_crossentropy_fused(x, m->losses + off, s->logits, m->targets + off, s->Bm, T, V, dloss));
     return MO_OK;
 }
 
@@ -224,15 +225,15 @@ static mo_status backward(step_state *s) {
     mo_ctx *x = m->ctx;
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = c->layers;
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
-    int K = segment_len(c);
+    int K = mo_gpt_segment_len(c);
     float *dC = NULL, *dresid = NULL;
     // logits now hold dlogits.
     MO_TRY(act_alloc(m, NC, &dC));
-    MO_TRY(mo_matmul_backward(x, dC, m->grad_ptr[GPT_WTE], NULL, s->logits, s->lnf, m->param_ptr[GPT_WTE], N, C, V));
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, dC, m->grad_ptr[GPT_WTE], NULL, s->logits, s->lnf, m->param_ptr[GPT_WTE], N, C, V));
     act_free(m, &s->logits);
     MO_TRY(act_alloc(m, NC, &dresid));
-    MO_TRY(mo_memset_zero(x, dresid, NC * sizeof(float)));
-    MO_TRY(mo_layernorm_backward(x, dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB], dC, s->acts[L - 1].out,
+    OP(MO_PROF_ELEMENTWISE, mo_memset_zero(x, dresid, NC * sizeof(float)));
+    OP(MO_PROF_NORM, mo_layernorm_backward(x, dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB], dC, s->acts[L - 1].out,
                                  m->param_ptr[GPT_LNFW], s->lnf_mean, s->lnf_rstd, N, C));
     act_free(m, &dC); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
     act_free(m, &s->acts[L - 1].out);
@@ -251,10 +252,8 @@ static mo_status backward(step_state *s) {
             st = mo_timer_start(x, &t);
             for (int l = a0; l <= b0 && st == MO_OK; l++) {
                 if (l > a0) s->acts[l].in = s->acts[l - 1].out;
-                st = block_forward(m, s, l, &s->acts[l]);
+                st = block_forward(m, s, l, &s->acts[l], l < b0);
             }
-            // The segment's last output is not needed again (its reader's backward has run).
-            act_free(m, &s->acts[b0].out);
             double ms = 0;
             if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
             mo_timer_destroy(&t);
@@ -265,9 +264,11 @@ static mo_status backward(step_state *s) {
             }
         }
     }
+    if (st == MO_OK) st = mo_prof_begin(x, MO_PROF_ELEMENTWISE);
     if (st == MO_OK)
         st = mo_encoder_backward(x, m->grad_ptr[GPT_WTE], m->grad_ptr[GPT_WPE], dresid, m->inputs + off,
                                  m->inputs_host + off, s->Bm, T, C, V);
+    if (st == MO_OK) st = mo_prof_end(x);
     act_free(m, &dresid);
     return st;
 }
@@ -306,15 +307,17 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
 
 mo_status mo_gpt_update(mo_gpt *m) {
     const mo_gpt_config *c = &m->cfg;
+    mo_ctx *x = m->ctx;
     double ss = 0;
-    MO_TRY(mo_sumsq(m->ctx, &ss, m->grads, m->num_params));
+    OP(MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &ss, m->grads, m->num_params));
     double norm = sqrt(ss);
     m->last_grad_norm = m->ctx->backend == MO_BACKEND_DRY ? NAN : norm;
     float scale = 1.0f;
     if (c->grad_clip > 0 && norm > c->grad_clip) scale = (float)(c->grad_clip / norm);
     m->step++;
-    return mo_adamw(m->ctx, m->params, m->grads, m->adam_m, m->adam_v, m->num_params, c->lr, c->beta1, c->beta2, c->eps,
-                    c->weight_decay, m->step, scale);
+    OP(MO_PROF_OPTIMIZER, mo_adamw(m->ctx, m->params, m->grads, m->adam_m, m->adam_v, m->num_params, c->lr, c->beta1,
+                                   c->beta2, c->eps, c->weight_decay, m->step, scale));
+    return MO_OK;
 }
 
 mo_status mo_gpt_step(mo_gpt *m) {

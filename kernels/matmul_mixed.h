@@ -1,0 +1,50 @@
+// Internals of the mixed-precision GEMMs (ops_mixed_gemm.h): the CPU references and the cuBLASLt
+// implementation behind mo_matmul_forward_mixed / mo_matmul_backward_mixed.
+//
+// Backward scratch (fp32, the same on every backend; 0 without dbias): the dbias partial sums,
+// MO_MM_MIXED_DBIAS_ROWS rows of dout per chunk, mo_mm_mixed_dbias_chunks(N) chunks of OC floats.
+// The cpu reference does not use it (it only takes it, so dry and cpu peaks match cuda's).
+#ifndef MEMOPT_MATMUL_MIXED_H
+#define MEMOPT_MATMUL_MIXED_H
+
+#include <stddef.h>
+#include "ctx.h"
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MO_MM_MIXED_DBIAS_ROWS 256
+static inline int mo_mm_mixed_dbias_chunks(int N) { return (N + MO_MM_MIXED_DBIAS_ROWS - 1) / MO_MM_MIXED_DBIAS_ROWS; }
+
+// 1 for MO_F16 / MO_BF16, else 0.
+int mo_dtype_is_16bit(mo_dtype dt);
+// Host conversions of one value (dt 16-bit).
+float mo_mixed_load(mo_dtype dt, const void *p, size_t i);
+void mo_mixed_store(mo_dtype dt, void *p, size_t i, float v);
+// A host fp32 copy of n dt values (malloc; NULL if out of memory).
+float *mo_mixed_to_f32_alloc(mo_dtype dt, const void *src, size_t n);
+
+mo_status matmul_forward_mixed_cpu(mo_dtype dt, void *out, void *gelu_out, const void *inp, const void *weight,
+                                   const void *bias, int N, int C, int OC);
+mo_status matmul_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, float *dbias, const void *dout,
+                                    const void *inp, const void *weight, int N, int C, int OC);
+
+// cuda (matmul_mixed_cuda.c with the kernels of matmul_mixed.cu), on c->stream.
+mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gelu_out, const void *inp,
+                                    const void *weight, const void *bias, int N, int C, int OC);
+mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                     const void *dout, const void *inp, const void *weight, void *scratch, int N,
+                                     int C, int OC);
+// kernels (matmul_mixed.cu): dbias (OC) += column sums of dout (N, OC) dt, via partial (chunks, OC) fp32;
+// gelu_out = gelu(out) elementwise in dt (used when the GELU epilogue is unavailable).
+mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const void *dout, float *partial, int N,
+                                  int OC);
+mo_status matmul_mixed_gelu_cuda(mo_ctx *c, mo_dtype dt, void *gelu_out, const void *out, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

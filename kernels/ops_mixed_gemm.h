@@ -1,0 +1,53 @@
+// Mixed-precision (16-bit activation) GEMM and attention ops, for --precision fp16|bf16: activations in
+// 16 bits (dt = MO_F16 or MO_BF16, stored as raw 16-bit patterns), tensor-core GEMMs with fp32
+// accumulation (CUBLAS_COMPUTE_32F), fp32 master weights and fp32 parameter gradients.
+// Same dispatch contract as ops.h (cpu reference / cuda / dry computes nothing; scratch from ctx->alloc
+// on every backend with sizes that are functions of the shapes and dt alone). Every "void *" tensor is
+// of type dt unless its comment says fp32; conventions otherwise as in ops.h (N = B*T rows, weights
+// (OC, C), "+=" accumulates, everything else overwritten). All ops are deterministic.
+//
+// CPU references convert the 16-bit inputs to fp32, compute exactly as the fp32 references (sums in
+// double), and round each 16-bit output once; intermediates the GPU keeps in 16 bits (the scaled
+// scores and probabilities att, the backward's datt / dpreatt) are rounded at the same points.
+#ifndef MEMOPT_OPS_MIXED_GEMM_H
+#define MEMOPT_OPS_MIXED_GEMM_H
+
+#include <stddef.h>
+#include "ctx.h"
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- GEMMs (cuBLASLt, A/B 16-bit, fp32 compute) ----
+// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); all dt; bias may be NULL. weight is the 16-bit
+// working copy of the fp32 master. gelu_out (dt, may be NULL) = gelu(pre-activation), from the fp32
+// accumulator (cuBLASLt GELU_AUX_BIAS epilogue: out = aux keeps the pre-activation in dt).
+mo_status mo_matmul_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, void *gelu_out, const void *inp,
+                                  const void *weight, const void *bias, int N, int C, int OC);
+// dinp (N,C) dt = dout @ weight (overwritten; may be NULL to skip)
+// dweight (OC,C) fp32 += dout^T @ inp (cuBLASLt, A/B dt, C/D fp32, beta 1)
+// dbias (OC) fp32 += column sums of dout (may be NULL): a fixed-order fp32 reduction.
+mo_status mo_matmul_backward_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                   const void *dout, const void *inp, const void *weight, int N, int C, int OC);
+
+// ---- causal self-attention, materialized ----
+// qkv (B,T,3C), out (B,T,C), att (B,NH,T,T) all dt. att = softmax(round(q k^T / sqrt(HS))) with the
+// softmax in fp32, stored rounded to dt (exact zeros above the diagonal).
+mo_status mo_attention_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, void *att, const void *qkv, int B, int T,
+                                     int C, int NH);
+// dqkv (B,T,3C) dt overwritten, from dout (B,T,C), qkv and att (all dt).
+mo_status mo_attention_backward_mixed(mo_ctx *c, mo_dtype dt, void *dqkv, const void *dout, const void *qkv,
+                                      const void *att, int B, int T, int C, int NH);
+
+// ---- scratch sizes (bytes), shared by every backend ----
+size_t mo_matmul_backward_mixed_scratch_bytes(int N, int OC, int has_dbias);
+size_t mo_attention_forward_mixed_scratch_bytes(mo_dtype dt, int B, int T, int C, int NH);
+size_t mo_attention_backward_mixed_scratch_bytes(mo_dtype dt, int B, int T, int C, int NH);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
