@@ -29,6 +29,9 @@ double mo_device_peak_tflops(const char *name, mo_precision p) {
 }
 
 static void git_rev(char *buf, size_t n) {
+    // A copy of the tree without .git (the GPU machine gets one) names its revision here.
+    const char *env = getenv("MEMOPT_GIT_REV");
+    if (env && *env) { snprintf(buf, n, "%s", env); return; }
     snprintf(buf, n, "unknown");
     FILE *f = popen("git rev-parse --short=12 HEAD 2>/dev/null && git status --porcelain --untracked-files=no 2>/dev/null | head -1", "r");
     if (!f) return;

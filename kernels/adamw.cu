@@ -7,26 +7,11 @@
 #include <stdint.h>
 
 #include "adamw.h"
+#include "adamw_dev.cuh"
 #include "cuda_check.h"
 
 #define ADAMW_THREADS 256
 #define ADAMW_MAX_BLOCKS 65536
-
-struct adamw_hp {
-    float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, bc1, bc2, grad_scale;
-};
-
-__device__ __forceinline__ void adamw_one(float &p, float grad, float &m, float &v, const adamw_hp &h) {
-    float g = __fmul_rn(grad, h.grad_scale);
-    float mi = __fadd_rn(__fmul_rn(h.beta1, m), __fmul_rn(h.one_minus_beta1, g));
-    float vi = __fadd_rn(__fmul_rn(h.beta2, v), __fmul_rn(__fmul_rn(h.one_minus_beta2, g), g));
-    float mhat = __fdiv_rn(mi, h.bc1);
-    float vhat = __fdiv_rn(vi, h.bc2);
-    m = mi;
-    v = vi;
-    float upd = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), h.eps)), __fmul_rn(h.weight_decay, p));
-    p = __fsub_rn(p, __fmul_rn(h.lr, upd));
-}
 
 __global__ void adamw_vec4(float *param, const float *grad, float *m, float *v, size_t n, adamw_hp h) {
     size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x;
@@ -59,17 +44,7 @@ __global__ void adamw_scalar(float *param, const float *grad, float *m, float *v
 extern "C" mo_status adamw_cuda(mo_ctx *c, float *param, const float *grad, float *m, float *v, size_t n, float lr,
                                 float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
     if (n == 0) return MO_OK;
-    adamw_hp h;
-    h.lr = lr;
-    h.beta1 = beta1;
-    h.beta2 = beta2;
-    h.one_minus_beta1 = 1.0f - beta1; // host float arithmetic, as the cpu's (1.0f - beta1)
-    h.one_minus_beta2 = 1.0f - beta2;
-    h.eps = eps;
-    h.weight_decay = weight_decay;
-    h.bc1 = adamw_bias_correction(beta1, t);
-    h.bc2 = adamw_bias_correction(beta2, t);
-    h.grad_scale = grad_scale;
+    adamw_hp h = adamw_make_hp(lr, beta1, beta2, eps, weight_decay, t, grad_scale);
     cudaStream_t s = (cudaStream_t)c->stream;
     int vec = (((uintptr_t)param | (uintptr_t)grad | (uintptr_t)m | (uintptr_t)v) & 15u) == 0;
     size_t work = vec ? n / 4 : n;

@@ -152,6 +152,22 @@ static mo_status encoder_upload(mo_ctx *c, void *dst, const int *host, size_t in
     return MO_OK;
 }
 
+// The host grouping and its upload alone, for the mixed-precision backward (encoder_mixed.cu): fills
+// scratch as encoder_backward_cuda does and returns the number of distinct tokens in *U.
+extern "C" mo_status encoder_backward_group_cuda(mo_ctx *c, void *scratch, const int *inp_host, int B, int T, int V,
+                                                 int *U) {
+    if (!inp_host) return MO_FAIL(MO_ERR_INVALID, "encoder_backward: the cuda kernel needs inp_host");
+    if ((size_t)B * T > (size_t)INT32_MAX / 3)
+        return MO_FAIL(MO_ERR_INVALID, "encoder_backward: B*T=%zu too large", (size_t)B * T);
+    size_t ints = encoder_backward_scratch_ints(B, T);
+    int *host = (int *)malloc(ints * sizeof(int));
+    if (!host) return MO_FAIL(MO_ERR_OOM, "encoder_backward: host out of memory for the token grouping");
+    mo_status st = encoder_group_tokens(host, inp_host, B * T, V, U);
+    if (st == MO_OK) st = encoder_upload(c, scratch, host, ints);
+    free(host);
+    return st;
+}
+
 extern "C" mo_status encoder_backward_cuda(mo_ctx *c, float *dwte, float *dwpe, const float *dout,
                                            const int *inp_host, void *scratch, int B, int T, int C, int V) {
     if (!inp_host) return MO_FAIL(MO_ERR_INVALID, "encoder_backward: the cuda kernel needs inp_host");

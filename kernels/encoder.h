@@ -33,6 +33,10 @@ mo_status encoder_forward_cuda(mo_ctx *c, float *out, const int *inp, const floa
 mo_status encoder_backward_cuda(mo_ctx *c, float *dwte, float *dwpe, const float *dout, const int *inp_host,
                                 void *scratch, int B, int T, int C, int V);
 
+// The grouping step of encoder_backward_cuda on its own (host sort of inp_host, upload into scratch,
+// stream synchronized); *U = number of distinct tokens. Used by the mixed-precision backward.
+mo_status encoder_backward_group_cuda(mo_ctx *c, void *scratch, const int *inp_host, int B, int T, int V, int *U);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,34 +11,12 @@
 
 #include "cuda_check.h"
 #include "gelu.h"
+#include "gelu_dev.cuh"
 
 #define GELU_THREADS 256
 #define GELU_MAX_BLOCKS 65536
-#define GELU_SCALE MO_GELU_SCALE
 
 static inline int gelu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
-__device__ __forceinline__ float gelu_tanh(float u) {
-    float a = fabsf(u);
-    float t = 1.0f; // tanh(a) = 1 - 2e-13 for a >= 15: exactly 1 in fp32
-    if (a < 15.0f) {
-        float e = expm1f(2.0f * a);
-        t = __fdiv_rn(e, e + 2.0f);
-    }
-    return copysignf(t, u);
-}
-
-__device__ __forceinline__ float gelu_fwd(float x) {
-    float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + gelu_tanh(GELU_SCALE * (x + cube)));
-}
-
-__device__ __forceinline__ float gelu_grad(float x) {
-    float cube = 0.044715f * x * x * x;
-    float t = gelu_tanh(GELU_SCALE * (x + cube));
-    float sech2 = 1.0f - t * t;
-    return 0.5f * (1.0f + t) + x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-}
 
 // Grid-stride over n4 float4s; the first n % 4 threads of the grid also take the scalar tail.
 __global__ void gelu_forward_vec4(float *out, const float *inp, size_t n) {

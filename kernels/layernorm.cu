@@ -235,3 +235,14 @@ extern "C" mo_status layernorm_backward_cuda(mo_ctx *c, float *dinp, float *dwei
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }
+
+// Stage 2 alone, for the mixed-precision backward (layernorm_mixed.cu): dweight, dbias (C) += the sum
+// over g of partial (G, 2, C), in the fixed order of layernorm_backward_reduce.
+extern "C" mo_status layernorm_backward_reduce_cuda(mo_ctx *c, float *dweight, float *dbias, const float *partial,
+                                                    int G, int C) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    unsigned grid2 = (unsigned)((2 * C + 31) / 32);
+    layernorm_backward_reduce<<<grid2, 1024, 0, s>>>(dweight, dbias, partial, G, C);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}

@@ -6,18 +6,18 @@
 #include "matmul.h"
 #include "ops_mixed_gemm.h"
 
-int mo_dtype_is_16bit(mo_dtype dt) { return dt == MO_F16 || dt == MO_BF16; }
+int mo_mmg_is_16bit(mo_dtype dt) { return dt == MO_F16 || dt == MO_BF16; }
 
-float mo_mixed_load(mo_dtype dt, const void *p, size_t i) {
+float mo_mmg_load(mo_dtype dt, const void *p, size_t i) {
     const uint16_t h = ((const uint16_t *)p)[i];
     return dt == MO_BF16 ? mo_bf16_to_f32(h) : mo_f16_to_f32(h);
 }
 
-void mo_mixed_store(mo_dtype dt, void *p, size_t i, float v) {
+void mo_mmg_store(mo_dtype dt, void *p, size_t i, float v) {
     ((uint16_t *)p)[i] = dt == MO_BF16 ? mo_f32_to_bf16(v) : mo_f32_to_f16(v);
 }
 
-float *mo_mixed_to_f32_alloc(mo_dtype dt, const void *src, size_t n) {
+float *mo_mmg_to_f32_alloc(mo_dtype dt, const void *src, size_t n) {
     float *p = malloc((n ? n : 1) * sizeof *p);
     if (p && n) mo_convert_to_f32(dt, p, src, n);
     return p;
@@ -31,9 +31,9 @@ size_t mo_matmul_backward_mixed_scratch_bytes(int N, int OC, int has_dbias) {
 mo_status matmul_forward_mixed_cpu(mo_dtype dt, void *out, void *gelu_out, const void *inp, const void *weight,
                                    const void *bias, int N, int C, int OC) {
     const size_t nout = (size_t)N * OC;
-    float *x = mo_mixed_to_f32_alloc(dt, inp, (size_t)N * C);
-    float *w = mo_mixed_to_f32_alloc(dt, weight, (size_t)OC * C);
-    float *b = bias ? mo_mixed_to_f32_alloc(dt, bias, (size_t)OC) : NULL;
+    float *x = mo_mmg_to_f32_alloc(dt, inp, (size_t)N * C);
+    float *w = mo_mmg_to_f32_alloc(dt, weight, (size_t)OC * C);
+    float *b = bias ? mo_mmg_to_f32_alloc(dt, bias, (size_t)OC) : NULL;
     float *y = malloc(nout * sizeof *y);
     float *g = gelu_out ? malloc(nout * sizeof *g) : NULL;
     mo_status st = MO_OK;
@@ -51,9 +51,9 @@ mo_status matmul_forward_mixed_cpu(mo_dtype dt, void *out, void *gelu_out, const
 mo_status matmul_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, float *dbias, const void *dout,
                                     const void *inp, const void *weight, int N, int C, int OC) {
     const size_t nin = (size_t)N * C;
-    float *dy = mo_mixed_to_f32_alloc(dt, dout, (size_t)N * OC);
-    float *x = mo_mixed_to_f32_alloc(dt, inp, nin);
-    float *w = mo_mixed_to_f32_alloc(dt, weight, (size_t)OC * C);
+    float *dy = mo_mmg_to_f32_alloc(dt, dout, (size_t)N * OC);
+    float *x = mo_mmg_to_f32_alloc(dt, inp, nin);
+    float *w = mo_mmg_to_f32_alloc(dt, weight, (size_t)OC * C);
     float *dx = dinp ? malloc(nin * sizeof *dx) : NULL;
     mo_status st = MO_OK;
     if (!dy || !x || !w || (dinp && !dx)) st = MO_FAIL(MO_ERR_OOM, "matmul_backward_mixed_cpu: host out of memory");
@@ -65,7 +65,7 @@ mo_status matmul_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, flo
 }
 
 static mo_status check_args(const char *op, mo_dtype dt, int N, int C, int OC) {
-    if (!mo_dtype_is_16bit(dt))
+    if (!mo_mmg_is_16bit(dt))
         return MO_FAIL(MO_ERR_INVALID, "%s: dtype %s is not a 16-bit type (fp16 or bf16)", op, mo_dtype_name(dt));
     if (N <= 0 || C <= 0 || OC <= 0) return MO_FAIL(MO_ERR_INVALID, "%s: bad shape N=%d C=%d OC=%d", op, N, C, OC);
     return MO_OK;

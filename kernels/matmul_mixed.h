@@ -19,12 +19,12 @@ extern "C" {
 static inline int mo_mm_mixed_dbias_chunks(int N) { return (N + MO_MM_MIXED_DBIAS_ROWS - 1) / MO_MM_MIXED_DBIAS_ROWS; }
 
 // 1 for MO_F16 / MO_BF16, else 0.
-int mo_dtype_is_16bit(mo_dtype dt);
+int mo_mmg_is_16bit(mo_dtype dt);
 // Host conversions of one value (dt 16-bit).
-float mo_mixed_load(mo_dtype dt, const void *p, size_t i);
-void mo_mixed_store(mo_dtype dt, void *p, size_t i, float v);
+float mo_mmg_load(mo_dtype dt, const void *p, size_t i);
+void mo_mmg_store(mo_dtype dt, void *p, size_t i, float v);
 // A host fp32 copy of n dt values (malloc; NULL if out of memory).
-float *mo_mixed_to_f32_alloc(mo_dtype dt, const void *src, size_t n);
+float *mo_mmg_to_f32_alloc(mo_dtype dt, const void *src, size_t n);
 
 mo_status matmul_forward_mixed_cpu(mo_dtype dt, void *out, void *gelu_out, const void *inp, const void *weight,
                                    const void *bias, int N, int C, int OC);
@@ -41,6 +41,8 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
 // gelu_out = gelu(out) elementwise in dt (used when the GELU epilogue is unavailable).
 mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const void *dout, float *partial, int N,
                                   int OC);
+// out (N, OC) += bias (OC) in dt (the fallback when no cuBLASLt algorithm takes the bias epilogue)
+mo_status matmul_mixed_bias_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *bias, int N, int OC);
 mo_status matmul_mixed_gelu_cuda(mo_ctx *c, mo_dtype dt, void *gelu_out, const void *out, size_t n);
 
 #ifdef __cplusplus

@@ -1,0 +1,376 @@
+// memopt plan: for each model the flags describe, the predicted peak by category (dry backend,
+// exact), fits or not in the target's headroom, the largest batch that fits, and a ranked table of
+// the strategy combinations (precision x attn x ckpt x accum) with a predicted step time.
+//
+// Which combinations the table explores: an axis given as a list (--ckpt none,full) is explored over
+// that list; an axis given one value or none is explored over the default set plus that value
+// (precision fp32,tf32,bf16,fp16; attn materialized,fused; ckpt none,selective,sqrt,full; accum
+// 1,2,4,8 where the batch divides). The single values (or the first of each list) are "the asked
+// configuration", planned in detail first.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench/cli.h"
+#include "bench/planner.h"
+
+#define TABLE_ROWS_MAX 24 // rows printed; the rest are counted
+// The largest batch is searched (about 10 dry runs at growing batch sizes each) for the asked
+// configuration and the fastest few that fit: for all 64 default combinations it would take
+// seconds, and past the leaders the column is rarely what anyone reads.
+#define MAX_BATCH_ROWS 5
+
+typedef struct target {
+    mo_gpu_catalog cat;
+    int have_cat;
+    const mo_gpu_spec *gpu;      // --gpu's entry; NULL with --mem or neither
+    const mo_gpu_spec *time_gpu; // whose rates time the step: gpu, or a stated reference
+    uint64_t total, headroom;
+    char what[256];              // how the device size was chosen
+    mo_plan_calib cal;
+    char results_dir[MO_PATH_MAX];
+} target;
+
+typedef struct entry {
+    mo_run_config rc;
+    mo_plan_fit fit;
+    mo_roofline roof;
+    double ms;        // predicted step time; NAN without a GPU to time on
+    int max_batch, at_limit, max_done;
+} entry;
+
+static const char *gib(uint64_t b, char *buf) { return mo_format_bytes(b, buf, 32); }
+
+static mo_status resolve_target(const mo_config *cfg, target *t) {
+    memset(t, 0, sizeof *t);
+    mo_status st = mo_gpu_catalog_load(NULL, &t->cat);
+    t->have_cat = st == MO_OK;
+    char b1[32];
+    if (cfg->gpu[0]) {
+        if (!t->have_cat) return st; // --gpu needs the catalog: its message says where it looked
+        t->gpu = mo_gpu_catalog_find(&t->cat, cfg->gpu);
+        if (!t->gpu) {
+            char names[512];
+            return MO_FAIL(MO_ERR_INVALID, "--gpu: unknown GPU '%s' (accepted: %s; catalog %s)", cfg->gpu,
+                           mo_gpu_catalog_names(&t->cat, names, sizeof names), t->cat.path);
+        }
+        t->time_gpu = t->gpu;
+        t->total = mo_gpu_total_bytes(t->gpu);
+        snprintf(t->what, sizeof t->what, "%s (%s): %s as CUDA reports it%s", t->gpu->name, t->gpu->key, gib(t->total, b1),
+                 t->gpu->visible_bytes ? (t->gpu->unsure & MO_GPU_F_VISIBLE ? " (unsure figure)" : "") : " (the datasheet's figure)");
+    } else {
+        mo_clear_error();
+        int dflt = !cfg->mem_bytes;
+        t->total = cfg->mem_bytes ? cfg->mem_bytes : cfg->base.device_mem_bytes;
+        // Times need a GPU's rates: the H200 (the suite's reference machine) stands in, said so.
+        if (t->have_cat) t->time_gpu = mo_gpu_catalog_find(&t->cat, "h200-sxm");
+        snprintf(t->what, sizeof t->what, "%s device (%s)", gib(t->total, b1),
+                 dflt ? (cfg->base.device_mem_bytes == MO_DEFAULT_DEVICE_MEM ? "the default: an H200's 143771 MiB; --gpu NAME or --mem SIZE to choose"
+                                                                            : "--device-mem")
+                      : "--mem");
+    }
+    if (t->total <= MO_PLAN_CONTEXT_RESERVE)
+        return MO_FAIL(MO_ERR_INVALID, "%s: %s is not more than the %s the CUDA context keeps (accepted: a size like 24GiB)",
+                       cfg->gpu[0] ? "--gpu" : "--mem", gib(t->total, b1), "512 MiB");
+    t->headroom = t->total - MO_PLAN_CONTEXT_RESERVE;
+    if (cfg->base.out_dir[0]) snprintf(t->results_dir, sizeof t->results_dir, "%s", cfg->base.out_dir);
+    else if (!mo_plan_find_file("results", t->results_dir, sizeof t->results_dir)) snprintf(t->results_dir, sizeof t->results_dir, "results");
+    if (t->time_gpu) mo_plan_calib_load(&t->cal, t->time_gpu, t->results_dir, stdout);
+    else mo_plan_calib_defaults(&t->cal);
+    return MO_OK;
+}
+
+static void print_target(const target *t) {
+    char b1[32], b2[32];
+    printf("target: %s\n", t->what);
+    printf("  headroom %s = total less %s for the CUDA context and library handles (never seen by the allocator)\n",
+           gib(t->headroom, b1), gib(MO_PLAN_CONTEXT_RESERVE, b2));
+    const mo_gpu_spec *g = t->time_gpu;
+    if (!g) {
+        printf("  no GPU catalog: no step times (bench/gpus.txt not found)\n");
+        return;
+    }
+    printf("  %s%s dense peaks: fp32 %g%s, tf32 %g%s, bf16 %g%s, fp16 %g%s TFLOP/s; memory %g%s GB/s; link %g GB/s (%s)\n",
+           t->gpu ? "" : "times on the reference ", g->key, g->fp32, g->unsure & MO_GPU_F_FP32 ? "?" : "", g->tf32,
+           g->unsure & MO_GPU_F_TF32 ? "?" : "", g->bf16, g->unsure & MO_GPU_F_BF16 ? "?" : "", g->fp16,
+           g->unsure & MO_GPU_F_FP16 ? "?" : "", g->mem_bw_gbs, g->unsure & MO_GPU_F_MEM_BW ? "?" : "", g->link_gbs,
+           g->link[0] ? g->link : "?");
+    if (g->unsure) printf("  (? marks a figure not confirmed against the vendor's document; sources: %s, docs/gpus.md)\n", t->cat.path);
+}
+
+static void short_strategy(const mo_run_config *rc, char *buf, size_t n) {
+    char ck[24];
+    snprintf(buf, n, "%s, attn %s, ckpt %s, accum %d", mo_precision_name(rc->precision), mo_attn_name(rc->attn),
+             mo_ckpt_format(rc->ckpt, ck, sizeof ck), rc->accum);
+}
+
+static double tokens_per_s(const mo_run_config *rc, double ms) { return (double)rc->batch * rc->seq / (ms * 1e-3); }
+
+static double model_tflops(const mo_run_config *rc, double ms) {
+    mo_gpt_config g;
+    memset(&g, 0, sizeof g);
+    g.layers = rc->layers; g.hidden = rc->hidden; g.heads = rc->heads; g.seq = rc->seq; g.batch = rc->batch;
+    g.vocab = rc->vocab; g.accum = rc->accum;
+    return mo_gpt_step_flops(&g) / (ms * 1e-3) / 1e12;
+}
+
+static mo_status evaluate(entry *e, const target *t, const mo_run_env *env, int want_max, int *runs) {
+    MO_TRY(mo_plan_fit_check(&e->rc, env, t->headroom, &e->fit));
+    *runs += e->fit.runs;
+    e->ms = NAN;
+    if (t->time_gpu) {
+        mo_roofline_step(&e->rc, t->time_gpu, &e->roof);
+        e->ms = mo_plan_step_ms(&e->roof, &t->cal, e->rc.precision);
+    }
+    if (want_max && e->fit.plannable) {
+        int r = 0;
+        MO_TRY(mo_plan_max_batch(&e->rc, env, t->headroom, &e->max_batch, &e->at_limit, &r));
+        *runs += r;
+        e->max_done = 1;
+    }
+    return MO_OK;
+}
+
+static void print_asked(const entry *e, const target *t) {
+    char b1[32], b2[32], s[128];
+    const mo_csv_row *r = &e->fit.row;
+    short_strategy(&e->rc, s, sizeof s);
+    printf("\nasked: %s, alloc %s, cap %s\n", s, mo_alloc_kind_name(e->rc.alloc), e->rc.cap_text);
+    if (!e->fit.plannable) {
+        printf("  not plannable: %s: %s\n", r->status, r->detail);
+        return;
+    }
+    printf("  predicted peak (dry backend, exact): allocated %lld B (%s), reserved %lld B (%s)\n", (long long)r->peak_allocated_bytes,
+           gib((uint64_t)r->peak_allocated_bytes, b1), (long long)r->peak_reserved_bytes, gib((uint64_t)r->peak_reserved_bytes, b2));
+    printf("  by category:");
+    const int64_t cats[] = {r->param_bytes, r->grad_bytes, r->optim_bytes, r->master_bytes, r->activation_bytes, r->workspace_bytes};
+    for (int c = 0; c < MO_CAT_COUNT; c++)
+        printf(" %s %s%s", mo_category_name((mo_category)c), gib((uint64_t)(cats[c] > 0 ? cats[c] : 0), b1), c + 1 < MO_CAT_COUNT ? "," : "\n");
+    if (!strcmp(r->status, "ok"))
+        printf("  static (params, grads, optimizer, master) %s, activation peak %s\n", gib((uint64_t)r->static_bytes, b1),
+               gib((uint64_t)r->activation_peak_bytes, b2));
+    else
+        printf("  out of memory under its own --cap %s: %s\n", e->rc.cap_text, r->detail);
+    uint64_t need = r->peak_reserved_bytes > 0 ? (uint64_t)r->peak_reserved_bytes : 0;
+    if (e->fit.fits && !e->fit.retries)
+        printf("  fits: yes, %s reserved of %s headroom (%.0f%%)\n", gib(need, b1), gib(t->headroom, b2), 100.0 * (double)need / (double)t->headroom);
+    else if (e->fit.fits)
+        printf("  fits: yes, after the allocator released its cached free segments %d time%s (uncapped it would reserve %s)\n",
+               e->fit.retries, e->fit.retries == 1 ? "" : "s", gib(need, b1));
+    else if (!strcmp(r->status, "ok"))
+        printf("  fits: NO, it needs %s reserved, %s more than the headroom\n", gib(need, b1), gib(need - t->headroom, b2));
+    else
+        printf("  fits: NO\n");
+    if (e->max_done) {
+        if (e->max_batch == 0) printf("  largest batch that fits: none (not even batch %d)\n", e->rc.accum);
+        else printf("  largest batch that fits: %d%s%s\n", e->max_batch, e->at_limit ? " (the search limit: at least this)" : "",
+                    e->rc.accum > 1 ? " (a multiple of accum)" : "");
+    }
+    if (!isnan(e->ms)) {
+        const char *note = NULL;
+        mo_gpu_gemm_tflops(t->time_gpu, e->rc.precision, &note);
+        printf("  predicted step %.1f ms (%s): GEMM floor %.1f ms / %.2f, memory-bound floor %.1f ms / %.2f; %.0f tokens/s, %.1f model TFLOP/s%s%s\n",
+               e->ms, t->cal.how[e->rc.precision], 1e3 * e->roof.gemm_s, t->cal.eff_gemm[e->rc.precision], 1e3 * e->roof.mem_s,
+               t->cal.eff_mem[e->rc.precision], tokens_per_s(&e->rc, e->ms), model_tflops(&e->rc, e->ms), note ? "; " : "", note ? note : "");
+    }
+}
+
+static int cmp_entry(const void *x, const void *y) {
+    const entry *a = x, *b = y;
+    if (a->fit.fits != b->fit.fits) return b->fit.fits - a->fit.fits;
+    if (a->fit.fits) {
+        if (!isnan(a->ms) && !isnan(b->ms) && a->ms != b->ms) return a->ms < b->ms ? -1 : 1;
+    }
+    int64_t pa = a->fit.row.peak_reserved_bytes, pb = b->fit.row.peak_reserved_bytes;
+    return (pa > pb) - (pa < pb);
+}
+
+// The table's values of one axis: the list when one was given, else the default set plus the value.
+static int axis_precision(const mo_config *c, mo_precision *out) {
+    if (c->n_precision > 1) { memcpy(out, c->precision, (size_t)c->n_precision * sizeof *out); return c->n_precision; }
+    static const mo_precision d[] = {MO_PREC_FP32, MO_PREC_TF32, MO_PREC_BF16, MO_PREC_FP16};
+    memcpy(out, d, sizeof d);
+    return 4; // the given value is one of the four
+}
+
+static int axis_attn(const mo_config *c, mo_attn_kind *out) {
+    if (c->n_attn > 1) { memcpy(out, c->attn, (size_t)c->n_attn * sizeof *out); return c->n_attn; }
+    out[0] = MO_ATTN_MATERIALIZED;
+    out[1] = MO_ATTN_FUSED;
+    return 2;
+}
+
+static int same_ckpt(mo_ckpt a, mo_ckpt b) { return a.kind == b.kind && a.every == b.every; }
+
+static int axis_ckpt(const mo_config *c, mo_ckpt *out) {
+    if (c->n_ckpt > 1) { memcpy(out, c->ckpt, (size_t)c->n_ckpt * sizeof *out); return c->n_ckpt; }
+    static const mo_ckpt d[] = {{MO_CKPT_NONE, 0}, {MO_CKPT_SELECTIVE, 0}, {MO_CKPT_SQRT, 0}, {MO_CKPT_FULL, 0}};
+    int n = 4;
+    memcpy(out, d, sizeof d);
+    int have = 0;
+    for (int i = 0; i < n; i++) have |= same_ckpt(out[i], c->ckpt[0]);
+    if (!have) out[n++] = c->ckpt[0]; // every:K
+    return n;
+}
+
+static int axis_accum(const mo_config *c, int *out) {
+    if (c->n_accum > 1) { memcpy(out, c->accum, (size_t)c->n_accum * sizeof *out); return c->n_accum; }
+    static const int d[] = {1, 2, 4, 8};
+    int n = 4;
+    memcpy(out, d, sizeof d);
+    int have = 0;
+    for (int i = 0; i < n; i++) have |= out[i] == c->accum[0];
+    if (!have) out[n++] = c->accum[0];
+    return n;
+}
+
+static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, const target *t, const mo_run_env *env, int *runs) {
+    mo_precision P[MO_LIST_MAX];
+    mo_attn_kind A[MO_LIST_MAX];
+    mo_ckpt K[MO_LIST_MAX + 1];
+    int Q[MO_LIST_MAX + 1];
+    int np = axis_precision(cfg, P), na = axis_attn(cfg, A), nk = axis_ckpt(cfg, K), nq = axis_accum(cfg, Q);
+    size_t cap = (size_t)np * na * nk * nq;
+    entry *es = calloc(cap, sizeof *es);
+    if (!es) return MO_FAIL(MO_ERR_INTERNAL, "out of host memory");
+    size_t n = 0;
+    int skipped_accum = 0;
+    char notes[4][256];
+    int nnotes = 0;
+    mo_status st = MO_OK;
+    for (int ip = 0; ip < np && st == MO_OK; ip++)
+        for (int ia = 0; ia < na && st == MO_OK; ia++)
+            for (int ik = 0; ik < nk && st == MO_OK; ik++)
+                for (int iq = 0; iq < nq && st == MO_OK; iq++) {
+                    entry *e = &es[n];
+                    e->rc = *point;
+                    e->rc.precision = P[ip];
+                    e->rc.attn = A[ia];
+                    e->rc.ckpt = K[ik];
+                    e->rc.accum = Q[iq];
+                    if (mo_run_config_validate(&e->rc) != MO_OK) {
+                        mo_clear_error();
+                        skipped_accum += point->batch % Q[iq] != 0;
+                        continue;
+                    }
+                    st = evaluate(e, t, env, 0, runs);
+                    if (st != MO_OK) break;
+                    if (!e->fit.plannable) {
+                        // The engine refuses it (mixed precision not built yet, say): one note per reason.
+                        int seen = 0;
+                        for (int i = 0; i < nnotes; i++) seen |= !strcmp(notes[i], e->fit.row.detail);
+                        if (!seen && nnotes < 4) snprintf(notes[nnotes++], sizeof notes[0], "%.250s", e->fit.row.detail);
+                        continue;
+                    }
+                    n++;
+                }
+    if (st != MO_OK) { free(es); return st; }
+    qsort(es, n, sizeof *es, cmp_entry);
+    for (size_t i = 0; i < n && i < MAX_BATCH_ROWS && st == MO_OK; i++) {
+        // The fastest that fit; when none fits, the smallest peaks (they sort first): how far to shrink.
+        if (!es[i].fit.fits && es[0].fit.fits) break;
+        int r = 0;
+        st = mo_plan_max_batch(&es[i].rc, env, t->headroom, &es[i].max_batch, &es[i].at_limit, &r);
+        *runs += r;
+        es[i].max_done = 1;
+    }
+    if (st != MO_OK) { free(es); return st; }
+    char b1[32];
+    size_t nfit = 0;
+    for (size_t i = 0; i < n; i++) nfit += es[i].fit.fits;
+    printf("\nstrategy combinations at batch %d: %zu planned, %zu fit, ranked by predicted step time%s\n", point->batch, n, nfit,
+           t->time_gpu ? "" : " (no GPU rates: by peak)");
+    printf("  %4s  %-9s %-12s %-9s %5s  %13s  %4s  %9s  %10s  %9s\n", "rank", "precision", "attn", "ckpt", "accum", "peak reserved",
+           "fits", "step ms", "tokens/s", "max batch");
+    size_t shown = 0;
+    for (size_t i = 0; i < n; i++) {
+        const entry *e = &es[i];
+        if (shown == TABLE_ROWS_MAX) {
+            size_t rest_fit = 0;
+            for (size_t j = i; j < n; j++) rest_fit += es[j].fit.fits;
+            printf("  ... %zu more (%zu of them fit)\n", n - i, rest_fit);
+            break;
+        }
+        char ck[24], rank[8], mb[16], ms[16], tps[16];
+        snprintf(rank, sizeof rank, e->fit.fits ? "%zu" : "-", i + 1);
+        if (!e->max_done) snprintf(mb, sizeof mb, "-");
+        else if (!e->max_batch) snprintf(mb, sizeof mb, "none");
+        else snprintf(mb, sizeof mb, e->at_limit ? ">=%d" : "%d", e->max_batch);
+        if (isnan(e->ms)) snprintf(ms, sizeof ms, "-"), snprintf(tps, sizeof tps, "-");
+        else snprintf(ms, sizeof ms, "%.1f", e->ms), snprintf(tps, sizeof tps, "%.0f", tokens_per_s(&e->rc, e->ms));
+        printf("  %4s  %-9s %-12s %-9s %5d  %13s  %4s  %9s  %10s  %9s\n", rank, mo_precision_name(e->rc.precision),
+               mo_attn_name(e->rc.attn), mo_ckpt_format(e->rc.ckpt, ck, sizeof ck), e->rc.accum,
+               gib((uint64_t)e->fit.row.peak_reserved_bytes, b1), e->fit.fits ? (e->fit.retries ? "yes*" : "yes") : "no", ms, tps, mb);
+        shown++;
+    }
+    if (n && es[0].fit.fits) {
+        char s[128];
+        short_strategy(&es[0].rc, s, sizeof s);
+        if (isnan(es[0].ms)) printf("  best: %s (the smallest peak that fits)\n", s);
+        else printf("  best: %s: %.1f ms per step, %.0f tokens/s, peak reserved %s\n", s, es[0].ms, tokens_per_s(&es[0].rc, es[0].ms),
+                    gib((uint64_t)es[0].fit.row.peak_reserved_bytes, b1));
+    } else if (n) {
+        printf("  nothing fits at batch %d: the smallest peak is %s; see max batch\n", point->batch, gib((uint64_t)es[0].fit.row.peak_reserved_bytes, b1));
+    }
+    for (int i = 0; i < nnotes; i++) printf("  not plannable: %s\n", notes[i]);
+    if (skipped_accum) printf("  (%d combinations skipped: accum does not divide batch %d)\n", skipped_accum, point->batch);
+    printf("  (yes* fits only after the allocator releases cached segments; max batch: the largest global batch that fits, searched for the first %d rows)\n", MAX_BATCH_ROWS);
+    free(es);
+    return MO_OK;
+}
+
+static void print_model(const mo_run_config *rc) {
+    mo_gpt_config g;
+    memset(&g, 0, sizeof g);
+    g.layers = rc->layers; g.hidden = rc->hidden; g.heads = rc->heads; g.seq = rc->seq; g.batch = rc->batch;
+    g.vocab = rc->vocab; g.accum = 1;
+    // The preset's name only when the dimensions are still the preset's.
+    const mo_preset *p = mo_preset_find(rc->preset);
+    int is_preset = p && p->layers == rc->layers && p->hidden == rc->hidden && p->heads == rc->heads && p->seq == rc->seq &&
+                    p->vocab == rc->vocab;
+    printf("memopt plan: gpt %s, L%d C%d H%d T%d V%d, batch %d, %.1fM parameters\n", is_preset ? rc->preset : "(custom shape)",
+           rc->layers, rc->hidden, rc->heads, rc->seq, rc->vocab, rc->batch, (double)mo_gpt_num_params(&g) / 1e6);
+}
+
+mo_status mo_cmd_plan(const mo_config *cfg) {
+    if (cfg->validate[0]) return mo_plan_validate(cfg);
+    double t0 = mo_plan_now();
+    target *t = calloc(1, sizeof *t);
+    mo_config *pts = malloc(sizeof *pts);
+    if (!t || !pts) { free(t); free(pts); return MO_FAIL(MO_ERR_INTERNAL, "out of host memory"); }
+    mo_status st = resolve_target(cfg, t);
+    mo_run_env env;
+    if (st == MO_OK) st = mo_plan_env_init(&env);
+    // The model points: every combination of the axes but the four the table explores.
+    memcpy(pts, cfg, sizeof *pts);
+    pts->n_precision = pts->n_attn = pts->n_ckpt = pts->n_accum = 1;
+    size_t npts = st == MO_OK ? mo_config_count(pts) : 0;
+    int runs = 0;
+    for (size_t i = 0; i < npts && st == MO_OK; i++) {
+        mo_run_config rc;
+        st = mo_config_combination(pts, i, &rc);
+        if (st != MO_OK) break;
+        rc.device_mem_bytes = t->total; // fractional caps resolve against the target
+        if (i) printf("\n");
+        print_model(&rc);
+        if (i == 0) print_target(t);
+        if (mo_run_config_validate(&rc) != MO_OK) {
+            printf("  skipped: %s\n", mo_errmsg_plain());
+            mo_clear_error();
+            continue;
+        }
+        entry asked;
+        memset(&asked, 0, sizeof asked);
+        asked.rc = rc;
+        st = evaluate(&asked, t, &env, 1, &runs);
+        if (st != MO_OK) break;
+        print_asked(&asked, t);
+        st = plan_table(cfg, &rc, t, &env, &runs);
+    }
+    if (st == MO_OK)
+        printf("\nplanned in %.3f s (%d dry runs of the engine; memory exact, times modelled)\n", mo_plan_now() - t0, runs);
+    if (t->have_cat) mo_gpu_catalog_free(&t->cat);
+    free(t);
+    free(pts);
+    return st;
+}

@@ -1,0 +1,450 @@
+// memopt plot RESULTS.csv: four gnuplot figures (PNG and SVG) into plots/ or --out-dir. The C side
+// chooses the rows, derives the savings and overheads (bench/derive.c, shared with claims) and
+// writes one plain data file per figure beside it, so a figure can be redrawn or inspected
+// without memopt; the drawing itself is plots/*.gp.
+#include "bench/plot.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "bench/cli.h"
+#include "bench/derive.h"
+
+#define KEY_MAX 512
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+// ---------------------------------------------------------------- gnuplot and its scripts
+
+static int on_path(const char *prog) {
+    const char *path = getenv("PATH");
+    if (!path || !*path) return 0;
+    char dir[PATH_MAX], file[PATH_MAX + 64];
+    for (const char *p = path; *p;) {
+        size_t k = strcspn(p, ":");
+        snprintf(dir, sizeof dir, "%.*s", (int)k, p);
+        snprintf(file, sizeof file, "%s/%s", dir[0] ? dir : ".", prog);
+        if (access(file, X_OK) == 0) return 1;
+        p += k;
+        if (*p == ':') p++;
+    }
+    return 0;
+}
+
+mo_status mo_plot_check_gnuplot(void) {
+    if (on_path("gnuplot")) return MO_OK;
+    return MO_FAIL(MO_ERR_UNSUPPORTED, "gnuplot not found on PATH: install the package gnuplot-nox (apt-get install gnuplot-nox)");
+}
+
+static int has_scripts(const char *dir) {
+    char f[PATH_MAX + 32];
+    snprintf(f, sizeof f, "%s/common.gp", dir);
+    return access(f, R_OK) == 0;
+}
+
+mo_status mo_plot_scripts_dir(char *buf, size_t n) {
+    const char *env = getenv("MEMOPT_PLOT_SCRIPTS");
+    if (env && *env) {
+        if (!has_scripts(env)) return MO_FAIL(MO_ERR_UNSUPPORTED, "MEMOPT_PLOT_SCRIPTS=%s holds no common.gp", env);
+        snprintf(buf, n, "%s", env);
+        return MO_OK;
+    }
+    if (has_scripts("plots")) {
+        snprintf(buf, n, "plots");
+        return MO_OK;
+    }
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+        exe[k] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        static const char *const up[] = {"/plots", "/../plots", "/../../plots"};
+        for (size_t i = 0; i < sizeof up / sizeof up[0]; i++) {
+            char d[PATH_MAX + 16];
+            snprintf(d, sizeof d, "%s%s", exe, up[i]);
+            if (has_scripts(d)) {
+                snprintf(buf, n, "%s", d);
+                return MO_OK;
+            }
+        }
+    }
+    return MO_FAIL(MO_ERR_UNSUPPORTED,
+                   "the gnuplot scripts (plots/*.gp) are not in ./plots nor beside the memopt binary: run from the source"
+                   " tree or set MEMOPT_PLOT_SCRIPTS=DIR");
+}
+
+mo_status mo_plot_mkdir(const char *dir) {
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return MO_FAIL(MO_ERR_INVALID, "--out-dir: path too long");
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0777) != 0 && errno != EEXIST)
+                return MO_FAIL(MO_ERR_IO, "--out-dir: cannot create '%s': %s", p, strerror(errno));
+            *s = c;
+            if (!c) break;
+        }
+    }
+    return MO_OK;
+}
+
+mo_status mo_plot_run(const char *script, const char *outdir, const char *vars) {
+    MO_TRY(mo_plot_check_gnuplot());
+    char dir[PATH_MAX];
+    MO_TRY(mo_plot_scripts_dir(dir, sizeof dir));
+    // The paths travel inside gnuplot string literals: a quote would end them.
+    if (strchr(outdir, '\'') || strchr(dir, '\''))
+        return MO_FAIL(MO_ERR_INVALID, "--out-dir: '%s' contains a single quote, which gnuplot cannot take", outdir);
+    char defs[3 * PATH_MAX], file[PATH_MAX + 64];
+    snprintf(defs, sizeof defs, "outdir='%s'; scriptdir='%s'; %s", outdir, dir, vars ? vars : "");
+    snprintf(file, sizeof file, "%s/%s", dir, script);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return MO_FAIL(MO_ERR_IO, "gnuplot: fork failed: %s", strerror(errno));
+    if (pid == 0) {
+        char *argv[] = {"gnuplot", "-e", defs, file, NULL};
+        execvp("gnuplot", argv);
+        _exit(127);
+    }
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR) return MO_FAIL(MO_ERR_IO, "gnuplot: wait failed: %s", strerror(errno));
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        return MO_FAIL(MO_ERR_INTERNAL, "gnuplot failed on %s (exit %d; its messages are above)", file,
+                       WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+    return MO_OK;
+}
+
+// ---------------------------------------------------------------- labels
+
+// The configuration fields a label may show; a label shows only those that differ between the
+// rows of the figure, so "fp32 ckpt:full acc4" rather than a 200-character key.
+enum { F_BACKEND, F_LAYERS, F_HIDDEN, F_HEADS, F_SEQ, F_BATCH, F_VOCAB, F_PREC, F_ATTN, F_CKPT, F_ACCUM, F_TP, F_PP,
+       F_ALLOC, F_CAP, F_COUNT };
+
+static void field(const mo_csv_row *r, int f, char *buf, size_t n) {
+    switch (f) {
+    case F_BACKEND: snprintf(buf, n, "%s", r->backend); break;
+    case F_LAYERS: snprintf(buf, n, "L%lld", (long long)r->layers); break;
+    case F_HIDDEN: snprintf(buf, n, "C%lld", (long long)r->hidden); break;
+    case F_HEADS: snprintf(buf, n, "H%lld", (long long)r->heads); break;
+    case F_SEQ: snprintf(buf, n, "T%lld", (long long)r->seq); break;
+    case F_BATCH: snprintf(buf, n, "B%lld", (long long)r->batch); break;
+    case F_VOCAB: snprintf(buf, n, "V%lld", (long long)r->vocab); break;
+    case F_PREC: snprintf(buf, n, "%s", r->precision); break;
+    case F_ATTN: snprintf(buf, n, "%s", !strcmp(r->attn, "materialized") ? "mat" : r->attn); break;
+    case F_CKPT: snprintf(buf, n, "ckpt:%s", r->ckpt); break;
+    case F_ACCUM: snprintf(buf, n, "acc%lld", (long long)r->accum); break;
+    case F_TP: snprintf(buf, n, "tp%lld", (long long)r->tp); break;
+    case F_PP: snprintf(buf, n, "pp%lld", (long long)r->pp); break;
+    case F_ALLOC: snprintf(buf, n, "%s", r->alloc); break;
+    case F_CAP:
+        if (r->cap_bytes <= 0) snprintf(buf, n, "cap:none");
+        else snprintf(buf, n, "cap:%.2fGiB", (double)r->cap_bytes / GIB);
+        break;
+    default: buf[0] = '\0';
+    }
+}
+
+typedef struct labeler {
+    int show[F_COUNT];
+} labeler;
+
+// Which fields vary among rows[idx[0..m)]; skip_cap leaves the cap out (it is an axis itself).
+static void labeler_init(labeler *L, const mo_csv_row *rows, const size_t *idx, size_t m, int skip_cap) {
+    memset(L, 0, sizeof *L);
+    int any = 0;
+    for (int f = 0; f < F_COUNT && m >= 2; f++) {
+        if (skip_cap && f == F_CAP) continue;
+        char a[64], b[64];
+        for (size_t k = 1; k < m && !L->show[f]; k++) {
+            field(&rows[idx[0]], f, a, sizeof a);
+            field(&rows[idx[k]], f, b, sizeof b);
+            if (strcmp(a, b)) L->show[f] = 1;
+        }
+        any |= L->show[f];
+    }
+    if (!any) L->show[F_PREC] = L->show[F_CKPT] = 1; // one configuration: still say what it is
+}
+
+static void label(const labeler *L, const mo_csv_row *r, char *buf, size_t n) {
+    buf[0] = '\0';
+    for (int f = 0; f < F_COUNT; f++) {
+        if (!L->show[f]) continue;
+        char v[64];
+        field(r, f, v, sizeof v);
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s", len ? " " : "", v);
+    }
+    for (char *p = buf; *p; p++)
+        if (*p == '"') *p = '\''; // the label is a quoted gnuplot data field
+}
+
+// ---------------------------------------------------------------- the rows to draw
+
+// The last row of each configuration key, in the order keys first appear.
+static mo_status latest_rows(const mo_csv_row *rows, size_t n, size_t **out, size_t *m) {
+    *out = malloc((n ? n : 1) * sizeof **out);
+    char (*keys)[KEY_MAX] = malloc((n ? n : 1) * KEY_MAX);
+    if (!*out || !keys) {
+        free(*out);
+        free(keys);
+        return MO_FAIL(MO_ERR_INTERNAL, "host out of memory for %zu rows", n);
+    }
+    *m = 0;
+    for (size_t i = 0; i < n; i++) {
+        char k[KEY_MAX];
+        mo_csv_config_key(&rows[i], k, sizeof k);
+        size_t j = 0;
+        while (j < *m && strcmp(keys[j], k)) j++;
+        if (j == *m) {
+            snprintf(keys[j], KEY_MAX, "%s", k);
+            (*m)++;
+        }
+        (*out)[j] = i;
+    }
+    free(keys);
+    return MO_OK;
+}
+
+static FILE *open_data(const char *outdir, const char *name, mo_status *st) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", outdir, name);
+    FILE *f = fopen(p, "w");
+    if (!f) *st = MO_FAIL(MO_ERR_IO, "%s: cannot write: %s", p, strerror(errno));
+    return f;
+}
+
+static double gib(int64_t b) { return b >= 0 ? (double)b / GIB : NAN; }
+
+// (a) memory by category
+static mo_status data_memory(const mo_csv_row *rows, const size_t *idx, size_t m, const char *outdir, int *count) {
+    mo_status st = MO_OK;
+    FILE *f = open_data(outdir, "memory_by_category.dat", &st);
+    if (!f) return st;
+    size_t *sel = calloc(m ? m : 1, sizeof *sel), k = 0;
+    if (!sel) { fclose(f); return MO_FAIL(MO_ERR_INTERNAL, "host out of memory"); }
+    for (size_t i = 0; i < m; i++)
+        if (mo_derive_measured(&rows[idx[i]])) sel[k++] = idx[i];
+    labeler L;
+    labeler_init(&L, rows, sel, k, 0);
+    fprintf(f, "# label param grad optim master activation workspace peak_allocated (GiB; each category at its own peak)\n");
+    for (size_t i = 0; i < k; i++) {
+        const mo_csv_row *r = &rows[sel[i]];
+        char lb[256];
+        label(&L, r, lb, sizeof lb);
+        fprintf(f, "\"%s\" %.6f %.6f %.6f %.6f %.6f %.6f %.6f\n", lb, gib(r->param_bytes), gib(r->grad_bytes),
+                gib(r->optim_bytes), gib(r->master_bytes), gib(r->activation_bytes), gib(r->workspace_bytes),
+                gib(r->peak_allocated_bytes));
+    }
+    *count = (int)k;
+    free(sel);
+    fclose(f);
+    return MO_OK;
+}
+
+// (b) peak against throughput, with the Pareto frontier: no other run has both less (or equal)
+// peak memory and more (or equal) throughput, one of them strictly.
+static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size_t m, const char *outdir, int *count) {
+    mo_status st = MO_OK;
+    FILE *f = open_data(outdir, "peak_vs_throughput.dat", &st);
+    if (!f) return st;
+    FILE *pf = open_data(outdir, "pareto.dat", &st);
+    if (!pf) { fclose(f); return st; }
+    size_t *sel = calloc(m ? m : 1, sizeof *sel), k = 0;
+    if (!sel) { fclose(f); fclose(pf); return MO_FAIL(MO_ERR_INTERNAL, "host out of memory"); }
+    for (size_t i = 0; i < m; i++) {
+        const mo_csv_row *r = &rows[idx[i]];
+        if (mo_derive_measured(r) && isfinite(r->tokens_per_s) && r->peak_allocated_bytes >= 0) sel[k++] = idx[i];
+    }
+    labeler L;
+    labeler_init(&L, rows, sel, k, 0);
+    fprintf(f, "# label peak_allocated_GiB tokens_per_s on_frontier\n");
+    fprintf(pf, "# the Pareto frontier, by peak: peak_allocated_GiB tokens_per_s\n");
+    // Selection sort by peak is fine: a figure holds tens of points, not thousands.
+    for (size_t a = 0; a < k; a++)
+        for (size_t b = a + 1; b < k; b++)
+            if (rows[sel[b]].peak_allocated_bytes < rows[sel[a]].peak_allocated_bytes) {
+                size_t t = sel[a]; sel[a] = sel[b]; sel[b] = t;
+            }
+    for (size_t a = 0; a < k; a++) {
+        const mo_csv_row *r = &rows[sel[a]];
+        int dominated = 0;
+        for (size_t b = 0; b < k && !dominated; b++) {
+            const mo_csv_row *o = &rows[sel[b]];
+            if (b == a) continue;
+            int le = o->peak_allocated_bytes <= r->peak_allocated_bytes && o->tokens_per_s >= r->tokens_per_s;
+            int lt = o->peak_allocated_bytes < r->peak_allocated_bytes || o->tokens_per_s > r->tokens_per_s;
+            dominated = le && lt;
+        }
+        char lb[256];
+        label(&L, r, lb, sizeof lb);
+        fprintf(f, "\"%s\" %.6f %.3f %d\n", lb, gib(r->peak_allocated_bytes), r->tokens_per_s, !dominated);
+        if (!dominated) fprintf(pf, "%.6f %.3f\n", gib(r->peak_allocated_bytes), r->tokens_per_s);
+    }
+    *count = (int)k;
+    free(sel);
+    fclose(f);
+    fclose(pf);
+    return MO_OK;
+}
+
+// (c) recompute overhead against memory saving, both against the same configuration with ckpt none.
+static mo_status data_recompute(const mo_csv_row *rows, size_t n, const size_t *idx, size_t m, const char *outdir,
+                                int *count) {
+    mo_derived *d = malloc((n ? n : 1) * sizeof *d);
+    size_t *sel = calloc(m ? m : 1, sizeof *sel), k = 0;
+    if (!d || !sel) { free(d); free(sel); return MO_FAIL(MO_ERR_INTERNAL, "host out of memory"); }
+    mo_status st = mo_derive_all(rows, n, MO_VARY_CKPT, "none", d);
+    FILE *f = st == MO_OK ? open_data(outdir, "recompute_vs_saving.dat", &st) : NULL;
+    if (f) {
+        for (size_t i = 0; i < m; i++) {
+            const mo_csv_row *r = &rows[idx[i]];
+            if (strcmp(r->ckpt, "none") && isfinite(d[idx[i]].mem_saving) && isfinite(d[idx[i]].recompute_overhead))
+                sel[k++] = idx[i];
+        }
+        labeler L;
+        labeler_init(&L, rows, sel, k, 0);
+        fprintf(f, "# label peak_saving_pct activation_saving_pct overhead_pct (against the same configuration, ckpt none)\n");
+        for (size_t i = 0; i < k; i++) {
+            char lb[256];
+            label(&L, &rows[sel[i]], lb, sizeof lb);
+            const mo_derived *x = &d[sel[i]];
+            fprintf(f, "\"%s\" %.3f %.3f %.3f\n", lb, 100 * x->mem_saving, 100 * x->act_saving, 100 * x->recompute_overhead);
+        }
+        fclose(f);
+    }
+    *count = (int)k;
+    free(d);
+    free(sel);
+    return st;
+}
+
+// (d) fits / does not fit, per configuration (rows) and cap (columns).
+static int status_color(const char *s) {
+    if (!strcmp(s, "ok")) return 0x2ca02c;       // green
+    if (!strcmp(s, "fallback")) return 0xff9f1c; // orange: fitted with a smaller micro-batch
+    if (!strcmp(s, "oom")) return 0xd62728;      // red
+    return 0x9e9e9e;                              // grey: invalid, error
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    // No cap (0) sorts last: it is the largest.
+    if (x <= 0) x = INT64_MAX;
+    if (y <= 0) y = INT64_MAX;
+    return (x > y) - (x < y);
+}
+
+static mo_status data_fits(const mo_csv_row *rows, const size_t *idx, size_t m, const char *outdir, int *nx, int *ny) {
+    int64_t *caps = malloc((m ? m : 1) * sizeof *caps);
+    char (*cfg)[KEY_MAX] = malloc((m ? m : 1) * KEY_MAX);
+    size_t *first = calloc(m ? m : 1, sizeof *first);
+    if (!caps || !cfg || !first) { free(caps); free(cfg); free(first); return MO_FAIL(MO_ERR_INTERNAL, "host out of memory"); }
+    size_t ncap = 0, ncfg = 0;
+    for (size_t i = 0; i < m; i++) {
+        const mo_csv_row *r = &rows[idx[i]];
+        int64_t c = r->cap_bytes > 0 ? r->cap_bytes : 0;
+        size_t j = 0;
+        while (j < ncap && caps[j] != c) j++;
+        if (j == ncap) caps[ncap++] = c;
+        mo_csv_row t = *r;
+        t.cap_bytes = -1; // the configuration without its cap
+        char k[KEY_MAX];
+        mo_csv_config_key(&t, k, sizeof k);
+        j = 0;
+        while (j < ncfg && strcmp(cfg[j], k)) j++;
+        if (j == ncfg) {
+            snprintf(cfg[ncfg], KEY_MAX, "%s", k);
+            first[ncfg++] = idx[i];
+        }
+    }
+    qsort(caps, ncap, sizeof *caps, cmp_i64);
+    labeler L;
+    labeler_init(&L, rows, first, ncfg, 1);
+    mo_status st = MO_OK;
+    FILE *f = open_data(outdir, "fits_by_cap.dat", &st);
+    if (f) {
+        fprintf(f, "# cap_index config_index rgb status cap_label config_label\n");
+        for (size_t i = 0; i < m; i++) {
+            const mo_csv_row *r = &rows[idx[i]];
+            int64_t c = r->cap_bytes > 0 ? r->cap_bytes : 0;
+            size_t x = 0, y = 0;
+            while (caps[x] != c) x++;
+            mo_csv_row t = *r;
+            t.cap_bytes = -1;
+            char k[KEY_MAX], cl[64], lb[256];
+            mo_csv_config_key(&t, k, sizeof k);
+            while (strcmp(cfg[y], k)) y++;
+            if (c == 0) snprintf(cl, sizeof cl, "none");
+            else {
+                char b[32];
+                mo_format_bytes((uint64_t)c, b, sizeof b);
+                double pct = r->device_mem_bytes > 0 ? 100.0 * (double)c / (double)r->device_mem_bytes : NAN;
+                if (isfinite(pct)) snprintf(cl, sizeof cl, pct >= 1 ? "%s (%.0f%%)" : "%s (%.2g%%)", b, pct);
+                else snprintf(cl, sizeof cl, "%s", b);
+            }
+            label(&L, &rows[first[y]], lb, sizeof lb);
+            fprintf(f, "%zu %zu %d %s \"%s\" \"%s\"\n", x, y, status_color(r->status), r->status[0] ? r->status : "?", cl, lb);
+        }
+        fclose(f);
+    }
+    *nx = (int)ncap;
+    *ny = (int)ncfg;
+    free(caps);
+    free(cfg);
+    free(first);
+    return st;
+}
+
+mo_status mo_plot_results(const mo_csv_row *rows, size_t n, const char *outdir, FILE *out) {
+    MO_TRY(mo_plot_check_gnuplot());
+    MO_TRY(mo_plot_mkdir(outdir));
+    size_t *idx = NULL, m = 0;
+    MO_TRY(latest_rows(rows, n, &idx, &m));
+    int n_mem = 0, n_tp = 0, n_rec = 0, nx = 0, ny = 0;
+    mo_status st = data_memory(rows, idx, m, outdir, &n_mem);
+    if (st == MO_OK) st = data_throughput(rows, idx, m, outdir, &n_tp);
+    if (st == MO_OK) st = data_recompute(rows, n, idx, m, outdir, &n_rec);
+    if (st == MO_OK) st = data_fits(rows, idx, m, outdir, &nx, &ny);
+    free(idx);
+    MO_TRY(st);
+    char vars[256];
+    static const struct { const char *script, *figure; } figs[] = {
+        {"memory_by_category.gp", "memory_by_category"},
+        {"peak_vs_throughput.gp", "peak_vs_throughput"},
+        {"recompute_vs_saving.gp", "recompute_vs_saving"},
+        {"fits_by_cap.gp", "fits_by_cap"},
+    };
+    snprintf(vars, sizeof vars, "n_mem=%d; n_tp=%d; n_rec=%d; nx=%d; ny=%d", n_mem, n_tp, n_rec, nx, ny);
+    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
+        MO_TRY(mo_plot_run(figs[i].script, outdir, vars));
+        if (out) fprintf(out, "  %s/%s.png, .svg\n", outdir, figs[i].figure);
+    }
+    return MO_OK;
+}
+
+mo_status mo_cmd_plot(const mo_config *cfg) {
+    const char *path = cfg->args[0];
+    const char *outdir = cfg->base.out_dir[0] ? cfg->base.out_dir : "plots";
+    MO_TRY(mo_plot_check_gnuplot()); // before any work: the one-line reason names the package
+    mo_csv_row *rows = NULL;
+    size_t n = 0;
+    mo_status st = mo_csv_read(path, &rows, &n);
+    if (st != MO_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mo_errmsg_plain());
+        return MO_FAIL(MO_ERR_INVALID, "memopt plot %s: %s", path, why);
+    }
+    printf("memopt plot: %zu rows of %s; figures (PNG and SVG) and their data files into %s/\n", n, path, outdir);
+    st = mo_plot_results(rows, n, outdir, stdout);
+    free(rows);
+    return st;
+}

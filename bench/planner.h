@@ -1,0 +1,168 @@
+// Capacity planning with no GPU: `memopt plan`.
+//
+// Memory is never modelled here. Every figure comes from running the configuration through the run
+// engine on the dry backend (mo_run_execute, steps 1 after warm-up 1): the model's real schedule of
+// allocations through the real allocator over a fake address space, so a predicted peak is the peak a
+// GPU run of the same configuration reports, to the byte (tests/test_plan.c holds it to that).
+//
+// Time is modelled: a roofline of the step's ops (each op's FLOPs at the catalog's dense matrix rate
+// for the precision, its bytes at the memory bandwidth, whichever is slower), divided by efficiencies
+// that are fitted to the measured rows in results/*.csv when there are any for the device, and
+// otherwise the stated defaults (MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM).
+//
+// The three parts live in three files: planner_catalog.c (the GPU catalog bench/gpus.txt),
+// planner.c (dry runs: peaks, fits, largest batch, the strategy table), planner_roofline.c (the time
+// model and its calibration).
+#ifndef MEMOPT_BENCH_PLANNER_H
+#define MEMOPT_BENCH_PLANNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "bench/config.h"
+#include "bench/csv.h"
+#include "bench/run_engine.h"
+#include "kernels/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// What a device holds that the suite's allocator never sees: the CUDA context, the cuBLAS/cuBLASLt
+// and cuDNN handles and their module images. 512 MiB is what the CUDA 12-13 context with lazy module
+// loading plus those handles take on Hopper (the engine's cross-check line prints the measured figure
+// for a real run). The headroom is the device's total less this.
+#define MO_PLAN_CONTEXT_RESERVE ((uint64_t)512 << 20)
+// Default efficiencies (achieved / datasheet peak) when no measured rows exist for the device:
+// cuBLAS GEMMs of training shapes reach about 0.6 of the dense peak, elementwise and attention
+// kernels about 0.5 of the memory bandwidth.
+#define MO_PLAN_EFF_GEMM 0.6
+#define MO_PLAN_EFF_MEM 0.5
+// The floor of any kernel: launch latency on a busy stream (a kernel of no work still costs this).
+#define MO_PLAN_KERNEL_FLOOR_S 2.5e-6
+
+// ---------------------------------------------------------------- the GPU catalog
+
+// Fields a catalog entry can mark unsure ('?' after the value).
+enum {
+    MO_GPU_F_MEMORY = 1u << 0, MO_GPU_F_VISIBLE = 1u << 1, MO_GPU_F_FP32 = 1u << 2, MO_GPU_F_TF32 = 1u << 3,
+    MO_GPU_F_FP16 = 1u << 4, MO_GPU_F_BF16 = 1u << 5, MO_GPU_F_MEM_BW = 1u << 6, MO_GPU_F_LINK = 1u << 7,
+};
+
+typedef struct mo_gpu_spec {
+    char key[32];            // "h100-sxm": what --gpu takes
+    char aliases[128];       // other names --gpu takes, comma-separated ("h100")
+    char name[96];           // "NVIDIA H100 SXM5 80GB"
+    char match[160];         // ';'-separated substrings of the CUDA device name that mean this GPU
+    uint64_t memory_bytes;   // the datasheet's capacity
+    uint64_t visible_bytes;  // the total CUDA reports (cudaMemGetInfo, nvidia-smi); 0 when unknown
+    double fp32, tf32, fp16, bf16; // dense TFLOP/s (fp32: CUDA cores; others: tensor cores); 0: none
+    double mem_bw_gbs;       // memory bandwidth, GB/s (10^9 B/s)
+    double link_gbs;         // GPU-to-GPU interconnect, GB/s as the vendor states it
+    char link[96];           // what the interconnect is ("NVLink 4, bidirectional")
+    unsigned unsure;         // MO_GPU_F_* bits of figures marked '?'
+    int line;                // where the entry starts in the catalog file
+} mo_gpu_spec;
+
+typedef struct mo_gpu_catalog {
+    mo_gpu_spec *gpus;
+    size_t n;
+    char path[MO_PATH_MAX];
+} mo_gpu_catalog;
+
+// Parses catalog text (the format is documented at the top of bench/gpus.txt). `where` names the
+// source in messages. A bad entry is MO_ERR_INVALID "WHERE:LINE: what is wrong".
+mo_status mo_gpu_catalog_parse(const char *text, const char *where, mo_gpu_catalog *out);
+// Loads a catalog file; path NULL or "" searches: $MEMOPT_GPU_CATALOG, ./bench/gpus.txt,
+// <memopt binary>/../bench/gpus.txt, and the source tree this file was compiled from.
+mo_status mo_gpu_catalog_load(const char *path, mo_gpu_catalog *out);
+void mo_gpu_catalog_free(mo_gpu_catalog *c);
+// By key or alias, case-insensitive; NULL when unknown.
+const mo_gpu_spec *mo_gpu_catalog_find(const mo_gpu_catalog *c, const char *name);
+// The entry whose match strings occur in a CUDA device name ("NVIDIA H200"); NULL when none.
+const mo_gpu_spec *mo_gpu_catalog_match_device(const mo_gpu_catalog *c, const char *device_name);
+// "h200-sxm, h100-sxm, ..." into buf: the names --gpu accepts.
+const char *mo_gpu_catalog_names(const mo_gpu_catalog *c, char *buf, size_t n);
+// The dense rate GEMMs of this precision run at (TFLOP/s): fp32 on CUDA cores, tf32/fp16/bf16 on
+// tensor cores; a GPU without the format (tf32 before Ampere) falls back to what cuBLAS then does.
+double mo_gpu_gemm_tflops(const mo_gpu_spec *g, mo_precision p, const char **note);
+// The device total the planner uses: visible_bytes, or the datasheet figure when that is unknown.
+uint64_t mo_gpu_total_bytes(const mo_gpu_spec *g);
+
+// ---------------------------------------------------------------- memory, from the dry backend
+
+// A dry-run environment made once (mo_run_env_init asks git for the revision: not per run).
+mo_status mo_plan_env_init(mo_run_env *env);
+
+// The exact peaks of one configuration: rc run on the dry backend, steps 1 after warm-up 1, on a
+// device of rc->device_mem_bytes (fractional caps resolve against it). Returns MO_OK whenever a row
+// was produced; row->status says how the run went (ok, oom under rc's own cap, invalid, error).
+// Why steps 1 / warm-up 1 gives a real run's timed-step peak: see bench/planner.c.
+mo_status mo_plan_predict(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row);
+
+// Fits or not in `headroom` bytes: the dry run again under a cap of the headroom (min with rc's own
+// cap), the cap being counted against reserved bytes exactly as device memory is. A run that
+// completes fits, also when the allocator had to flush its cache and retry (retries says so).
+typedef struct mo_plan_fit {
+    mo_csv_row row;     // the uncapped prediction (rc as given)
+    int plannable;      // the engine builds this configuration (else row.status is error/invalid)
+    int fits;
+    int retries;        // cache flushes the capped run needed to fit (0: it fits without pressure)
+    int runs;           // dry runs made
+} mo_plan_fit;
+mo_status mo_plan_fit_check(const mo_run_config *rc, const mo_run_env *env, uint64_t headroom, mo_plan_fit *out);
+
+// The largest global batch (a multiple of rc->accum, up to MO_MAX_BATCH) that fits in headroom, by
+// doubling from rc->batch and then bisecting. *best is 0 when not even batch = accum fits; *at_limit
+// is 1 when MO_MAX_BATCH itself fits. *runs counts the dry runs.
+mo_status mo_plan_max_batch(const mo_run_config *rc, const mo_run_env *env, uint64_t headroom, int *best,
+                            int *at_limit, int *runs);
+
+// ---------------------------------------------------------------- time, from a roofline
+
+typedef struct mo_roofline {
+    double gemm_flops, mem_bytes;  // totals of the step (GEMM class flops; bytes of the memory class)
+    double flops;                  // every op's flops (recompute included)
+    double gemm_s, mem_s;          // floors at the datasheet peaks: GEMM ops, memory-bound ops
+    int kernels;                   // ops counted
+} mo_roofline;
+
+// The step's ops (forward, backward, recompute, optimizer) of rc on GPU g. GEMMs (the linear layers,
+// the materialized attention's batched GEMMs) run at mo_gpu_gemm_tflops; everything else
+// (LayerNorm, GELU, residual, softmax, permutes, cross-entropy, embedding, AdamW, the fused
+// attention kernel, which is fp32 CUDA-core code) at the memory bandwidth, or at the fp32 rate where
+// it computes more than it moves. Each op costs at least MO_PLAN_KERNEL_FLOOR_S.
+void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
+
+// Efficiencies per precision for one GPU, fitted to measured rows.
+typedef struct mo_plan_calib {
+    double eff_gemm[4], eff_mem[4]; // by mo_precision
+    int rows[4];                    // measured rows behind each precision's fit (0: defaults)
+    char how[4][96];                // "defaults", "2-parameter fit to 6 rows", "1 scale from 2 rows"
+} mo_plan_calib;
+void mo_plan_calib_defaults(mo_plan_calib *c);
+// Fits c from rows measured on g (backend cuda, status ok, a step time, the device matching g);
+// skip is a row index to leave out (leave-one-out validation), or -1.
+void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row *rows, size_t n, long skip);
+// Loads every results/*.csv in dir (unreadable files are noted on `notes`, not fatal) and fits.
+mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, FILE *notes);
+// The predicted step time (ms) of a roofline under a calibration.
+double mo_plan_step_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p);
+
+// A results row back to the configuration that produced it (for validation and calibration).
+mo_status mo_plan_config_from_row(const mo_csv_row *row, mo_run_config *rc);
+
+// memopt plan --validate RESULTS.csv (bench/cmd_plan_validate.c): every row's measured peak and step
+// time against the plan's; writes plan_validate.csv and, where gnuplot is installed, a figure.
+mo_status mo_plan_validate(const mo_config *cfg);
+
+// Seconds on a monotonic clock.
+double mo_plan_now(void);
+// A file of the source tree (rel like "bench/gpus.txt") found from where memopt runs: ./rel, then
+// <memopt binary's folder>/../rel, then the tree this file was compiled in. 1 and the path in buf
+// when found, else 0.
+int mo_plan_find_file(const char *rel, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,263 @@
+// The planner's time side: a roofline of the training step, op by op, and its calibration against
+// measured rows. The op list mirrors models/gpt_step.c (forward, backward, the recompute of each
+// checkpoint policy, the optimizer); each op's FLOPs and bytes come from its shapes. It is a model of
+// time only: memory is always the dry run's.
+#include "bench/planner.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct acc {
+    mo_roofline *r;
+    double gemm_rate, vec_rate, bw; // FLOP/s, FLOP/s, B/s
+} acc;
+
+// One op: at least its compute at the rate of its class, its traffic at the bandwidth, a launch.
+static void op(acc *a, int gemm, double flops, double bytes) {
+    double t = fmax(flops / (gemm ? a->gemm_rate : a->vec_rate), bytes / a->bw);
+    t = fmax(t, MO_PLAN_KERNEL_FLOOR_S);
+    if (gemm) {
+        a->r->gemm_s += t;
+        a->r->gemm_flops += flops;
+    } else {
+        a->r->mem_s += t;
+        a->r->mem_bytes += bytes;
+    }
+    a->r->flops += flops;
+    a->r->kernels++;
+}
+
+typedef struct shape {
+    double Bm, T, C, NH, V, N, e; // micro-batch, seq, channels, heads, vocab, rows Bm*T, activation bytes
+    int fused;
+} shape;
+
+// out (N,O) = in (N,K) W^T (+ extra bytes written by a fused epilogue)
+static void linear_fwd(acc *a, const shape *s, double K, double O, double extra) {
+    op(a, 1, 2 * s->N * K * O, s->e * (s->N * K + K * O + s->N * O) + extra);
+}
+
+// dinp = dout W; dW += dout^T inp (fp32 gradient read and written); dbias over the rows of dout.
+static void linear_bwd(acc *a, const shape *s, double K, double O, int bias) {
+    op(a, 1, 2 * s->N * K * O, s->e * (s->N * O + O * K + s->N * K));
+    op(a, 1, 2 * s->N * K * O, s->e * (s->N * O + s->N * K) + 8 * O * K);
+    if (bias) op(a, 0, s->N * O, s->e * s->N * O + 8 * O);
+}
+
+static void layernorm_fwd(acc *a, const shape *s) { op(a, 0, 8 * s->N * s->C, s->e * 2 * s->N * s->C + 8 * s->N); }
+static void layernorm_bwd(acc *a, const shape *s) { op(a, 0, 12 * s->N * s->C, s->e * 4 * s->N * s->C + 8 * s->N); }
+static void residual(acc *a, const shape *s) { op(a, 0, s->N * s->C, s->e * 3 * s->N * s->C); }
+
+static void attention_fwd(acc *a, const shape *s) {
+    double NC = s->N * s->C, S = s->Bm * s->NH * s->T * s->T, qk = 2 * s->Bm * s->T * s->T * s->C;
+    if (s->fused) {
+        // One CUDA-core kernel over the causal tiles (about half of the T x T scores), keeping lse.
+        op(a, 0, 0.5 * 2 * qk, s->e * 4 * NC + 4 * s->Bm * s->NH * s->T);
+        return;
+    }
+    op(a, 0, 0, s->e * 6 * NC);                     // permute qkv to per-head q, k, v
+    op(a, 1, qk, s->e * (2 * NC + S));              // scores q k^T (full T x T)
+    op(a, 0, 5 * S, s->e * 2 * S);                  // scale, mask, softmax in place
+    op(a, 1, qk, s->e * (S + 2 * NC));              // att v
+    op(a, 0, 0, s->e * 2 * NC);                     // heads side by side
+}
+
+static void attention_bwd(acc *a, const shape *s) {
+    double NC = s->N * s->C, S = s->Bm * s->NH * s->T * s->T, qk = 2 * s->Bm * s->T * s->T * s->C;
+    if (s->fused) {
+        op(a, 0, 2 * NC, s->e * 2 * NC);            // D = rowsum(dout * out)
+        // dk/dv kernel and dq kernel each recompute the scores and dP: 8 products of the forward's 2.
+        op(a, 0, 0.5 * 4 * qk, s->e * 6 * NC);
+        op(a, 0, 0.5 * 4 * qk, s->e * 6 * NC);
+        return;
+    }
+    op(a, 0, 0, s->e * 8 * NC);                     // permute q, k, v and dout
+    op(a, 1, qk, s->e * (2 * NC + S));              // datt = dy v^T
+    op(a, 1, qk, s->e * (S + 2 * NC));              // dv = att^T dy
+    op(a, 0, 4 * S, s->e * 3 * S);                  // softmax backward in place
+    op(a, 1, qk, s->e * (S + 2 * NC));              // dq
+    op(a, 1, qk, s->e * (S + 2 * NC));              // dk
+    op(a, 0, 0, s->e * 6 * NC);                     // back to (B, T, 3C)
+}
+
+static void block_fwd(acc *a, const shape *s) {
+    double C = s->C, NC = s->N * s->C;
+    layernorm_fwd(a, s);
+    linear_fwd(a, s, C, 3 * C, 0);
+    attention_fwd(a, s);
+    linear_fwd(a, s, C, C, 0);
+    residual(a, s);
+    layernorm_fwd(a, s);
+    linear_fwd(a, s, C, 4 * C, s->e * 4 * NC); // GELU epilogue writes the activation too
+    linear_fwd(a, s, 4 * C, C, 0);
+    residual(a, s);
+}
+
+static void block_bwd(acc *a, const shape *s, int recompute_attention) {
+    double C = s->C, NC = s->N * s->C;
+    linear_bwd(a, s, 4 * C, C, 1);
+    op(a, 0, 8 * 4 * NC, s->e * 3 * 4 * NC); // GELU backward
+    linear_bwd(a, s, C, 4 * C, 1);
+    layernorm_bwd(a, s);
+    linear_bwd(a, s, C, C, 1);
+    if (recompute_attention) attention_fwd(a, s);
+    attention_bwd(a, s);
+    linear_bwd(a, s, C, 3 * C, 1);
+    layernorm_bwd(a, s);
+}
+
+void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
+    memset(out, 0, sizeof *out);
+    acc a = {out, 1e12 * mo_gpu_gemm_tflops(g, rc->precision, NULL), 1e12 * g->fp32, 1e9 * g->mem_bw_gbs};
+    int half = rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16;
+    shape s;
+    s.Bm = (double)(rc->batch / rc->accum);
+    s.T = rc->seq;
+    s.C = rc->hidden;
+    s.NH = rc->heads;
+    s.V = rc->vocab;
+    s.N = s.Bm * s.T;
+    s.e = half ? 2 : 4; // activations in 16 bits under mixed precision (DESIGN.md)
+    s.fused = rc->attn == MO_ATTN_FUSED;
+    int L = rc->layers;
+    double NC = s.N * s.C, NV = s.N * s.V;
+    int recompute_blocks = rc->ckpt.kind == MO_CKPT_FULL || rc->ckpt.kind == MO_CKPT_EVERY || rc->ckpt.kind == MO_CKPT_SQRT;
+    int recompute_attention = rc->ckpt.kind == MO_CKPT_SELECTIVE && !s.fused;
+    for (int micro = 0; micro < rc->accum; micro++) {
+        op(&a, 0, 0, s.e * NC + 8 * NC);                 // embedding: wte and wpe rows (fp32) to the stream
+        for (int l = 0; l < L; l++) block_fwd(&a, &s);
+        layernorm_fwd(&a, &s);
+        linear_fwd(&a, &s, s.C, s.V, 0);                  // logits
+        op(&a, 0, 5 * NV, s.e * 2 * NV);                  // softmax cross-entropy, dlogits in place
+        linear_bwd(&a, &s, s.C, s.V, 0);
+        op(&a, 0, 0, s.e * NC);                           // zero the residual gradient
+        layernorm_bwd(&a, &s);
+        for (int l = L - 1; l >= 0; l--) {
+            if (recompute_blocks) block_fwd(&a, &s);      // every block's forward once more, by segments
+            block_bwd(&a, &s, recompute_attention);
+        }
+        op(&a, 0, 0, s.e * NC + 16 * NC);                 // embedding backward into dwte, dwpe
+    }
+    // The optimizer, once per step, on fp32 state: zero grads, the clipping norm, AdamW.
+    size_t P = 0;
+    {
+        mo_gpt_config gc;
+        memset(&gc, 0, sizeof gc);
+        gc.layers = rc->layers; gc.hidden = rc->hidden; gc.heads = rc->heads; gc.seq = rc->seq;
+        gc.batch = rc->batch; gc.vocab = rc->vocab; gc.accum = rc->accum;
+        P = mo_gpt_num_params(&gc);
+    }
+    op(&a, 0, 0, 4.0 * P);
+    op(&a, 0, 2.0 * P, 4.0 * P);
+    op(&a, 0, 12.0 * P, 28.0 * P + (half ? 6.0 * P : 0)); // p, g, m, v read; p, m, v written (+16-bit copy)
+}
+
+// ---------------------------------------------------------------- calibration
+
+void mo_plan_calib_defaults(mo_plan_calib *c) {
+    memset(c, 0, sizeof *c);
+    for (int p = 0; p < 4; p++) {
+        c->eff_gemm[p] = MO_PLAN_EFF_GEMM;
+        c->eff_mem[p] = MO_PLAN_EFF_MEM;
+        snprintf(c->how[p], sizeof c->how[p], "defaults %.1f GEMM, %.1f memory", MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM);
+    }
+}
+
+double mo_plan_step_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p) {
+    return 1e3 * (r->gemm_s / c->eff_gemm[p] + r->mem_s / c->eff_mem[p]);
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static int usable_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_catalog *one) {
+    if (strcmp(r->backend, "cuda") || strcmp(r->status, "ok") || !(r->step_ms > 0) || !isfinite(r->step_ms)) return 0;
+    return mo_gpu_catalog_match_device(one, r->device_name) == g;
+}
+
+void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row *rows, size_t n, long skip) {
+    mo_plan_calib_defaults(c);
+    // Match device names against this one GPU's entry only: a one-entry catalog view.
+    mo_gpu_catalog one = {(mo_gpu_spec *)g, 1, ""};
+    for (int p = 0; p < 4; p++) {
+        // Fit t_i = gemm_i / eg + mem_i / em with relative residuals (a 2-parameter least squares in
+        // a = 1/eg, b = 1/em), so a 20 ms row weighs as much as a 2 s one.
+        double suu = 0, suv = 0, svv = 0, su = 0, sv = 0;
+        double *ratio = malloc((n ? n : 1) * sizeof *ratio);
+        int k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if ((long)i == skip || !usable_row(&rows[i], g, &one)) continue;
+            mo_precision rp;
+            if (mo_precision_parse(rows[i].precision, &rp) != MO_OK || (int)rp != p) continue;
+            mo_run_config rc;
+            if (mo_plan_config_from_row(&rows[i], &rc) != MO_OK) continue;
+            mo_roofline r;
+            mo_roofline_step(&rc, g, &r);
+            double t = rows[i].step_ms / 1e3, u = r.gemm_s / t, v = r.mem_s / t;
+            suu += u * u; suv += u * v; svv += v * v; su += u; sv += v;
+            if (ratio) ratio[k] = t / (r.gemm_s / MO_PLAN_EFF_GEMM + r.mem_s / MO_PLAN_EFF_MEM);
+            k++;
+        }
+        mo_clear_error(); // rows the fit could not use leave no message behind
+        if (k == 0 || !ratio) { free(ratio); continue; }
+        c->rows[p] = k;
+        double det = suu * svv - suv * suv;
+        int two = 0;
+        if (k >= 3 && det > 1e-6 * suu * svv) {
+            double ia = (su * svv - sv * suv) / det, ib = (sv * suu - su * suv) / det;
+            if (ia > 0 && ib > 0 && 1 / ia <= 1.5 && 1 / ib <= 1.5 && 1 / ia >= 0.01 && 1 / ib >= 0.01) {
+                c->eff_gemm[p] = 1 / ia;
+                c->eff_mem[p] = 1 / ib;
+                snprintf(c->how[p], sizeof c->how[p], "fitted to %d rows: %.2f GEMM, %.2f memory", k, c->eff_gemm[p], c->eff_mem[p]);
+                two = 1;
+            }
+        }
+        if (!two) {
+            // One scale on the defaults: the median of measured / predicted (robust to an outlier row).
+            qsort(ratio, (size_t)k, sizeof *ratio, cmp_double);
+            double s = k % 2 ? ratio[k / 2] : 0.5 * (ratio[k / 2 - 1] + ratio[k / 2]);
+            c->eff_gemm[p] = MO_PLAN_EFF_GEMM / s;
+            c->eff_mem[p] = MO_PLAN_EFF_MEM / s;
+            snprintf(c->how[p], sizeof c->how[p], "scaled to %d row%s: %.2f GEMM, %.2f memory", k, k == 1 ? "" : "s", c->eff_gemm[p],
+                     c->eff_mem[p]);
+        }
+        free(ratio);
+    }
+}
+
+mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, FILE *notes) {
+    mo_plan_calib_defaults(c);
+    DIR *d = opendir(dir);
+    if (!d) return MO_OK; // no results yet: the defaults
+    mo_csv_row *all = NULL;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 4, ".csv")) continue;
+        char path[MO_PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        mo_csv_row *rows = NULL;
+        size_t k = 0;
+        if (mo_csv_read(path, &rows, &k) != MO_OK) {
+            if (notes) fprintf(notes, "  calibration: skipped %s: %s\n", path, mo_errmsg_plain());
+            mo_clear_error();
+            continue;
+        }
+        mo_csv_row *na = k ? realloc(all, (n + k) * sizeof *na) : all;
+        if (k && !na) { free(rows); break; }
+        all = na;
+        if (k) memcpy(all + n, rows, k * sizeof *rows);
+        n += k;
+        free(rows);
+    }
+    closedir(d);
+    mo_plan_calib_fit(c, g, all, n, -1);
+    free(all);
+    return MO_OK;
+}

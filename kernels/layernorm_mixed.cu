@@ -1,0 +1,248 @@
+// LayerNorm kernels with 16-bit activations and weights (ops_mixed.h), the schemes of layernorm.cu:
+// forward one warp per row (8 elements per 16-byte load), shuffle reductions, IEEE division/sqrt for the
+// row scalars; backward one warp per row into per-warp shared (dweight, dbias) slices, a per-block
+// partial row in the scratch, then layernorm.cu's fixed-order reduce (layernorm_backward_reduce_cuda).
+// Deterministic; all arithmetic in fp32, 16-bit outputs rounded once.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+#include "layernorm.h"
+#include "mixed_dev.cuh"
+#include "ops_mixed_impl.h"
+
+#define LNM_FWD_THREADS 256 // 8 rows per block
+#define LNM_BWD_WARPS_MAX 8
+
+__device__ __forceinline__ float lnm_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <class D, bool VEC>
+__global__ void layernorm_forward_mixed_kernel(uint16_t *out, float *mean, float *rstd,
+                                               const uint16_t *__restrict__ inp, const uint16_t *__restrict__ weight,
+                                               const uint16_t *__restrict__ bias, int N, int C) {
+    int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+    int row = blockIdx.x * warps + threadIdx.x / 32;
+    if (row >= N) return; // the whole warp leaves together
+    const uint16_t *x = inp + (size_t)row * C;
+    uint16_t *o = out + (size_t)row * C;
+    const int C8 = C / 8;
+
+    float sum = 0.0f;
+    if (VEC) {
+        for (int i = lane; i < C8; i += 32) {
+            float v[8];
+            mx_ld8<D>(v, x + 8 * i);
+            sum += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+        }
+    } else {
+        for (int i = lane; i < C; i += 32) sum += D::to_f(x[i]);
+    }
+    const float m = __fdiv_rn(lnm_warp_sum(sum), (float)C);
+
+    sum = 0.0f;
+    if (VEC) {
+        for (int i = lane; i < C8; i += 32) {
+            float v[8];
+            mx_ld8<D>(v, x + 8 * i);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float d = v[k] - m;
+                sum += d * d;
+            }
+        }
+    } else {
+        for (int i = lane; i < C; i += 32) {
+            float d = D::to_f(x[i]) - m;
+            sum += d * d;
+        }
+    }
+    const float var = __fdiv_rn(lnm_warp_sum(sum), (float)C);
+    const float s = __fdiv_rn(1.0f, __fsqrt_rn(var + MO_LAYERNORM_EPS));
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = s;
+    }
+
+    if (VEC) {
+        for (int i = lane; i < C8; i += 32) {
+            float v[8], w[8], b[8];
+            mx_ld8<D>(v, x + 8 * i);
+            mx_ld8<D>(w, weight + 8 * i);
+            mx_ld8<D>(b, bias + 8 * i);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = (s * (v[k] - m)) * w[k] + b[k];
+            mx_st8<D>(o + 8 * i, v);
+        }
+    } else {
+        for (int i = lane; i < C; i += 32)
+            o[i] = D::from_f((s * (D::to_f(x[i]) - m)) * D::to_f(weight[i]) + D::to_f(bias[i]));
+    }
+}
+
+template <class D>
+static mo_status layernorm_forward_mixed_launch(mo_ctx *c, void *out, float *mean, float *rstd, const void *inp,
+                                                const void *weight, const void *bias, int N, int C) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    int vec = C % 8 == 0 && mx_aligned16(out) && mx_aligned16(inp) && mx_aligned16(weight) && mx_aligned16(bias);
+    int rows_per_block = LNM_FWD_THREADS / 32;
+    unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
+    uint16_t *o = (uint16_t *)out;
+    const uint16_t *x = (const uint16_t *)inp, *w = (const uint16_t *)weight, *b = (const uint16_t *)bias;
+    if (vec)
+        layernorm_forward_mixed_kernel<D, true><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
+    else
+        layernorm_forward_mixed_kernel<D, false><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status layernorm_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd,
+                                                  const void *inp, const void *weight, const void *bias, int N,
+                                                  int C) {
+    return dt == MO_F16 ? layernorm_forward_mixed_launch<mx_f16>(c, out, mean, rstd, inp, weight, bias, N, C)
+                        : layernorm_forward_mixed_launch<mx_bf16>(c, out, mean, rstd, inp, weight, bias, N, C);
+}
+
+// ---- backward stage 1: dinp (N,C) dt +=; partial (G, 2, C) fp32 = per-block (dweight, dbias) sums ----
+// One warp per row (rows strided over the grid); shared memory (warps, 2, C) floats; in the VEC path
+// lane l owns the 8-column groups l, l+32, ... of its warp's slice (no two threads share an address).
+template <class D, bool VEC>
+__global__ void layernorm_backward_mixed_rows(uint16_t *dinp, float *partial, const uint16_t *dout,
+                                              const uint16_t *__restrict__ inp, const uint16_t *__restrict__ weight,
+                                              const float *__restrict__ mean, const float *__restrict__ rstd, int N,
+                                              int C) {
+    extern __shared__ __align__(16) float lnm_sh[];
+    int warps = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int i = threadIdx.x; i < warps * 2 * C; i += blockDim.x) lnm_sh[i] = 0.0f;
+    __syncthreads();
+    float *sdw = lnm_sh + (size_t)w * 2 * C; // this warp's dweight slice (C), then dbias (C)
+    float *sdb = sdw + C;
+    const int C8 = C / 8;
+
+    for (int row = blockIdx.x * warps + w; row < N; row += gridDim.x * warps) {
+        const uint16_t *dy = dout + (size_t)row * C;
+        const uint16_t *x = inp + (size_t)row * C;
+        uint16_t *dx = dinp + (size_t)row * C;
+        const float mu = mean[row], rs = rstd[row];
+
+        float a = 0.0f, b = 0.0f; // sums of dnorm and of dnorm * norm
+        if (VEC) {
+            for (int i = lane; i < C8; i += 32) {
+                float d[8], xv[8], wv[8];
+                mx_ld8<D>(d, dy + 8 * i);
+                mx_ld8<D>(xv, x + 8 * i);
+                mx_ld8<D>(wv, weight + 8 * i);
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    float n = (xv[k] - mu) * rs;
+                    float g = wv[k] * d[k];
+                    a += g;
+                    b += g * n;
+                }
+            }
+        } else {
+            for (int i = lane; i < C; i += 32) {
+                float n = (D::to_f(x[i]) - mu) * rs;
+                float g = D::to_f(weight[i]) * D::to_f(dy[i]);
+                a += g;
+                b += g * n;
+            }
+        }
+        const float dnorm_mean = __fdiv_rn(lnm_warp_sum(a), (float)C);
+        const float dnorm_norm_mean = __fdiv_rn(lnm_warp_sum(b), (float)C);
+
+        if (VEC) {
+            for (int i = lane; i < C8; i += 32) {
+                float d[8], xv[8], wv[8], gx[8], sw[8], sb[8];
+                mx_ld8<D>(d, dy + 8 * i);
+                mx_ld8<D>(xv, x + 8 * i);
+                mx_ld8<D>(wv, weight + 8 * i);
+                mx_ld8<D>(gx, dx + 8 * i);
+                mx_ld8f(sw, sdw + 8 * i);
+                mx_ld8f(sb, sdb + 8 * i);
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    float n = (xv[k] - mu) * rs;
+                    sb[k] += d[k];
+                    sw[k] += n * d[k];
+                    gx[k] += ((wv[k] * d[k] - dnorm_mean) - n * dnorm_norm_mean) * rs;
+                }
+                mx_st8f(sdw + 8 * i, sw);
+                mx_st8f(sdb + 8 * i, sb);
+                mx_st8<D>(dx + 8 * i, gx);
+            }
+        } else {
+            for (int i = lane; i < C; i += 32) {
+                float n = (D::to_f(x[i]) - mu) * rs;
+                float d = D::to_f(dy[i]);
+                sdb[i] += d;
+                sdw[i] += n * d;
+                dx[i] = D::from_f(D::to_f(dx[i]) + ((D::to_f(weight[i]) * d - dnorm_mean) - n * dnorm_norm_mean) * rs);
+            }
+        }
+    }
+    __syncthreads();
+    float *p = partial + (size_t)blockIdx.x * 2 * C;
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < warps; k++) s += lnm_sh[(size_t)k * 2 * C + i];
+        p[i] = s;
+    }
+}
+
+template <class D, bool VEC>
+static mo_status layernorm_backward_mixed_rows_launch(cudaStream_t s, unsigned G, int warps, size_t smem,
+                                                      uint16_t *dinp, float *partial, const uint16_t *dout,
+                                                      const uint16_t *inp, const uint16_t *weight, const float *mean,
+                                                      const float *rstd, int N, int C) {
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_mixed_rows<D, VEC>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    layernorm_backward_mixed_rows<D, VEC><<<G, (unsigned)(warps * 32), smem, s>>>(dinp, partial, dout, inp, weight,
+                                                                                 mean, rstd, N, C);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+template <class D>
+static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *dweight, float *dbias,
+                                                 const void *dout, const void *inp, const void *weight,
+                                                 const float *mean, const float *rstd, void *scratch, int N, int C) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    int G = layernorm_backward_blocks(N);
+    // warps per block from C alone (as layernorm.cu): 8, halved while the slices exceed 96 KiB
+    int warps = LNM_BWD_WARPS_MAX;
+    while (warps > 1 && (size_t)warps * 2 * C * sizeof(float) > (size_t)96 * 1024) warps /= 2;
+    size_t smem = (size_t)warps * 2 * C * sizeof(float);
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem > (size_t)optin)
+        return MO_FAIL(MO_ERR_UNSUPPORTED,
+                       "layernorm_backward_mixed: C=%d needs %zu B of shared memory per block, device has %d", C, smem,
+                       optin);
+    int vec = C % 8 == 0 && mx_aligned16(dinp) && mx_aligned16(dout) && mx_aligned16(inp) && mx_aligned16(weight);
+    float *partial = (float *)scratch;
+    uint16_t *gx = (uint16_t *)dinp;
+    const uint16_t *dy = (const uint16_t *)dout, *x = (const uint16_t *)inp, *w = (const uint16_t *)weight;
+    if (vec)
+        MO_TRY((layernorm_backward_mixed_rows_launch<D, true>(s, (unsigned)G, warps, smem, gx, partial, dy, x, w,
+                                                              mean, rstd, N, C)));
+    else
+        MO_TRY((layernorm_backward_mixed_rows_launch<D, false>(s, (unsigned)G, warps, smem, gx, partial, dy, x, w,
+                                                               mean, rstd, N, C)));
+    return layernorm_backward_reduce_cuda(c, dweight, dbias, partial, G, C);
+}
+
+extern "C" mo_status layernorm_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                                   const void *dout, const void *inp, const void *weight,
+                                                   const float *mean, const float *rstd, void *scratch, int N,
+                                                   int C) {
+    return dt == MO_F16 ? layernorm_backward_mixed_launch<mx_f16>(c, dinp, dweight, dbias, dout, inp, weight, mean,
+                                                                  rstd, scratch, N, C)
+                        : layernorm_backward_mixed_launch<mx_bf16>(c, dinp, dweight, dbias, dout, inp, weight, mean,
+                                                                   rstd, scratch, N, C);
+}

@@ -1,0 +1,105 @@
+// Kernels of the mixed-precision GEMMs (matmul_mixed_cuda.c): the dbias column reduction and an
+// elementwise 16-bit GELU for the unfused path.
+//
+// dbias (OC) += sum over the N rows of dout (N, OC) dt, in fp32, in a fixed order (no atomics):
+//   pass 1: block (32 columns x 8 row lanes) per (column group, chunk of MO_MM_MIXED_DBIAS_ROWS rows);
+//           lane ty sums rows ty, ty+8, .. of its chunk in order, then lane 0 adds the 8 lane sums in
+//           order; partial[chunk][col].
+//   pass 2: one thread per column adds the chunks 0, 1, .. in order, then to dbias.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+#include "matmul_mixed.h"
+
+static __device__ __forceinline__ float mm_ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+static __device__ __forceinline__ float mm_ld(const __half *p, size_t i) { return __half2float(p[i]); }
+static __device__ __forceinline__ void mm_st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ void mm_st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+
+template <typename T>
+__global__ void mm_dbias_partial_kernel(float *__restrict__ partial, const T *__restrict__ dout, int N, int OC) {
+    __shared__ float lane_sum[8][33];
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+    const int col = blockIdx.x * 32 + tx, chunk = blockIdx.y;
+    const int r0 = chunk * MO_MM_MIXED_DBIAS_ROWS;
+    const int r1 = min(N, r0 + MO_MM_MIXED_DBIAS_ROWS);
+    float s = 0.0f;
+    if (col < OC)
+        for (int r = r0 + ty; r < r1; r += 8) s += mm_ld(dout, (size_t)r * OC + col);
+    lane_sum[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && col < OC) {
+        float t = lane_sum[0][tx];
+        for (int i = 1; i < 8; i++) t += lane_sum[i][tx];
+        partial[(size_t)chunk * OC + col] = t;
+    }
+}
+
+__global__ void mm_dbias_final_kernel(float *__restrict__ dbias, const float *__restrict__ partial, int chunks,
+                                      int OC) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float s = 0.0f;
+    for (int k = 0; k < chunks; k++) s += partial[(size_t)k * OC + col];
+    dbias[col] += s;
+}
+
+template <typename T>
+__global__ void mm_gelu_kernel(T *__restrict__ g, const T *__restrict__ x, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = mm_ld(x, i);
+    const float s = 0.7978845608028654f; // sqrt(2/pi)
+    mm_st(g, i, 0.5f * v * (1.0f + tanhf(s * (v + 0.044715f * v * v * v))));
+}
+
+// out (N, OC) += bias (OC), fp32 inside, rounded once
+template <typename T>
+__global__ void mm_bias_kernel(T *__restrict__ out, const T *__restrict__ bias, size_t n, int OC) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    mm_st(out, i, mm_ld(out, i) + mm_ld(bias, i % OC));
+}
+
+mo_status matmul_mixed_bias_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *bias, int N, int OC) {
+    const size_t n = (size_t)N * OC;
+    cudaStream_t s = (cudaStream_t)c->stream;
+    const unsigned blocks = (unsigned)((n + 255) / 256);
+    if (dt == MO_BF16)
+        mm_bias_kernel<<<blocks, 256, 0, s>>>((__nv_bfloat16 *)out, (const __nv_bfloat16 *)bias, n, OC);
+    else
+        mm_bias_kernel<<<blocks, 256, 0, s>>>((__half *)out, (const __half *)bias, n, OC);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const void *dout, float *partial, int N,
+                                  int OC) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    const int chunks = mo_mm_mixed_dbias_chunks(N);
+    const dim3 grid((unsigned)((OC + 31) / 32), (unsigned)chunks);
+    if (dt == MO_BF16)
+        mm_dbias_partial_kernel<<<grid, 256, 0, s>>>(partial, (const __nv_bfloat16 *)dout, N, OC);
+    else
+        mm_dbias_partial_kernel<<<grid, 256, 0, s>>>(partial, (const __half *)dout, N, OC);
+    CUDA_CHECK_LAUNCH();
+    mm_dbias_final_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, s>>>(dbias, partial, chunks, OC);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+mo_status matmul_mixed_gelu_cuda(mo_ctx *c, mo_dtype dt, void *gelu_out, const void *out, size_t n) {
+    if (n == 0) return MO_OK;
+    cudaStream_t s = (cudaStream_t)c->stream;
+    const unsigned blocks = (unsigned)((n + 255) / 256);
+    if (dt == MO_BF16)
+        mm_gelu_kernel<<<blocks, 256, 0, s>>>((__nv_bfloat16 *)gelu_out, (const __nv_bfloat16 *)out, n);
+    else
+        mm_gelu_kernel<<<blocks, 256, 0, s>>>((__half *)gelu_out, (const __half *)out, n);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}

@@ -1,0 +1,303 @@
+// GPU tests of the mixed-precision GEMM and attention ops (ops_mixed_gemm.h): each cuda op against the
+// cpu mixed reference on fresh random 16-bit data (the seed is printed; MEMOPT_TEST_SEED replays it), for
+// bf16 and fp16, GPT-2-small shapes and odd tails. Overwritten outputs are poisoned with NaN first;
+// += outputs (dweight, dbias; fp32) start from the same random values on both sides. Every cuda op runs
+// twice and the two results must be the same bits (determinism). The backward gets the cpu forward's
+// att as input on both sides, so each op is tested on its own.
+//
+// Tolerances (relative L2, in fp32 after converting the 16-bit results):
+//  - 16-bit outputs, bf16 4e-3, fp16 1e-3. The reference rounds at the same points as the GPU path, so
+//    the two differ only where the GPU's fp32 sum (tensor-core accumulation, another order; fast-math
+//    expf in the softmax) and the reference's double sum round to adjacent 16-bit values: about 1e-6
+//    relative before rounding against a half-ulp of 2e-3 (bf16) / 2.4e-4 (fp16), so a small fraction of
+//    elements is off by one ulp (3.9e-3 / 4.9e-4), and flips in the stored scores / att propagate to
+//    out and dqkv. One ulp on every element would give about the tolerance: far above what flips give,
+//    far below what a wrong transpose, mask or scale gives (O(1)). The unfused GELU path (OC % 8 != 0)
+//    computes GELU from the rounded pre-activation, one rounding (RMS 1.1e-3 / 2.8e-4) off the reference.
+//  - dweight (fp32, from a 16-bit tensor-core GEMM): 1e-3. Products of 16-bit values are exact in
+//    fp32; the tensor cores' fp32 accumulation may truncate instead of rounding, a bias that does not
+//    average out: about 2^-24 * (2/3) * K relative for a sequential sum over K = N rows, 3.3e-4 at
+//    K = 8192 (the largest N here is 1024, so this is a wide margin).
+//  - dbias (fp32, the suite's own fixed-order fp32 reduction): the fp32 tolerance of the fp32 tests,
+//    1e-5 * max(1, sqrt(N / 1024)).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "kernels/ops_mixed_gemm.h"
+#include "strategies/alloc.h"
+#include "tests/testlib.h"
+
+static mo_allocator *ga, *ha;
+static mo_ctx *gc, *hc;
+static test_rng rng;
+
+static double tol16(mo_dtype dt) { return dt == MO_BF16 ? 4e-3 : 1e-3; }
+#define DWEIGHT_TOL 1e-3
+static double tol_fp32(double K) { return 1e-5 * fmax(1.0, sqrt(K / 1024.0)); }
+
+static void *hmem(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { fprintf(stderr, "out of host memory\n"); exit(1); }
+    return p;
+}
+static float *fnew(size_t n) { return hmem(n * sizeof(float)); }
+static uint16_t *hnew16(size_t n) { return hmem(n * sizeof(uint16_t)); }
+static uint16_t *hrand16(mo_dtype dt, size_t n, float lo, float hi) {
+    float *f = fnew(n);
+    test_fill_uniform(&rng, f, n, lo, hi);
+    uint16_t *h = hnew16(n);
+    mo_convert_from_f32(dt, h, f, n);
+    free(f);
+    return h;
+}
+static float *frand(size_t n, float lo, float hi) {
+    float *f = fnew(n);
+    test_fill_uniform(&rng, f, n, lo, hi);
+    return f;
+}
+static float *f32_of(mo_dtype dt, const uint16_t *x, size_t n) {
+    float *f = fnew(n);
+    mo_convert_to_f32(dt, f, x, n);
+    return f;
+}
+
+static void *dnew(size_t bytes) {
+    void *p = NULL;
+    if (!CHECK_OK(mo_alloc(ga, bytes ? bytes : 1, MO_CAT_ACTIVATION, &p))) exit(test_finish());
+    return p;
+}
+static void dfree(void *p) {
+    if (p && mo_free(ga, p) != MO_OK) CHECK_MSG(0, "mo_free: %s", mo_errmsg());
+}
+static void h2d(void *d, const void *h, size_t bytes) {
+    if (!CHECK_OK(mo_memcpy_h2d(gc, d, h, bytes))) exit(test_finish());
+}
+static void d2h(void *h, const void *d, size_t bytes) {
+    if (!CHECK_OK(mo_memcpy_d2h(gc, h, d, bytes))) exit(test_finish());
+}
+static void *dup_dev(const void *h, size_t bytes) {
+    void *d = dnew(bytes);
+    h2d(d, h, bytes);
+    return d;
+}
+static uint16_t nan16(mo_dtype dt) { return dt == MO_BF16 ? 0x7FC0 : 0x7E00; }
+static void dpoison16(mo_dtype dt, void *d, size_t n) {
+    uint16_t *h = hnew16(n);
+    for (size_t i = 0; i < n; i++) h[i] = nan16(dt);
+    h2d(d, h, n * sizeof(uint16_t));
+    free(h);
+}
+
+// got (16-bit, from the device) against want (16-bit, cpu reference), compared in fp32
+static void check16(const char *label, mo_dtype dt, const uint16_t *got, const uint16_t *want, size_t n, double tol,
+                    int line) {
+    float *g = f32_of(dt, got, n), *w = f32_of(dt, want, n);
+    test_check_rel(g, w, n, tol, __FILE__, line, label);
+    free(g);
+    free(w);
+}
+#define CHECK16(label, dt, got, want, n, tol) check16((label), (dt), (got), (want), (n), (tol), __LINE__)
+static void check_same(const char *label, const void *a, const void *b, size_t bytes) {
+    CHECK_MSG(memcmp(a, b, bytes) == 0, "%s: two cuda runs differ (not deterministic)", label);
+}
+
+static double timer_ms;
+static mo_timer timer;
+static void tstart(void) { mo_timer_start(gc, &timer); }
+static void tstop(void) { mo_timer_stop(gc, &timer, &timer_ms); }
+
+// ---------------------------------------------------------------------------------------------
+typedef struct { int N, C, OC, bias, gelu; const char *what; } mm_shape;
+
+static void gpu_matmul(mo_dtype dt, const mm_shape *s) {
+    const int N = s->N, C = s->C, OC = s->OC;
+    const size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    const size_t e = sizeof(uint16_t);
+    const char *pn = mo_dtype_name(dt);
+    printf("matmul_mixed %s %s: N=%d C=%d OC=%d bias=%d gelu=%d\n", pn, s->what, N, C, OC, s->bias, s->gelu);
+    uint16_t *inp = hrand16(dt, nin, -1, 1), *w = hrand16(dt, nw, -1, 1);
+    uint16_t *b = s->bias ? hrand16(dt, OC, -1, 1) : NULL, *dout = hrand16(dt, nout, -1, 1);
+    float *dw0 = frand(nw, -1, 1), *db0 = frand(OC, -1, 1);
+
+    uint16_t *out_ref = hnew16(nout), *g_ref = hnew16(nout), *dinp_ref = hnew16(nin);
+    float *dw_ref = fnew(nw), *db_ref = fnew(OC);
+    memcpy(dw_ref, dw0, nw * sizeof(float));
+    memcpy(db_ref, db0, OC * sizeof(float));
+    CHECK_OK(mo_matmul_forward_mixed(hc, dt, out_ref, s->gelu ? g_ref : NULL, inp, w, b, N, C, OC));
+    CHECK_OK(mo_matmul_backward_mixed(hc, dt, dinp_ref, dw_ref, s->bias ? db_ref : NULL, dout, inp, w, N, C, OC));
+
+    void *d_inp = dup_dev(inp, nin * e), *d_w = dup_dev(w, nw * e), *d_b = b ? dup_dev(b, OC * e) : NULL;
+    void *d_dout = dup_dev(dout, nout * e), *d_out = dnew(nout * e), *d_g = dnew(nout * e), *d_dinp = dnew(nin * e);
+    float *d_dw = dnew(nw * sizeof(float)), *d_db = dnew(OC * sizeof(float));
+    uint16_t *got[2], *got_g[2], *got_dinp[2];
+    float *got_dw[2], *got_db[2];
+    for (int r = 0; r < 2; r++) {
+        got[r] = hnew16(nout); got_g[r] = hnew16(nout); got_dinp[r] = hnew16(nin);
+        got_dw[r] = fnew(nw); got_db[r] = fnew(OC);
+    }
+    char label[160];
+    for (int r = 0; r < 2; r++) {
+        dpoison16(dt, d_out, nout);
+        dpoison16(dt, d_g, nout);
+        if (r) tstart();
+        CHECK_OK(mo_matmul_forward_mixed(gc, dt, d_out, s->gelu ? d_g : NULL, d_inp, d_w, d_b, N, C, OC));
+        if (r) tstop();
+        d2h(got[r], d_out, nout * e);
+        if (s->gelu) d2h(got_g[r], d_g, nout * e);
+    }
+    printf("  forward %.3f ms\n", timer_ms);
+    snprintf(label, sizeof label, "%s %s fwd out", pn, s->what);
+    CHECK16(label, dt, got[0], out_ref, nout, tol16(dt));
+    check_same(label, got[0], got[1], nout * e);
+    if (s->gelu) {
+        snprintf(label, sizeof label, "%s %s fwd gelu_out", pn, s->what);
+        CHECK16(label, dt, got_g[0], g_ref, nout, tol16(dt));
+        check_same(label, got_g[0], got_g[1], nout * e);
+    }
+    for (int r = 0; r < 2; r++) {
+        dpoison16(dt, d_dinp, nin);
+        h2d(d_dw, dw0, nw * sizeof(float));
+        h2d(d_db, db0, OC * sizeof(float));
+        if (r) tstart();
+        CHECK_OK(mo_matmul_backward_mixed(gc, dt, d_dinp, d_dw, s->bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC));
+        if (r) tstop();
+        d2h(got_dinp[r], d_dinp, nin * e);
+        d2h(got_dw[r], d_dw, nw * sizeof(float));
+        d2h(got_db[r], d_db, OC * sizeof(float));
+    }
+    printf("  backward %.3f ms\n", timer_ms);
+    snprintf(label, sizeof label, "%s %s bwd dinp", pn, s->what);
+    CHECK16(label, dt, got_dinp[0], dinp_ref, nin, tol16(dt));
+    check_same(label, got_dinp[0], got_dinp[1], nin * e);
+    snprintf(label, sizeof label, "%s %s bwd dweight (fp32)", pn, s->what);
+    test_check_rel(got_dw[0], dw_ref, nw, DWEIGHT_TOL, __FILE__, __LINE__, label);
+    check_same(label, got_dw[0], got_dw[1], nw * sizeof(float));
+    snprintf(label, sizeof label, "%s %s bwd dbias (fp32)", pn, s->what);
+    if (s->bias) {
+        test_check_rel(got_db[0], db_ref, OC, tol_fp32(N), __FILE__, __LINE__, label);
+        check_same(label, got_db[0], got_db[1], OC * sizeof(float));
+    } else {
+        CHECK_MSG(memcmp(got_db[0], db0, OC * sizeof(float)) == 0, "%s: dbias NULL but the buffer changed", label);
+    }
+    // dinp NULL: dinp untouched, dweight as before
+    dpoison16(dt, d_dinp, nin);
+    h2d(d_dw, dw0, nw * sizeof(float));
+    CHECK_OK(mo_matmul_backward_mixed(gc, dt, NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC));
+    d2h(got_dinp[0], d_dinp, nin * e);
+    d2h(got_dw[0], d_dw, nw * sizeof(float));
+    int untouched = 1;
+    for (size_t i = 0; i < nin; i++) untouched &= got_dinp[0][i] == nan16(dt);
+    CHECK_MSG(untouched, "%s %s: backward with dinp NULL wrote dinp", pn, s->what);
+    snprintf(label, sizeof label, "%s %s bwd dweight, dinp NULL", pn, s->what);
+    test_check_rel(got_dw[0], dw_ref, nw, DWEIGHT_TOL, __FILE__, __LINE__, label);
+
+    for (int r = 0; r < 2; r++) { free(got[r]); free(got_g[r]); free(got_dinp[r]); free(got_dw[r]); free(got_db[r]); }
+    dfree(d_inp); dfree(d_w); dfree(d_b); dfree(d_dout); dfree(d_out); dfree(d_g); dfree(d_dinp); dfree(d_dw); dfree(d_db);
+    free(inp); free(w); free(b); free(dout); free(dw0); free(db0); free(out_ref); free(g_ref); free(dinp_ref);
+    free(dw_ref); free(db_ref);
+}
+
+// ---------------------------------------------------------------------------------------------
+typedef struct { int B, T, C, NH; const char *what; } at_shape;
+
+static void gpu_attention(mo_dtype dt, const at_shape *s) {
+    const int B = s->B, T = s->T, C = s->C, NH = s->NH;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    const size_t e = sizeof(uint16_t);
+    const char *pn = mo_dtype_name(dt);
+    printf("attention_mixed %s %s: B=%d T=%d C=%d NH=%d (HS %d)\n", pn, s->what, B, T, C, NH, C / NH);
+    uint16_t *qkv = hrand16(dt, nqkv, -2, 2), *dout = hrand16(dt, nout, -1, 1);
+    uint16_t *out_ref = hnew16(nout), *att_ref = hnew16(natt), *dqkv_ref = hnew16(nqkv);
+    CHECK_OK(mo_attention_forward_mixed(hc, dt, out_ref, att_ref, qkv, B, T, C, NH));
+    CHECK_OK(mo_attention_backward_mixed(hc, dt, dqkv_ref, dout, qkv, att_ref, B, T, C, NH));
+
+    void *d_qkv = dup_dev(qkv, nqkv * e), *d_dout = dup_dev(dout, nout * e), *d_out = dnew(nout * e);
+    void *d_att = dnew(natt * e), *d_dqkv = dnew(nqkv * e), *d_att_in = dup_dev(att_ref, natt * e);
+    uint16_t *got_out[2], *got_att[2], *got_dqkv[2];
+    for (int r = 0; r < 2; r++) { got_out[r] = hnew16(nout); got_att[r] = hnew16(natt); got_dqkv[r] = hnew16(nqkv); }
+    char label[160];
+    for (int r = 0; r < 2; r++) {
+        dpoison16(dt, d_out, nout);
+        dpoison16(dt, d_att, natt);
+        if (r) tstart();
+        CHECK_OK(mo_attention_forward_mixed(gc, dt, d_out, d_att, d_qkv, B, T, C, NH));
+        if (r) tstop();
+        d2h(got_out[r], d_out, nout * e);
+        d2h(got_att[r], d_att, natt * e);
+    }
+    printf("  forward %.3f ms\n", timer_ms);
+    snprintf(label, sizeof label, "%s %s att", pn, s->what);
+    CHECK16(label, dt, got_att[0], att_ref, natt, tol16(dt));
+    check_same(label, got_att[0], got_att[1], natt * e);
+    int zeros = 1;
+    for (size_t r = 0; r < (size_t)B * NH * T; r++)
+        for (int j = (int)(r % T) + 1; j < T; j++) zeros &= got_att[0][r * T + j] == 0;
+    CHECK_MSG(zeros, "%s: att above the diagonal is not exactly +0", label);
+    snprintf(label, sizeof label, "%s %s out", pn, s->what);
+    CHECK16(label, dt, got_out[0], out_ref, nout, tol16(dt));
+    check_same(label, got_out[0], got_out[1], nout * e);
+    for (int r = 0; r < 2; r++) {
+        dpoison16(dt, d_dqkv, nqkv);
+        if (r) tstart();
+        CHECK_OK(mo_attention_backward_mixed(gc, dt, d_dqkv, d_dout, d_qkv, d_att_in, B, T, C, NH));
+        if (r) tstop();
+        d2h(got_dqkv[r], d_dqkv, nqkv * e);
+    }
+    printf("  backward %.3f ms\n", timer_ms);
+    snprintf(label, sizeof label, "%s %s dqkv", pn, s->what);
+    CHECK16(label, dt, got_dqkv[0], dqkv_ref, nqkv, tol16(dt));
+    check_same(label, got_dqkv[0], got_dqkv[1], nqkv * e);
+
+    for (int r = 0; r < 2; r++) { free(got_out[r]); free(got_att[r]); free(got_dqkv[r]); }
+    dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_att); dfree(d_dqkv); dfree(d_att_in);
+    free(qkv); free(dout); free(out_ref); free(att_ref); free(dqkv_ref);
+}
+
+int main(void) {
+    test_require_gpu();
+    test_rng_seed(&rng, test_seed_from_time());
+    CHECK_OK(mo_allocator_create(&ga, MO_ALLOC_CACHING, MO_BACKEND_CUDA, 0, NULL));
+    CHECK_OK(mo_allocator_create(&ha, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
+    if (!ga || !ha) return test_finish();
+    CHECK_OK(mo_ctx_create(&gc, MO_BACKEND_CUDA, ga));
+    CHECK_OK(mo_ctx_create(&hc, MO_BACKEND_CPU, ha));
+    if (!gc || !hc) return test_finish();
+    CHECK_OK(mo_timer_init(gc, &timer));
+
+    // GPT-2 small (C = 768) at B*T = 1024 rows, the lm head at 128 rows, and odd tails
+    const mm_shape mm[] = {
+        {1024, 768, 2304, 1, 0, "qkv"},
+        {1024, 768, 768, 1, 0, "attn proj"},
+        {1024, 768, 3072, 1, 1, "fc+gelu"},
+        {1024, 3072, 768, 1, 0, "fc proj"},
+        {128, 768, 50304, 0, 0, "lm head"},
+        {74, 96, 384, 1, 1, "tail fc+gelu"},
+        {74, 96, 100, 1, 1, "gelu unfused (OC % 8)"},
+        {37, 100, 37, 1, 0, "odd"},
+        {37, 100, 36, 0, 1, "odd gelu no bias"},
+        {300, 64, 40, 1, 0, "dbias 2 chunks + tail"},
+    };
+    const at_shape at[] = {
+        {2, 1024, 768, 12, "gpt2 T=1024"},
+        {4, 256, 768, 12, "gpt2 T=256"},
+        {3, 64, 768, 12, "gpt2 T=64"},
+        {2, 37, 96, 3, "tail T=37 HS=32"},
+        {1, 100, 256, 2, "HS=128 T=100"},
+        {2, 130, 80, 2, "HS=40 T=130"},
+        {1, 1, 64, 4, "T=1 HS=16"},
+    };
+    const mo_dtype dts[2] = {MO_BF16, MO_F16};
+    for (int d = 0; d < 2; d++) {
+        for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) gpu_matmul(dts[d], &mm[i]);
+        for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) gpu_attention(dts[d], &at[i]);
+    }
+
+    mo_timer_destroy(&timer);
+    mo_ctx_destroy(gc);
+    mo_ctx_destroy(hc);
+    mo_allocator_destroy(ga);
+    mo_allocator_destroy(ha);
+    return test_finish();
+}
