@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, GPU tests, benchmarks, the PyTorch peer side by side.
-# Usage: tools/gpu_session.sh OUTDIR [stages...]   stages: build test alloc gpt peer (default: all)
-# Writes at most 8 files under OUTDIR (the device tool's limit): session.log, ctest.log,
-# runs.csv, torch.csv, bench_alloc.json.
+# Usage: tools/gpu_session.sh OUTDIR [stages...]
+#   stages: build test alloc gpt peer claims sweep (default: all)
+# Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
+# brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
 OUT="${1:?usage: tools/gpu_session.sh OUTDIR [stages]}"
 shift
-stages="${*:-build test alloc gpt peer}"
+stages="${*:-build test alloc gpt peer claims sweep}"
 mkdir -p "$OUT"
 log="$OUT/session.log"
+R=/tmp/memopt-results
+mkdir -p $R
+trap 'tar czf "$OUT/results.tgz" -C $R .' EXIT
 exec > >(tee -a "$log") 2>&1
 cd "$(dirname "$0")/.."
 has() { case " $stages " in *" $1 "*) return 0;; esac; return 1; }
-echo "== $(date -u +%FT%TZ) git $(git rev-parse --short=12 HEAD 2>/dev/null) stages: $stages"
+echo "== $(date -u +%FT%TZ) git ${MEMOPT_GIT_REV:-$(git rev-parse --short=12 HEAD 2>/dev/null)} stages: $stages"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem --format=csv
 B=build-gpu
 if has build; then
   t0=$(date +%s)
-  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release >"$R/cmake.log" 2>&1 || { tail -30 "$R/cmake.log"; exit 1; }
   cmake --build $B -j 16 2>&1 | grep -E "error|warning|FAILED" | head -40
   [ -x $B/memopt ] || { echo "build failed"; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
@@ -25,26 +29,38 @@ if has build; then
 fi
 M=$B/memopt
 if has test; then
-  ctest --test-dir $B --output-on-failure -j 4 --timeout 300 >"$OUT/ctest.log" 2>&1
-  echo "ctest exit $?"; grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | tail -40
+  ctest --test-dir $B --output-on-failure -j 4 --timeout 300 >"$R/ctest.log" 2>&1
+  echo "ctest exit $?"; grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$R/ctest.log" | tail -40
 fi
 if has alloc && [ -x $B/memopt_bench_alloc ]; then
   $B/memopt_bench_alloc --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-    --benchmark_out="$OUT/bench_alloc.json" --benchmark_out_format=json 2>&1 | tail -40
+    --benchmark_out="$R/bench_alloc.json" --benchmark_out_format=json 2>&1 | tail -40
 fi
 if has gpt; then
-  csv="$OUT/runs.csv"
+  csv="$R/h200-gpt2-124m.csv"
   for prec in fp32 tf32; do for attn in materialized fused; do
     $M run --preset gpt2-124m --precision $prec --attn $attn --steps 10 --warmup 3 --csv "$csv"
   done; done
-  for ck in full sqrt selective; do
+  for ck in full sqrt selective every:2; do
     $M run --preset gpt2-124m --precision fp32 --ckpt $ck --steps 10 --warmup 3 --csv "$csv"
   done
+  $M run --preset gpt2-124m --precision tf32 --ckpt full --steps 10 --warmup 3 --csv "$csv"
   $M run --preset gpt2-124m --precision fp32 --accum 4 --steps 10 --warmup 3 --csv "$csv"
+  for al in async raw; do $M run --preset gpt2-124m --precision tf32 --alloc $al --steps 10 --warmup 3 --csv "$csv"; done
+  $M run --preset gpt2-124m --precision fp32 --cap 8GiB --steps 10 --warmup 3 --csv "$csv" || echo "(exit $?: the 8 GiB cap row is meant to run out of memory)"
+  $M run --preset gpt2-124m --precision tf32 --profile --steps 10 --warmup 3 | grep -E "step:|profile"
 fi
 if has peer; then
-  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized,fused --precision fp32,tf32 --csv "$OUT/torch.csv"
-  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized --precision fp32 --ckpt full --csv "$OUT/torch.csv"
-  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized --precision fp32 --accum 4 --csv "$OUT/torch.csv"
+  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized,fused --precision fp32,tf32 --csv "$R/torch-gpt2-124m.csv"
+  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized --precision fp32 --ckpt full --csv "$R/torch-gpt2-124m.csv"
+  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized --precision fp32 --accum 4 --csv "$R/torch-gpt2-124m.csv"
 fi
+if has claims; then
+  $M claims --preset gpt2-124m --out-dir $R/claims 2>&1 | tail -40
+fi
+if has sweep; then
+  $M sweep --preset gpt2-124m --precision fp32,tf32 --attn materialized,fused --ckpt none,full,selective --cap none,8GiB \
+    --steps 5 --warmup 2 --csv $R/sweep.csv --benchmark_out=$R/sweep_gbench.json --benchmark_out_format=json 2>&1 | tail -5
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv
 echo "== done $(date -u +%FT%TZ)"

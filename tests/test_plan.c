@@ -1,0 +1,292 @@
+// The planner: its predicted peak is the run engine's, to the byte (against dry runs of a real run's
+// step counts and against the cpu backend, which computes); the GPU catalog parses and a bad entry
+// is refused with its line number; fits and the largest batch agree with dry runs; the roofline
+// moves the right way; the calibration recovers known efficiencies. It also times a plan of
+// gpt2-1558m and of a 7B shape (printed, not asserted: timings are benchmarks, not tests).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench/cli.h"
+#include "bench/planner.h"
+#include "tests/testlib.h"
+
+static mo_run_config base_config(void) {
+    mo_config *c = malloc(sizeof *c);
+    mo_config_defaults(c, MO_CMD_RUN);
+    mo_run_config rc = c->base;
+    free(c);
+    return rc;
+}
+
+static mo_run_config tiny(void) {
+    mo_run_config rc = base_config();
+    rc.layers = 3; rc.hidden = 32; rc.heads = 4; rc.seq = 16; rc.batch = 4; rc.vocab = 64;
+    rc.preset[0] = '\0';
+    return rc;
+}
+
+static int same_peaks(const mo_csv_row *a, const mo_csv_row *b, const char *what) {
+    int ok = a->peak_allocated_bytes == b->peak_allocated_bytes && a->peak_reserved_bytes == b->peak_reserved_bytes &&
+             a->param_bytes == b->param_bytes && a->grad_bytes == b->grad_bytes && a->optim_bytes == b->optim_bytes &&
+             a->master_bytes == b->master_bytes && a->activation_bytes == b->activation_bytes &&
+             a->workspace_bytes == b->workspace_bytes && !strcmp(a->status, b->status);
+    return CHECK_MSG(ok, "%s: peaks differ: allocated %lld vs %lld, reserved %lld vs %lld, activation %lld vs %lld, status %s vs %s",
+                     what, (long long)a->peak_allocated_bytes, (long long)b->peak_allocated_bytes, (long long)a->peak_reserved_bytes,
+                     (long long)b->peak_reserved_bytes, (long long)a->activation_bytes, (long long)b->activation_bytes, a->status,
+                     b->status);
+}
+
+// The plan's peak equals the engine's on the real run's step counts (warm-up 3, 5 timed), on the dry
+// backend, and on the cpu backend, which really computes, for every strategy and allocator.
+static void test_plan_equals_runs(const mo_run_env *env) {
+    static const mo_ckpt ckpts[] = {{MO_CKPT_NONE, 0}, {MO_CKPT_FULL, 0}, {MO_CKPT_EVERY, 2}, {MO_CKPT_SQRT, 0}, {MO_CKPT_SELECTIVE, 0}};
+    int compared = 0;
+    for (int ia = 0; ia < 2; ia++)
+        for (int ik = 0; ik < 5; ik++)
+            for (int accum = 1; accum <= 2; accum++)
+                for (int al = 0; al < 2; al++) {
+                    mo_run_config rc = tiny();
+                    rc.attn = ia ? MO_ATTN_FUSED : MO_ATTN_MATERIALIZED;
+                    rc.ckpt = ckpts[ik];
+                    rc.accum = accum;
+                    rc.alloc = al ? MO_ALLOC_RAW : MO_ALLOC_CACHING;
+                    mo_csv_row plan, dry, cpu;
+                    if (!CHECK_OK(mo_plan_predict(&rc, env, &plan))) return;
+                    CHECK_MSG(!strcmp(plan.status, "ok"), "plan status %s: %s", plan.status, plan.detail);
+                    mo_run_config r = rc;
+                    r.backend = MO_BACKEND_DRY; r.warmup = 3; r.steps = 5;
+                    CHECK_OK(mo_run_execute(&r, env, &dry, NULL));
+                    r.backend = MO_BACKEND_CPU; r.warmup = 1; r.steps = 2;
+                    CHECK_OK(mo_run_execute(&r, env, &cpu, NULL));
+                    char what[96];
+                    snprintf(what, sizeof what, "attn %d ckpt %d/%d accum %d alloc %d", ia, ckpts[ik].kind, ckpts[ik].every, accum, al);
+                    same_peaks(&plan, &dry, what);
+                    same_peaks(&plan, &cpu, what);
+                    compared++;
+                }
+    printf("  plan == dry run (3+5 steps) == cpu run, to the byte: %d configurations\n", compared);
+    // A full-size preset against a real run's default step counts (warm-up 3, 10 timed), dry.
+    mo_run_config rc = base_config();
+    for (int ck = 0; ck < 2; ck++) {
+        rc.ckpt = ck ? (mo_ckpt){MO_CKPT_FULL, 0} : (mo_ckpt){MO_CKPT_NONE, 0};
+        mo_csv_row plan, dry;
+        CHECK_OK(mo_plan_predict(&rc, env, &plan));
+        mo_run_config r = rc;
+        r.backend = MO_BACKEND_DRY;
+        CHECK_OK(mo_run_execute(&r, env, &dry, NULL));
+        same_peaks(&plan, &dry, ck ? "gpt2-124m ckpt full" : "gpt2-124m");
+    }
+}
+
+// The committed catalog: every GPU of the issue, dense figures, names and device matching.
+static void test_catalog(void) {
+    mo_gpu_catalog c;
+    if (!CHECK_OK(mo_gpu_catalog_load(NULL, &c))) return;
+    static const char *need[] = {"h200-sxm", "h100-sxm", "h100-pcie", "a100-80gb-sxm", "a100-40gb", "l40s", "rtx-4090", "a10", "v100-32gb"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        const mo_gpu_spec *g = mo_gpu_catalog_find(&c, need[i]);
+        if (!CHECK_MSG(g != NULL, "catalog lacks %s", need[i])) continue;
+        CHECK(g->fp32 > 0 && g->mem_bw_gbs > 0 && g->memory_bytes > 0);
+        // Dense, not sparse: tensor rates within 64x of the CUDA-core rate (a doubled figure on the
+        // H100 would read 1979 vs 67: 30x; the check below pins the known dense values).
+        CHECK(g->tf32 <= g->bf16 || g->bf16 == 0);
+    }
+    const mo_gpu_spec *h = mo_gpu_catalog_find(&c, "h100-sxm");
+    if (h) {
+        CHECK(h->bf16 == 989.4 && h->tf32 == 494.7 && h->fp32 == 67 && h->mem_bw_gbs == 3350);
+        CHECK_EQ_U64(mo_gpu_total_bytes(h), (uint64_t)81559 << 20);
+    }
+    const mo_gpu_spec *h2 = mo_gpu_catalog_find(&c, "H200"); // an alias, any case
+    CHECK(h2 && !strcmp(h2->key, "h200-sxm") && mo_gpu_total_bytes(h2) == MO_DEFAULT_DEVICE_MEM);
+    const mo_gpu_spec *a = mo_gpu_catalog_find(&c, "a100-80gb-sxm");
+    CHECK(a && a->bf16 == 312 && a->tf32 == 156);
+    CHECK(mo_gpu_catalog_find(&c, "nosuch") == NULL);
+    const mo_gpu_spec *m = mo_gpu_catalog_match_device(&c, "NVIDIA H200");
+    CHECK(m && !strcmp(m->key, "h200-sxm"));
+    m = mo_gpu_catalog_match_device(&c, "NVIDIA A100-SXM4-80GB");
+    CHECK(m && !strcmp(m->key, "a100-80gb-sxm"));
+    m = mo_gpu_catalog_match_device(&c, "NVIDIA A10");
+    CHECK(m && !strcmp(m->key, "a10"));
+    CHECK(mo_gpu_catalog_match_device(&c, "NVIDIA A100 80GB PCIe") == NULL); // not the A10, not in the catalog
+    m = mo_gpu_catalog_match_device(&c, "NVIDIA H100 80GB HBM3");
+    CHECK(m && !strcmp(m->key, "h100-sxm"));
+    const mo_gpu_spec *v = mo_gpu_catalog_find(&c, "v100");
+    const char *note = NULL;
+    CHECK(v && mo_gpu_gemm_tflops(v, MO_PREC_TF32, &note) == v->fp32 && note != NULL);
+    CHECK(v && mo_gpu_gemm_tflops(v, MO_PREC_FP16, NULL) == 125);
+    mo_gpu_catalog_free(&c);
+}
+
+static const char good_entry[] =
+    "# a comment\n"
+    "[x1]\n"
+    "name = Test GPU\n"
+    "aliases = x, x-one\n"
+    "memory = 16GB @ a datasheet\n"
+    "fp32 = 10 @ a datasheet\n"
+    "tf32 = 20? @ unsure\n"
+    "fp16 = 40 @ a datasheet\n"
+    "bf16 = 40 @ a datasheet   # trailing comment\n"
+    "mem_bw = 500 @ a datasheet\n";
+
+// Parses text that must be refused with `want` (a substring: the line number and the field).
+static void expect_refused(const char *text, const char *want) {
+    mo_gpu_catalog c;
+    mo_status st = mo_gpu_catalog_parse(text, "cat.txt", &c);
+    if (st == MO_OK) mo_gpu_catalog_free(&c);
+    CHECK_MSG(st == MO_ERR_INVALID && strstr(mo_errmsg_plain(), want), "want refusal with '%s', got status %d '%s'", want, st,
+              mo_errmsg_plain());
+    mo_clear_error();
+}
+
+static void test_catalog_errors(void) {
+    mo_gpu_catalog c;
+    if (CHECK_OK(mo_gpu_catalog_parse(good_entry, "cat.txt", &c))) {
+        CHECK(c.n == 1 && c.gpus[0].line == 2 && (c.gpus[0].unsure & MO_GPU_F_TF32) && c.gpus[0].tf32 == 20);
+        CHECK(mo_gpu_catalog_find(&c, "x-one") == &c.gpus[0]);
+        mo_gpu_catalog_free(&c);
+    }
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "link_gbs = 64\n"); // line 11: no source
+    expect_refused(buf, "cat.txt:11: link_gbs: no source");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "speed = 3 @ x\n");
+    expect_refused(buf, "cat.txt:11: unknown field 'speed'");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "[x2]\nname = B\nmemory = 8GB @ s\n"); // x2 lacks fields
+    expect_refused(buf, "cat.txt:11: [x2]: missing field 'fp32'");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "[x]\n"); // an alias of x1
+    expect_refused(buf, "cat.txt:11: [x]: the name is already used");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "[x3]\nname = C\nmemory = lots @ s\n");
+    expect_refused(buf, "cat.txt:13: memory: 'lots' is not a size");
+    snprintf(buf, sizeof buf, "%s", "fp32 = 1 @ s\n");
+    expect_refused(buf, "cat.txt:1: a field before the first '[key]'");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "fp32 = 11 @ again\n");
+    expect_refused(buf, "cat.txt:11: [x1]: field 'fp32' given twice");
+    expect_refused("[z]\nname = Z\nmemory = 8GB @ s\nmem_bw = -5 @ s\n", "cat.txt:4: mem_bw: '-5' is not a number");
+    expect_refused("[y]\nname = Y\nmemory = 8GB @ s\nfp32 = 1e9 @ s\n", "cat.txt:4: fp32: '1e9' is not a number");
+    expect_refused("# nothing\n", "no GPU entries");
+}
+
+// Fits and the largest batch agree with dry runs made directly.
+static void test_fit_and_max_batch(const mo_run_env *env) {
+    mo_run_config rc = tiny();
+    rc.accum = 2;
+    mo_csv_row r;
+    CHECK_OK(mo_plan_predict(&rc, env, &r));
+    uint64_t peak = (uint64_t)r.peak_reserved_bytes;
+    mo_plan_fit f;
+    CHECK_OK(mo_plan_fit_check(&rc, env, peak, &f));
+    CHECK(f.plannable && f.fits && f.retries == 0);
+    CHECK_OK(mo_plan_fit_check(&rc, env, peak / 2, &f));
+    CHECK(f.plannable && !f.fits);
+    // A headroom that fits batch 16 but not much more: the search lands where a direct run says.
+    rc.batch = 16;
+    CHECK_OK(mo_plan_predict(&rc, env, &r));
+    uint64_t headroom = (uint64_t)r.peak_reserved_bytes + ((uint64_t)3 << 20);
+    rc.batch = 4;
+    int best = 0, at_limit = 0, runs = 0;
+    CHECK_OK(mo_plan_max_batch(&rc, env, headroom, &best, &at_limit, &runs));
+    CHECK_MSG(best >= 16 && best % 2 == 0 && !at_limit, "max batch %d", best);
+    mo_run_config c = rc;
+    c.batch = best;
+    CHECK_OK(mo_plan_fit_check(&c, env, headroom, &f));
+    CHECK_MSG(f.fits, "batch %d should fit", best);
+    c.batch = best + rc.accum;
+    CHECK_OK(mo_plan_fit_check(&c, env, headroom, &f));
+    CHECK_MSG(!f.fits, "batch %d should not fit", best + rc.accum);
+    printf("  largest batch in %s: %d (%d dry runs)\n", "a tight headroom", best, runs);
+    // Not even the smallest batch: 0.
+    CHECK_OK(mo_plan_max_batch(&rc, env, (uint64_t)1 << 20, &best, &at_limit, &runs));
+    CHECK(best == 0);
+}
+
+static void test_roofline(void) {
+    mo_gpu_catalog c;
+    if (!CHECK_OK(mo_gpu_catalog_load(NULL, &c))) return;
+    const mo_gpu_spec *g = mo_gpu_catalog_find(&c, "h200-sxm");
+    mo_run_config rc = base_config();
+    mo_roofline none, full, sel, tf;
+    mo_roofline_step(&rc, g, &none);
+    rc.ckpt = (mo_ckpt){MO_CKPT_FULL, 0};
+    mo_roofline_step(&rc, g, &full);
+    rc.ckpt = (mo_ckpt){MO_CKPT_SELECTIVE, 0};
+    mo_roofline_step(&rc, g, &sel);
+    CHECK(full.flops > none.flops && sel.flops > none.flops && full.flops > sel.flops);
+    rc.ckpt = (mo_ckpt){MO_CKPT_NONE, 0};
+    rc.precision = MO_PREC_TF32;
+    mo_roofline_step(&rc, g, &tf);
+    CHECK(tf.gemm_s < none.gemm_s / 5 && tf.gemm_flops == none.gemm_flops);
+    // The GEMM FLOPs cover the model's 6·N·tokens (the attention terms come on top).
+    mo_gpt_config gc;
+    memset(&gc, 0, sizeof gc);
+    gc.layers = rc.layers; gc.hidden = rc.hidden; gc.heads = rc.heads; gc.seq = rc.seq; gc.batch = rc.batch; gc.vocab = rc.vocab;
+    gc.accum = 1;
+    double six_n = 6.0 * ((double)mo_gpt_num_params(&gc) - (double)rc.seq * rc.hidden) * rc.batch * rc.seq;
+    CHECK_MSG(none.gemm_flops > six_n && none.gemm_flops < 1.5 * six_n, "GEMM flops %.3g vs 6N·tokens %.3g", none.gemm_flops, six_n);
+    // Calibration: rows made with known efficiencies come back.
+    mo_csv_row rows[8];
+    int k = 0;
+    for (int ia = 0; ia < 2; ia++)
+        for (int ik = 0; ik < 2; ik++)
+            for (int acc = 1; acc <= 2; acc++) {
+                mo_run_config r = base_config();
+                r.precision = MO_PREC_TF32;
+                r.attn = ia ? MO_ATTN_FUSED : MO_ATTN_MATERIALIZED;
+                r.ckpt = ik ? (mo_ckpt){MO_CKPT_FULL, 0} : (mo_ckpt){MO_CKPT_NONE, 0};
+                r.accum = acc;
+                mo_roofline f;
+                mo_roofline_step(&r, g, &f);
+                mo_csv_row_init(&rows[k]);
+                mo_csv_row_from_config(&rows[k], &r, 0);
+                snprintf(rows[k].backend, sizeof rows[k].backend, "cuda");
+                snprintf(rows[k].device_name, sizeof rows[k].device_name, "NVIDIA H200");
+                snprintf(rows[k].status, sizeof rows[k].status, "ok");
+                rows[k].step_ms = 1e3 * (f.gemm_s / 0.7 + f.mem_s / 0.4);
+                k++;
+            }
+    mo_plan_calib cal;
+    mo_plan_calib_fit(&cal, g, rows, (size_t)k, -1);
+    CHECK_MSG(cal.rows[MO_PREC_TF32] == k && fabs(cal.eff_gemm[MO_PREC_TF32] - 0.7) < 1e-3 && fabs(cal.eff_mem[MO_PREC_TF32] - 0.4) < 1e-3,
+              "fit gave %.4f GEMM, %.4f memory from %d rows (%s)", cal.eff_gemm[MO_PREC_TF32], cal.eff_mem[MO_PREC_TF32],
+              cal.rows[MO_PREC_TF32], cal.how[MO_PREC_TF32]);
+    CHECK(cal.rows[MO_PREC_FP32] == 0 && cal.eff_gemm[MO_PREC_FP32] == MO_PLAN_EFF_GEMM);
+    // One row: a single scale on the defaults, reproducing that row.
+    mo_plan_calib_fit(&cal, g, rows, 1, -1);
+    mo_run_config r0;
+    CHECK_OK(mo_plan_config_from_row(&rows[0], &r0));
+    mo_roofline f0;
+    mo_roofline_step(&r0, g, &f0);
+    CHECK(fabs(mo_plan_step_ms(&f0, &cal, MO_PREC_TF32) / rows[0].step_ms - 1) < 1e-9);
+    mo_gpu_catalog_free(&c);
+}
+
+// The whole command, as the CLI runs it, timed.
+static void time_plan(const char *label, int argc, char **argv) {
+    mo_cli *cli = malloc(sizeof *cli);
+    if (!CHECK_OK(mo_cli_parse(argc, argv, cli))) { free(cli); return; }
+    double t0 = mo_plan_now();
+    FILE *keep = stdout;
+    FILE *null = fopen("/dev/null", "w");
+    if (null) stdout = null; // the plan's report is cli_plan.sh's to check; here only its time
+    mo_status st = mo_cli_execute(cli);
+    if (null) { stdout = keep; fclose(null); }
+    double dt = mo_plan_now() - t0;
+    CHECK_OK(st);
+    printf("  memopt plan %s: %.3f s in-process\n", label, dt);
+    free(cli);
+}
+
+int main(void) {
+    mo_run_env env;
+    if (!CHECK_OK(mo_plan_env_init(&env))) return test_finish();
+    test_plan_equals_runs(&env);
+    test_catalog();
+    test_catalog_errors();
+    test_fit_and_max_batch(&env);
+    test_roofline();
+    char *a1[] = {"memopt", "plan", "--gpu", "h100-sxm", "--preset", "gpt2-1558m"};
+    time_plan("--gpu h100-sxm --preset gpt2-1558m", 6, a1);
+    char *a2[] = {"memopt", "plan", "--gpu", "h100-sxm", "--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "4096"};
+    time_plan("--gpu h100-sxm (7B: L32 C4096 H32 T4096)", 12, a2);
+    return test_finish();
+}
