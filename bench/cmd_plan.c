@@ -152,13 +152,16 @@ static void print_asked(const entry *e, const target *t) {
     else
         printf("  out of memory under its own --cap %s: %s\n", e->rc.cap_text, r->detail);
     uint64_t need = r->peak_reserved_bytes > 0 ? (uint64_t)r->peak_reserved_bytes : 0;
+    uint64_t own = mo_cap_resolve(&e->rc.cap, e->rc.device_mem_bytes);
+    uint64_t room = own && own < t->headroom ? own : t->headroom; // a tighter --cap is the limit
+    const char *room_what = own && own < t->headroom ? "--cap" : "headroom";
     if (e->fit.fits && !e->fit.retries)
-        printf("  fits: yes, %s reserved of %s headroom (%.0f%%)\n", gib(need, b1), gib(t->headroom, b2), 100.0 * (double)need / (double)t->headroom);
+        printf("  fits: yes, %s reserved of the %s %s (%.0f%%)\n", gib(need, b1), gib(room, b2), room_what, 100.0 * (double)need / (double)room);
     else if (e->fit.fits)
         printf("  fits: yes, after the allocator released its cached free segments %d time%s (uncapped it would reserve %s)\n",
                e->fit.retries, e->fit.retries == 1 ? "" : "s", gib(need, b1));
     else if (!strcmp(r->status, "ok"))
-        printf("  fits: NO, it needs %s reserved, %s more than the headroom\n", gib(need, b1), gib(need - t->headroom, b2));
+        printf("  fits: NO, it needs %s reserved, %s more than the %s\n", gib(need, b1), gib(need - room, b2), room_what);
     else
         printf("  fits: NO\n");
     if (e->max_done) {
@@ -311,6 +314,13 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
                     gib((uint64_t)es[0].fit.row.peak_reserved_bytes, b1));
     } else if (n) {
         printf("  nothing fits at batch %d: the smallest peak is %s; see max batch\n", point->batch, gib((uint64_t)es[0].fit.row.peak_reserved_bytes, b1));
+        if (es[0].fit.row.static_bytes > 0 && (uint64_t)es[0].fit.row.static_bytes > t->headroom) {
+            char b2[32];
+            printf("  the parameters, gradients and optimizer state alone take %s of the %s headroom: no activation strategy\n"
+                   "  can fit it (mixed precision keeps fp32 master weights and Adam state: no fewer bytes); it needs\n"
+                   "  the model split across GPUs (--tp, --pp) or a GPU with more memory\n",
+                   gib((uint64_t)es[0].fit.row.static_bytes, b1), gib(t->headroom, b2));
+        }
     }
     for (int i = 0; i < nnotes; i++) printf("  not plannable: %s\n", notes[i]);
     if (skipped_accum) printf("  (%d combinations skipped: accum does not divide batch %d)\n", skipped_accum, point->batch);

@@ -467,7 +467,7 @@ mo_status mo_sweep_execute(const mo_config *cfg, int use_gbench, FILE *out) {
     }
     sw->t0 = now_s();
 #ifdef MEMOPT_HAVE_GBENCH
-    if (use_gbench) {
+    if (use_gbench && plan.n > 0) { // nothing to run: no benchmark library report either
         st = run_gbench(sw);
         goto summary;
     }

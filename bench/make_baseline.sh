@@ -32,23 +32,36 @@ ckpts="none full sqrt selective"
 accums="1 4"
 attns="materialized fused"
 
-tmp="$(mktemp "${TMPDIR:-/tmp}/memopt_baseline.XXXXXX")"
-rm -f "$tmp" # memopt creates it with the header
-trap 'rm -f "$tmp"' EXIT
+# One file per configuration, runs in parallel ($JOBS at a time, default the core count), then
+# concatenated in the grid's order: the output does not depend on which run finished first.
+jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+work="$(mktemp -d "${TMPDIR:-/tmp}/memopt_baseline.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
 n=0
+running=0
 for p in $presets; do
   for c in $ckpts; do
     for a in $accums; do
       for t in $attns; do
-        "$M" run --backend dry --preset "$p" --ckpt "$c" --accum "$a" --attn "$t" --steps 1 --warmup 1 --csv "$tmp" >/dev/null
         n=$((n + 1))
+        f="$work/$(printf %03d "$n").csv"
+        ( "$M" run --backend dry --preset "$p" --ckpt "$c" --accum "$a" --attn "$t" --steps 1 --warmup 1 --csv "$f" >"$f.log" 2>&1 ||
+            { echo "make_baseline.sh: memopt run --preset $p --ckpt $c --accum $a --attn $t failed:" >&2; cat "$f.log" >&2; exit 1; } ) &
+        running=$((running + 1))
+        if [ "$running" -ge "$jobs" ]; then wait -n || { wait; exit 1; }; running=$((running - 1)); fi
       done
     done
   done
 done
+while [ "$running" -gt 0 ]; do wait -n || { wait; exit 1; }; running=$((running - 1)); done
+tmp="$work/all.csv"
+first=1
+for f in "$work"/[0-9]*.csv; do
+  if [ "$first" -eq 1 ]; then cat "$f" >"$tmp"; first=0; else tail -n +2 "$f" >>"$tmp"; fi
+done
+[ "$(($(wc -l <"$tmp") - 1))" -eq "$n" ] || { echo "make_baseline.sh: expected $n rows" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 mv "$tmp" "$out"
-trap - EXIT
 echo "make_baseline.sh: $n rows -> $out"
 
 if [ "$default_out" -eq 1 ]; then

@@ -320,7 +320,8 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->master_bytes = (int64_t)a->peak_by_cat[MO_CAT_MASTER];
     row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
     row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
-    row->predicted_peak_bytes = predicted_peak(s);
+    // A run that failed has no peak to predict (the dry replay under the same cap fails the same way).
+    if (s->st == MO_OK) row->predicted_peak_bytes = predicted_peak(s);
     if (s->st != MO_OK) {
         snprintf(row->status, sizeof row->status, "%s", s->st == MO_ERR_OOM ? "oom" : "error");
         snprintf(row->detail, sizeof row->detail, "%s", s->detail);

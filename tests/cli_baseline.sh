@@ -8,6 +8,7 @@
 set -u
 M="${1:?usage: cli_baseline.sh path/to/memopt source-dir}"
 SRC="${2:?usage: cli_baseline.sh path/to/memopt source-dir}"
+case "$M" in /*) ;; *) M="$(cd "$(dirname "$M")" && pwd)/$(basename "$M")" ;; esac
 base="$SRC/results/baseline-dry.csv"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# memopt plan as a user runs it: the report's parts, the predicted peak equal to `memopt run
+# --backend dry`'s to the byte, bad input (exit 2, one line naming the flag), a bad catalog refused
+# with its line number, --validate (exact peaks pass, a planted difference fails with exit 1), and
+# the wall time of a gpt2-1558m and a 7B-shape plan (printed, not asserted).
+# Usage: cli_plan.sh path/to/memopt source-dir
+set -u
+M="${1:?usage: cli_plan.sh path/to/memopt source-dir}"
+SRC="${2:?usage: cli_plan.sh path/to/memopt source-dir}"
+case "$M" in /*) ;; *) M="$(cd "$(dirname "$M")" && pwd)/$(basename "$M")" ;; esac
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+has() { grep -qE -- "$1" "$tmp/out" && ok || { bad "plan output lacks /$1/"; sed 's/^/    /' "$tmp/out" | head -40; }; }
+refused() { # WANT ARGS...: exit 2 and one stderr line containing WANT
+  local want="$1"; shift
+  "$M" "$@" >"$tmp/o" 2>"$tmp/e"
+  local rc=$?
+  if [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/e")" -eq 1 ] && grep -qF -- "$want" "$tmp/e"; then ok; else
+    bad "memopt $*: exit $rc, want 2 and one line with '$want':"; sed 's/^/    /' "$tmp/e"; fi
+}
+
+cd "$SRC" # the catalog and results/ are found from the source tree, as a user runs it
+
+# 1. The report.
+"$M" plan --gpu h100-sxm --preset gpt2-124m >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && ok || { bad "plan --gpu h100-sxm exited non-zero"; cat "$tmp/err"; }
+has "^target: NVIDIA H100 SXM5 80GB"
+has "headroom .* = total less 512.00 MiB"
+has "predicted peak \(dry backend, exact\): allocated [0-9]+ B"
+has "by category: param .*activation .*workspace"
+has "fits: yes"
+has "largest batch that fits: [0-9]+"
+has "predicted step [0-9.]+ ms"
+has "^strategy combinations at batch 8: [0-9]+ planned"
+has "^  best: "
+[ -s "$tmp/err" ] && { bad "plan wrote to stderr:"; cat "$tmp/err"; } || ok
+
+# 2. The predicted peak is the dry run's, to the byte.
+pred=$(sed -n 's/.*predicted peak (dry backend, exact): allocated \([0-9]*\) B.*/\1/p' "$tmp/out")
+"$M" run --backend dry --preset gpt2-124m --csv "$tmp/dry.csv" >/dev/null
+col=$(head -1 "$tmp/dry.csv" | tr , '\n' | grep -n '^peak_allocated_bytes$' | cut -d: -f1)
+real=$(sed -n 2p "$tmp/dry.csv" | cut -d, -f"$col")
+[ -n "$pred" ] && [ "$pred" = "$real" ] && ok || bad "plan's peak $pred != memopt run --backend dry's $real"
+
+# 3. A small device: does not fit, but a smaller batch does; lists restrict the table.
+"$M" plan --mem 8GiB --preset gpt2-124m --ckpt none,full --precision fp32,tf32 >"$tmp/out" 2>&1
+has "target: 8.00 GiB device \(--mem\)"
+has "fits: NO, it needs"
+has "largest batch that fits: [1-7]$"
+has "strategy combinations at batch 8: 32 planned"
+has "times on the reference h200-sxm"
+
+# 4. Bad input.
+refused "--gpu: unknown GPU 'nosuch' (accepted: h200-sxm" plan --gpu nosuch
+refused "--mem" plan --mem 256MiB
+refused "--gpu and --mem" plan --gpu h200 --mem 80GiB
+refused "--validate: cannot read" plan --validate "$tmp/none.csv"
+printf '[g]\nname = G\nmemory = 8GB\n' >"$tmp/cat.txt"
+MEMOPT_GPU_CATALOG="$tmp/cat.txt" "$M" plan --gpu g >"$tmp/o" 2>"$tmp/e"
+rc=$?
+[ "$rc" -eq 2 ] && grep -qF "cat.txt:3: memory: no source" "$tmp/e" && ok || { bad "a bad catalog: exit $rc"; cat "$tmp/e"; }
+
+# 5. --validate: the dry rows' peaks are reproduced exactly; a planted byte of difference fails.
+"$M" run --backend dry --preset gpt2-124m --ckpt full --accum 2 --csv "$tmp/dry.csv" >/dev/null
+"$M" plan --validate "$tmp/dry.csv" --out-dir "$tmp" >"$tmp/out" 2>&1
+[ $? -eq 0 ] && ok || { bad "plan --validate on dry rows failed"; cat "$tmp/out"; }
+has "peak memory: 2 rows compared, 2 exact to the byte"
+[ -s "$tmp/plan_validate.csv" ] && ok || bad "no plan_validate.csv"
+awk -F, 'BEGIN{OFS=","} NR==1{for(i=1;i<=NF;i++) if($i=="peak_allocated_bytes") c=i; print; next}
+         NR==2{$c=sprintf("%.0f", $c + 512)} {print}' "$tmp/dry.csv" >"$tmp/off.csv"
+"$M" plan --validate "$tmp/off.csv" --out-dir "$tmp" >"$tmp/out" 2>"$tmp/e"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "differ from the dry prediction" "$tmp/e" && ok || bad "a planted peak difference: exit $rc (want 1)"
+
+# 6. Wall time of the whole process (CUDA builds spend most of it loading cuBLAS/cuDNN).
+for shape in "--preset gpt2-1558m" "--layers 32 --hidden 4096 --heads 32 --seq 4096"; do
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  "$M" plan --gpu h100-sxm $shape >"$tmp/out" 2>&1 || bad "plan $shape failed"
+  t1=$(date +%s.%N)
+  echo "memopt plan --gpu h100-sxm $shape: $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}') s wall; $(grep '^planned in' "$tmp/out")"
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
