@@ -20,6 +20,8 @@ typedef struct block_acts {
     float *ln2, *ln2_mean, *ln2_rstd;   // (B,T,C), (B,T), (B,T)
     float *fch, *fch_gelu;              // (B,T,4C) pre-activation and GELU
     float *out;                         // (B,T,C) resid2 + fcproj(fch_gelu)
+    float *d4, *dC, *dqkv;              // backward scratch (B,T,4C), (B,T,C), (B,T,3C): here so an
+                                        // out-of-memory midway is unwound by block_free_internals
 } block_acts;
 
 typedef struct step_state {
@@ -54,6 +56,7 @@ static void block_free_internals(mo_gpt *m, block_acts *a) {
     act_free(m, &a->qkv); act_free(m, &a->att); act_free(m, &a->atty); act_free(m, &a->resid2);
     act_free(m, &a->ln2); act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd);
     act_free(m, &a->fch); act_free(m, &a->fch_gelu);
+    act_free(m, &a->d4); act_free(m, &a->dC); act_free(m, &a->dqkv);
 }
 
 // Attention forward into a->att (probabilities or lse) and a->atty.
@@ -115,23 +118,22 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     int N = s->N, C = c->hidden, B = s->Bm, T = c->seq, NH = c->heads;
     size_t NC = (size_t)N * C;
     float *const *P = m->param_ptr, *const *G = m->grad_ptr;
-    float *d4 = NULL, *dC = NULL, *dqkv = NULL;
-    MO_TRY(act_alloc(m, 4 * NC, &d4));
-    OP(MO_PROF_GEMM, mo_matmul_backward(x, d4, G[GPT_FCPROJW] + (size_t)l * 4 * C * C, G[GPT_FCPROJB] + (size_t)l * C, dresid,
+    MO_TRY(act_alloc(m, 4 * NC, &a->d4));
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, a->d4, G[GPT_FCPROJW] + (size_t)l * 4 * C * C, G[GPT_FCPROJB] + (size_t)l * C, dresid,
                               a->fch_gelu, P[GPT_FCPROJW] + (size_t)l * 4 * C * C, N, 4 * C, C));
     act_free(m, &a->fch_gelu);
-    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward(x, d4, a->fch, d4, 4 * NC));
+    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward(x, a->d4, a->fch, a->d4, 4 * NC));
     act_free(m, &a->fch);
-    MO_TRY(act_alloc(m, NC, &dC));
-    OP(MO_PROF_GEMM, mo_matmul_backward(x, dC, G[GPT_FCW] + (size_t)l * 4 * C * C, G[GPT_FCB] + (size_t)l * 4 * C, d4, a->ln2,
+    MO_TRY(act_alloc(m, NC, &a->dC));
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, a->dC, G[GPT_FCW] + (size_t)l * 4 * C * C, G[GPT_FCB] + (size_t)l * 4 * C, a->d4, a->ln2,
                               P[GPT_FCW] + (size_t)l * 4 * C * C, N, C, 4 * C));
-    act_free(m, &d4);
+    act_free(m, &a->d4);
     act_free(m, &a->ln2);
-    OP(MO_PROF_NORM, mo_layernorm_backward(x, dresid, G[GPT_LN2W] + (size_t)l * C, G[GPT_LN2B] + (size_t)l * C, dC, a->resid2,
+    OP(MO_PROF_NORM, mo_layernorm_backward(x, dresid, G[GPT_LN2W] + (size_t)l * C, G[GPT_LN2B] + (size_t)l * C, a->dC, a->resid2,
                                  P[GPT_LN2W] + (size_t)l * C, a->ln2_mean, a->ln2_rstd, N, C));
     act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd); act_free(m, &a->resid2);
-    // dC now receives d(atty).
-    OP(MO_PROF_GEMM, mo_matmul_backward(x, dC, G[GPT_PROJW] + (size_t)l * C * C, G[GPT_PROJB] + (size_t)l * C, dresid, a->atty,
+    // a->dC now receives d(atty).
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, a->dC, G[GPT_PROJW] + (size_t)l * C * C, G[GPT_PROJB] + (size_t)l * C, dresid, a->atty,
                               P[GPT_PROJW] + (size_t)l * C * C, N, C, C));
     if (!a->att) {
         // Selective checkpointing dropped the probabilities: recompute them (the attention forward
@@ -152,17 +154,17 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         MO_TRY(st);
         s->recompute_ms += ms;
     }
-    MO_TRY(act_alloc(m, 3 * NC, &dqkv));
-    if (c->attn_fused) OP(MO_PROF_ATTENTION, mo_attention_fused_backward(x, dqkv, dC, a->qkv, a->atty, a->att, B, T, C, NH));
-    else OP(MO_PROF_ATTENTION, mo_attention_backward(x, dqkv, dC, a->qkv, a->att, B, T, C, NH));
+    MO_TRY(act_alloc(m, 3 * NC, &a->dqkv));
+    if (c->attn_fused) OP(MO_PROF_ATTENTION, mo_attention_fused_backward(x, a->dqkv, a->dC, a->qkv, a->atty, a->att, B, T, C, NH));
+    else OP(MO_PROF_ATTENTION, mo_attention_backward(x, a->dqkv, a->dC, a->qkv, a->att, B, T, C, NH));
     act_free(m, &a->att); act_free(m, &a->atty);
-    // dC now receives d(ln1).
-    OP(MO_PROF_GEMM, mo_matmul_backward(x, dC, G[GPT_QKVW] + (size_t)l * 3 * C * C, G[GPT_QKVB] + (size_t)l * 3 * C, dqkv, a->ln1,
+    // a->dC now receives d(ln1).
+    OP(MO_PROF_GEMM, mo_matmul_backward(x, a->dC, G[GPT_QKVW] + (size_t)l * 3 * C * C, G[GPT_QKVB] + (size_t)l * 3 * C, a->dqkv, a->ln1,
                               P[GPT_QKVW] + (size_t)l * 3 * C * C, N, C, 3 * C));
-    act_free(m, &dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
-    OP(MO_PROF_NORM, mo_layernorm_backward(x, dresid, G[GPT_LN1W] + (size_t)l * C, G[GPT_LN1B] + (size_t)l * C, dC, a->in,
+    act_free(m, &a->dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
+    OP(MO_PROF_NORM, mo_layernorm_backward(x, dresid, G[GPT_LN1W] + (size_t)l * C, G[GPT_LN1B] + (size_t)l * C, a->dC, a->in,
                                  P[GPT_LN1W] + (size_t)l * C, a->ln1_mean, a->ln1_rstd, N, C));
-    act_free(m, &dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
+    act_free(m, &a->dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
     act_free(m, &a->in);
     return MO_OK;
 }
