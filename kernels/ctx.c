@@ -190,20 +190,8 @@ mo_status mo_timer_start(mo_ctx *c, mo_timer *t) {
 }
 
 mo_status mo_timer_stop(mo_ctx *c, mo_timer *t, double *ms) {
-#ifdef MEMOPT_HAVE_CUDA
-    if (c->backend == MO_BACKEND_CUDA) {
-        CUDA_CHECK(cudaEventRecord((cudaEvent_t)t->ev_stop, (cudaStream_t)c->stream));
-        CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)t->ev_stop));
-        float f = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&f, (cudaEvent_t)t->ev_start, (cudaEvent_t)t->ev_stop));
-        *ms = f;
-        return MO_OK;
-    }
-#else
-    (void)c;
-#endif
-    *ms = mo_host_ms() - t->host_start;
-    return MO_OK;
+    MO_TRY(mo_timer_mark_stop(c, t));
+    return mo_timer_elapsed(c, t, ms);
 }
 
 mo_status mo_timer_mark_stop(mo_ctx *c, mo_timer *t) {
