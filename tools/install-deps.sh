@@ -9,10 +9,12 @@ command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 # Google Benchmark: its CMake package (the shim and the allocator benchmark need it).
-if ! ls /usr/lib/*/cmake/benchmark/benchmarkConfig.cmake /usr/lib/cmake/benchmark/benchmarkConfig.cmake \
-     /usr/local/lib/cmake/benchmark/benchmarkConfig.cmake >/dev/null 2>&1; then
-  need+=(libbenchmark-dev)
-fi
+have_gbench=0
+for f in /usr/lib/*/cmake/benchmark/benchmarkConfig.cmake /usr/lib/cmake/benchmark/benchmarkConfig.cmake \
+         /usr/local/lib/cmake/benchmark/benchmarkConfig.cmake; do
+  [ -f "$f" ] && have_gbench=1
+done
+[ $have_gbench = 1 ] || need+=(libbenchmark-dev)
 if [ "$want" = bench ]; then
   command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
 fi
