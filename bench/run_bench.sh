@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: the main job. Usage: bench/run_bench.sh [BUILD]
-#   On a GPU: the default sweep of GPT-2 124M (precision fp32,tf32 x attn materialized,fused x
+#   On a GPU: the default sweep of GPT-2 124M (precision fp32,tf32,bf16 x attn materialized,fused x
 #   ckpt none,full,selective x accum 1,4, through Google Benchmark, and one capped row that runs
 #   out of memory) into results/sweep.csv, then memopt claims (results/claims.csv), then the
 #   figures into plots/ when gnuplot is there, and the allocator benchmarks.
@@ -11,7 +11,7 @@ set -euo pipefail
 BUILD="${1:-build}"
 cd "$(dirname "$0")/.."
 M="$BUILD/memopt"
-GRID=(--preset gpt2-124m --precision fp32,tf32 --attn materialized,fused --ckpt none,full,selective --accum 1,4)
+GRID=(--preset gpt2-124m --precision fp32,tf32,bf16 --attn materialized,fused --ckpt none,full,selective --accum 1,4)
 have_gnuplot=0
 command -v gnuplot >/dev/null 2>&1 && have_gnuplot=1
 

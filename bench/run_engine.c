@@ -89,10 +89,10 @@ static mo_status gpt_config_of(const mo_run_config *rc, mo_gpt_config *g) {
     g->ckpt = rc->ckpt.kind; g->ckpt_every = rc->ckpt.every;
     g->accum = rc->accum;
     g->tf32 = rc->precision == MO_PREC_TF32;
+    g->dtype = rc->precision == MO_PREC_FP16 ? MO_F16 : rc->precision == MO_PREC_BF16 ? MO_BF16 : MO_F32;
+    g->loss_scaling = rc->precision == MO_PREC_FP16; // DESIGN.md: fp16 with the dynamic loss scaler
     g->lr = (float)rc->lr; g->beta1 = 0.9f; g->beta2 = 0.95f; g->eps = 1e-8f; g->weight_decay = 0.0f; g->grad_clip = 1.0f;
     g->seed = rc->seed;
-    if (rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16)
-        return MO_FAIL(MO_ERR_UNSUPPORTED, "--precision %s: mixed precision is not built yet (fp32 and tf32 are)", mo_precision_name(rc->precision));
     if (rc->tp != 1 || rc->pp != 1)
         return MO_FAIL(MO_ERR_UNSUPPORTED, "--tp %d --pp %d: model splitting is not built yet (tp 1, pp 1 are)", rc->tp, rc->pp);
     return mo_gpt_validate(g);
@@ -132,6 +132,8 @@ struct mo_run_session {
     double *times, *recompute;
     int n, cap_n;
     double loss_first, loss_last;
+    int skipped_steps;       // loss-scaler skips over all steps (warm-up included); final loss scale
+    double loss_scale;
     mo_alloc_stats stats;    // taken when the model is released
     uint64_t static_bytes;
     uint64_t dev_used_before, dev_used_peak_seen;
@@ -235,6 +237,8 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
     }
     if (s->steps_run == 0) s->loss_first = s->m->last_loss;
     s->loss_last = s->m->last_loss;
+    s->skipped_steps = s->m->skipped_steps;
+    s->loss_scale = s->m->loss_scale;
     s->steps_run++;
     if (s->timed) {
         if (s->n == s->cap_n) {
@@ -332,6 +336,8 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->activation_peak_bytes = (int64_t)(a->peak_allocated_bytes - s->static_bytes);
     row->loss_first = s->loss_first;
     row->loss_last = s->loss_last;
+    row->skipped_steps = s->skipped_steps;
+    row->loss_scale = s->loss_scale;
     if (s->n > 0 && s->be != MO_BACKEND_DRY) {
         qsort(s->recompute, (size_t)s->n, sizeof(double), cmp_double);
         double rec_med = median(s->recompute, s->n);
@@ -396,6 +402,9 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
                     fprintf(out, " %s %.2f%s", mo_prof_name((mo_prof_cat)k), s->prof_ms[k] / s->n, k + 1 < MO_PROF_COUNT ? "," : "\n");
             }
             fprintf(out, "  loss: %.4f (first step) -> %.4f (last)\n", row->loss_first, row->loss_last);
+            if (s->g.loss_scaling)
+                fprintf(out, "  loss scaler: final scale %g, %lld steps skipped (inf/nan gradients)\n", row->loss_scale,
+                        (long long)row->skipped_steps);
         } else {
             fprintf(out, "  (dry backend: no compute, no times; memory is exact)\n");
         }
@@ -403,7 +412,7 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     fprintf(out, "  peak allocated %s, peak reserved %s\n", mo_format_bytes(a->peak_allocated_bytes, b1, 32),
             mo_format_bytes(a->peak_reserved_bytes, b2, 32));
     if (!strcmp(row->status, "ok"))
-        fprintf(out, "  static (params+grads+optimizer) %s, activation peak %s\n", mo_format_bytes(s->static_bytes, b1, 32),
+        fprintf(out, "  static (params+grads+optimizer+master) %s, activation peak %s\n", mo_format_bytes(s->static_bytes, b1, 32),
                 mo_format_bytes(a->peak_allocated_bytes - s->static_bytes, b2, 32));
     fprintf(out, "  peak by category:");
     for (int c = 0; c < MO_CAT_COUNT; c++)

@@ -34,6 +34,15 @@ typedef struct mo_gpt_config {
     int ckpt_every;      // K for MO_CKPT_EVERY
     int accum;           // micro-batches per optimizer step; micro batch = batch / accum
     int tf32;            // fp32 GEMMs on TF32 tensor cores
+    // Mixed precision: MO_F32 (default; 0 is MO_F32), MO_F16 or MO_BF16. 16-bit: activations and the
+    // working copy of the weights in dt, tensor-core GEMMs with fp32 accumulation; fp32 master weights,
+    // gradients and Adam state.
+    mo_dtype dtype;
+    // Dynamic loss scaling (on by default for fp16, off otherwise; DESIGN.md): start loss_scale_init,
+    // x2 after scaler_interval steps without inf/nan, x0.5 and skip the update on one.
+    int loss_scaling;
+    float loss_scale_init; // 0: 65536
+    int scaler_interval;   // 0: 2000
     float lr, beta1, beta2, eps, weight_decay, grad_clip; // AdamW; grad_clip 0 disables clipping
     uint64_t seed;
 } mo_gpt_config;
@@ -59,15 +68,23 @@ typedef struct mo_gpt {
     mo_ctx *ctx;
     size_t param_sizes[GPT_NPARAMS];
     size_t num_params;
-    float *params;       // (num_params) all parameters in one buffer
+    float *params;       // (num_params) all parameters in one buffer, fp32 (the master copy when 16-bit)
     float *param_ptr[GPT_NPARAMS];
+    void *wparams;       // (num_params) dtype: the weights the ops read (== params for fp32, else a 16-bit copy)
+    void *wparam_ptr[GPT_NPARAMS];
     float *grads;        // (num_params)
     float *grad_ptr[GPT_NPARAMS];
     float *adam_m, *adam_v; // (num_params) each
     int *inputs, *targets;  // (B,T) on the device: the current batch
     int *inputs_host, *targets_host; // (B,T)
     float *losses;          // (B,T) per-position losses of the last step
-    int step;               // optimizer steps taken
+    int step;               // optimizer steps taken (skipped steps not counted)
+    // Loss scaler (fp16): the current scale (1 when off), clean steps since the last change, steps skipped.
+    float loss_scale;
+    int scaler_clean;
+    int skipped_steps;
+    int last_skipped;       // the last update was skipped (inf/nan in the gradients)
+    int inject_nonfinite;   // test hook: the next update finds an inf in the gradients (then reset)
     // Measurements of the last step.
     double last_loss;
     double last_grad_norm;

@@ -1,5 +1,6 @@
 // The GPT's tensor table, parameter layout, initialization and batch handling.
 #include "gpt.h"
+#include "kernels/ops_mixed.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +20,12 @@ mo_status mo_gpt_validate(const mo_gpt_config *c) {
         return MO_FAIL(MO_ERR_INVALID, "--accum %d: batch %d is not divisible by it", c->accum, c->batch);
     if (c->ckpt == MO_CKPT_EVERY && (c->ckpt_every < 1 || c->ckpt_every > c->layers))
         return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..%d (the layer count)", c->ckpt_every, c->layers);
+    if (c->dtype != MO_F32 && c->dtype != MO_F16 && c->dtype != MO_BF16)
+        return MO_FAIL(MO_ERR_INVALID, "--precision: activation dtype %d is not fp32, fp16 or bf16", (int)c->dtype);
+    if (c->dtype != MO_F32 && c->tf32)
+        return MO_FAIL(MO_ERR_INVALID, "--precision: tf32 applies to fp32 only, not %s", mo_dtype_name(c->dtype));
+    if (c->loss_scaling && c->loss_scale_init < 0)
+        return MO_FAIL(MO_ERR_INVALID, "loss scale: initial scale %g is not positive", (double)c->loss_scale_init);
     if (c->hidden / c->heads > 128 && c->attn_fused)
         return MO_FAIL(MO_ERR_INVALID, "--attn fused: head size %d is above the kernel's 128", c->hidden / c->heads);
     return MO_OK;
@@ -69,48 +76,55 @@ int mo_gpt_tensor_table(const mo_gpt_config *c, mo_tensor_info *rows, int max) {
     int64_t L = c->layers, C = c->hidden, V = c->vocab, T = c->seq, NH = c->heads, B = c->batch / c->accum;
     mo_tensor_info all[64];
     int n = 0;
-    // Whole buffers, as allocated: one each for params, grads and the two Adam moments.
+    // Whole buffers, as allocated: one each for params, grads and the two Adam moments; 16-bit runs
+    // keep the fp32 parameters as the master copy and give the ops a 16-bit working copy.
+    mo_dtype dt = c->dtype, F = MO_F32;
+    int mixed = dt != MO_F32;
     size_t np = mo_gpt_num_params(c);
-    row(&all[n++], "params", MO_F32, MO_CAT_PARAM, 1, (int64_t)np, 0, 0, 0);
-    row(&all[n++], "grads", MO_F32, MO_CAT_GRAD, 1, (int64_t)np, 0, 0, 0);
-    row(&all[n++], "adam.m", MO_F32, MO_CAT_OPTIM, 1, (int64_t)np, 0, 0, 0);
-    row(&all[n++], "adam.v", MO_F32, MO_CAT_OPTIM, 1, (int64_t)np, 0, 0, 0);
-    // The parameter views inside "params".
-    size_t s[GPT_NPARAMS];
-    param_sizes(c, s);
-    row(&all[n++], param_names[GPT_WTE], MO_F32, MO_CAT_PARAM, 2, V, C, 0, 0);
-    row(&all[n++], param_names[GPT_WPE], MO_F32, MO_CAT_PARAM, 2, T, C, 0, 0);
-    row(&all[n++], param_names[GPT_LN1W], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
-    row(&all[n++], param_names[GPT_LN1B], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
-    row(&all[n++], param_names[GPT_QKVW], MO_F32, MO_CAT_PARAM, 3, L, 3 * C, C, 0);
-    row(&all[n++], param_names[GPT_QKVB], MO_F32, MO_CAT_PARAM, 2, L, 3 * C, 0, 0);
-    row(&all[n++], param_names[GPT_PROJW], MO_F32, MO_CAT_PARAM, 3, L, C, C, 0);
-    row(&all[n++], param_names[GPT_PROJB], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
-    row(&all[n++], param_names[GPT_LN2W], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
-    row(&all[n++], param_names[GPT_LN2B], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
-    row(&all[n++], param_names[GPT_FCW], MO_F32, MO_CAT_PARAM, 3, L, 4 * C, C, 0);
-    row(&all[n++], param_names[GPT_FCB], MO_F32, MO_CAT_PARAM, 2, L, 4 * C, 0, 0);
-    row(&all[n++], param_names[GPT_FCPROJW], MO_F32, MO_CAT_PARAM, 3, L, C, 4 * C, 0);
-    row(&all[n++], param_names[GPT_FCPROJB], MO_F32, MO_CAT_PARAM, 2, L, C, 0, 0);
-    row(&all[n++], param_names[GPT_LNFW], MO_F32, MO_CAT_PARAM, 1, C, 0, 0, 0);
-    row(&all[n++], param_names[GPT_LNFB], MO_F32, MO_CAT_PARAM, 1, C, 0, 0, 0);
-    // Activations one block keeps for backward (per micro-batch, no checkpointing).
-    row(&all[n++], "block.ln1", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
-    row(&all[n++], "block.ln1.mean", MO_F32, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
-    row(&all[n++], "block.ln1.rstd", MO_F32, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
-    row(&all[n++], "block.qkv", MO_F32, MO_CAT_ACTIVATION, 3, B, T, 3 * C, 0);
-    if (c->attn_fused) row(&all[n++], "block.att.lse", MO_F32, MO_CAT_ACTIVATION, 3, B, NH, T, 0);
-    else row(&all[n++], "block.att", MO_F32, MO_CAT_ACTIVATION, 4, B, NH, T, T);
-    row(&all[n++], "block.atty", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
-    row(&all[n++], "block.resid2", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
-    row(&all[n++], "block.ln2", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
-    row(&all[n++], "block.ln2.mean", MO_F32, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
-    row(&all[n++], "block.ln2.rstd", MO_F32, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
-    row(&all[n++], "block.fch", MO_F32, MO_CAT_ACTIVATION, 3, B, T, 4 * C, 0);
-    row(&all[n++], "block.fch_gelu", MO_F32, MO_CAT_ACTIVATION, 3, B, T, 4 * C, 0);
-    row(&all[n++], "block.out", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
-    row(&all[n++], "lnf", MO_F32, MO_CAT_ACTIVATION, 3, B, T, C, 0);
-    row(&all[n++], "logits", MO_F32, MO_CAT_ACTIVATION, 3, B, T, V, 0);
+    if (mixed) {
+        row(&all[n++], "master", F, MO_CAT_MASTER, 1, (int64_t)np, 0, 0, 0);
+        row(&all[n++], "params", dt, MO_CAT_PARAM, 1, (int64_t)np, 0, 0, 0);
+    } else {
+        row(&all[n++], "params", F, MO_CAT_PARAM, 1, (int64_t)np, 0, 0, 0);
+    }
+    row(&all[n++], "grads", F, MO_CAT_GRAD, 1, (int64_t)np, 0, 0, 0);
+    row(&all[n++], "adam.m", F, MO_CAT_OPTIM, 1, (int64_t)np, 0, 0, 0);
+    row(&all[n++], "adam.v", F, MO_CAT_OPTIM, 1, (int64_t)np, 0, 0, 0);
+    // The parameter views inside "params" (the working copy the ops read).
+    row(&all[n++], param_names[GPT_WTE], dt, MO_CAT_PARAM, 2, V, C, 0, 0);
+    row(&all[n++], param_names[GPT_WPE], dt, MO_CAT_PARAM, 2, T, C, 0, 0);
+    row(&all[n++], param_names[GPT_LN1W], dt, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_LN1B], dt, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_QKVW], dt, MO_CAT_PARAM, 3, L, 3 * C, C, 0);
+    row(&all[n++], param_names[GPT_QKVB], dt, MO_CAT_PARAM, 2, L, 3 * C, 0, 0);
+    row(&all[n++], param_names[GPT_PROJW], dt, MO_CAT_PARAM, 3, L, C, C, 0);
+    row(&all[n++], param_names[GPT_PROJB], dt, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_LN2W], dt, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_LN2B], dt, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_FCW], dt, MO_CAT_PARAM, 3, L, 4 * C, C, 0);
+    row(&all[n++], param_names[GPT_FCB], dt, MO_CAT_PARAM, 2, L, 4 * C, 0, 0);
+    row(&all[n++], param_names[GPT_FCPROJW], dt, MO_CAT_PARAM, 3, L, C, 4 * C, 0);
+    row(&all[n++], param_names[GPT_FCPROJB], dt, MO_CAT_PARAM, 2, L, C, 0, 0);
+    row(&all[n++], param_names[GPT_LNFW], dt, MO_CAT_PARAM, 1, C, 0, 0, 0);
+    row(&all[n++], param_names[GPT_LNFB], dt, MO_CAT_PARAM, 1, C, 0, 0, 0);
+    // Activations one block keeps for backward (per micro-batch, no checkpointing): tensors in dt,
+    // per-row statistics in fp32.
+    row(&all[n++], "block.ln1", dt, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "block.ln1.mean", F, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
+    row(&all[n++], "block.ln1.rstd", F, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
+    row(&all[n++], "block.qkv", dt, MO_CAT_ACTIVATION, 3, B, T, 3 * C, 0);
+    if (c->attn_fused) row(&all[n++], "block.att.lse", F, MO_CAT_ACTIVATION, 3, B, NH, T, 0);
+    else row(&all[n++], "block.att", dt, MO_CAT_ACTIVATION, 4, B, NH, T, T);
+    row(&all[n++], "block.atty", dt, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "block.resid2", dt, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "block.ln2", dt, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "block.ln2.mean", F, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
+    row(&all[n++], "block.ln2.rstd", F, MO_CAT_ACTIVATION, 2, B, T, 0, 0);
+    row(&all[n++], "block.fch", dt, MO_CAT_ACTIVATION, 3, B, T, 4 * C, 0);
+    row(&all[n++], "block.fch_gelu", dt, MO_CAT_ACTIVATION, 3, B, T, 4 * C, 0);
+    row(&all[n++], "block.out", dt, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "lnf", dt, MO_CAT_ACTIVATION, 3, B, T, C, 0);
+    row(&all[n++], "logits", dt, MO_CAT_ACTIVATION, 3, B, T, V, 0);
     for (int i = 0; i < n && i < max; i++) rows[i] = all[i];
     return n;
 }
@@ -154,6 +168,7 @@ void mo_gpt_destroy(mo_gpt *m) {
     mo_free(a, m->adam_v);
     mo_free(a, m->adam_m);
     mo_free(a, m->grads);
+    if (m->wparams != m->params) mo_free(a, m->wparams);
     mo_free(a, m->params);
     free(m->inputs_host);
     free(m->targets_host);
@@ -172,7 +187,10 @@ mo_status mo_gpt_create(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ctx) {
     size_t pb = m->num_params * sizeof(float), BT = (size_t)cfg->batch * cfg->seq;
     mo_allocator *a = ctx->alloc;
     mo_status st;
-    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_PARAM, (void **)&m->params), fail);
+    int mixed = cfg->dtype != MO_F32;
+    MO_TRY_GOTO(st, mo_alloc(a, pb, mixed ? MO_CAT_MASTER : MO_CAT_PARAM, (void **)&m->params), fail);
+    if (mixed) MO_TRY_GOTO(st, mo_alloc(a, m->num_params * mo_dtype_size(cfg->dtype), MO_CAT_PARAM, &m->wparams), fail);
+    else m->wparams = m->params;
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
@@ -186,6 +204,7 @@ mo_status mo_gpt_create(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ctx) {
     for (int p = 0; p < GPT_NPARAMS; p++) {
         m->param_ptr[p] = m->params + o;
         m->grad_ptr[p] = m->grads + o;
+        m->wparam_ptr[p] = (char *)m->wparams + o * mo_dtype_size(cfg->dtype);
         o += m->param_sizes[p];
     }
     if (ctx->backend != MO_BACKEND_DRY) {
@@ -196,10 +215,18 @@ mo_status mo_gpt_create(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ctx) {
         free(h);
         if (st != MO_OK) goto fail;
     }
+    if (mixed) MO_TRY_GOTO(st, mo_cast_mixed(ctx, cfg->dtype, m->wparams, MO_F32, m->params, m->num_params), fail);
     MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_m, pb), fail);
     MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_v, pb), fail);
     MO_TRY_GOTO(st, mo_memset_zero(ctx, m->grads, pb), fail);
     m->checkpointing = cfg->ckpt != MO_CKPT_NONE;
+    if (cfg->loss_scaling) {
+        m->cfg.loss_scale_init = cfg->loss_scale_init > 0 ? cfg->loss_scale_init : 65536.0f;
+        m->cfg.scaler_interval = cfg->scaler_interval > 0 ? cfg->scaler_interval : 2000;
+        m->loss_scale = m->cfg.loss_scale_init;
+    } else {
+        m->loss_scale = 1.0f;
+    }
     *out = m;
     return MO_OK;
 fail:

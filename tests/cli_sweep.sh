@@ -94,12 +94,13 @@ fi
 run 2 mincap --backend dry --cap 0.5
 has "$tmp/err" "^memopt: --cap: memopt mincap finds the cap itself"
 
-# ---- claims on the dry backend: memory measured, times and mixed precision honestly not
+# ---- claims on the dry backend: memory measured (both claims), times honestly not
 run 0 claims --backend dry --steps 1 --warmup 1 --out-dir "$tmp/claims"
 has "$tmp/out" "times need a GPU"
 has "$tmp/out" "rule: holds when the activation saving .* is within \[40%, 60%\]"
 has "$tmp/out" "^  full +[0-9.]+% +[0-9.]+% +n/a "
-has "$tmp/out" "fp16 vs fp32 .*not measured: --precision fp16"
+has "$tmp/out" "^  fp16 vs fp32 +[0-9.]+% +n/a .*time not measured"
+has "$tmp/out" "^  bf16 vs tf32 +[0-9.]+% +n/a "
 eq "$(($(wc -l <"$tmp/claims/claims.csv") - 1))" 8 "claims.csv rows"
 eq "$(($(wc -l <"$tmp/claims/claims_verdicts.csv") - 1))" 8 "claims_verdicts.csv rows"
 if command -v gnuplot >/dev/null 2>&1; then

@@ -38,28 +38,30 @@ if has alloc && [ -x $B/memopt_bench_alloc ]; then
 fi
 if has gpt; then
   csv="$R/h200-gpt2-124m.csv"
-  for prec in fp32 tf32; do for attn in materialized fused; do
-    $M run --preset gpt2-124m --precision $prec --attn $attn --steps 10 --warmup 3 --csv "$csv"
-  done; done
-  for ck in full sqrt selective every:2; do
-    $M run --preset gpt2-124m --precision fp32 --ckpt $ck --steps 10 --warmup 3 --csv "$csv"
+  r() { $M run --preset gpt2-124m --steps 10 --warmup 3 --csv "$csv" "$@" || echo "(exit $?: run $*)"; }
+  for prec in fp32 tf32 bf16 fp16; do for attn in materialized fused; do r --precision $prec --attn $attn; done; done
+  for prec in fp32 bf16; do
+    for ck in full sqrt selective every:2; do r --precision $prec --ckpt $ck; done
+    for k in 2 4; do r --precision $prec --accum $k; done
   done
-  $M run --preset gpt2-124m --precision tf32 --ckpt full --steps 10 --warmup 3 --csv "$csv"
-  $M run --preset gpt2-124m --precision fp32 --accum 4 --steps 10 --warmup 3 --csv "$csv"
-  for al in async raw; do $M run --preset gpt2-124m --precision tf32 --alloc $al --steps 10 --warmup 3 --csv "$csv"; done
-  $M run --preset gpt2-124m --precision fp32 --cap 8GiB --steps 10 --warmup 3 --csv "$csv" || echo "(exit $?: the 8 GiB cap row is meant to run out of memory)"
-  $M run --preset gpt2-124m --precision tf32 --profile --steps 10 --warmup 3 | grep -E "step:|profile"
+  r --precision bf16 --attn fused --ckpt full
+  r --precision tf32 --ckpt full
+  for al in async raw; do r --precision tf32 --alloc $al; done
+  r --precision fp32 --cap 8GiB
+  for prec in tf32 bf16; do $M run --preset gpt2-124m --precision $prec --profile --steps 10 --warmup 3 | grep -E "step:|profile"; done
+  $M run --preset gpt2-124m --precision bf16 --attn fused --profile --steps 10 --warmup 3 | grep -E "step:|profile"
 fi
 if has peer; then
-  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized,fused --precision fp32,tf32 --csv "$R/torch-gpt2-124m.csv"
-  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized --precision fp32 --ckpt full --csv "$R/torch-gpt2-124m.csv"
-  PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --attn materialized --precision fp32 --accum 4 --csv "$R/torch-gpt2-124m.csv"
+  P() { PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-gpt2-124m.csv" "$@"; }
+  P --attn materialized,fused --precision fp32,tf32,bf16,fp16
+  P --attn materialized --precision fp32,bf16 --ckpt full
+  P --attn materialized --precision fp32,bf16 --accum 4
 fi
 if has claims; then
   $M claims --preset gpt2-124m --out-dir $R/claims 2>&1 | tail -40
 fi
 if has sweep; then
-  $M sweep --preset gpt2-124m --precision fp32,tf32 --attn materialized,fused --ckpt none,full,selective --cap none,8GiB \
+  $M sweep --preset gpt2-124m --precision fp32,tf32,bf16 --attn materialized,fused --ckpt none,full,selective --cap none,8GiB \
     --steps 5 --warmup 2 --csv $R/sweep.csv --benchmark_out=$R/sweep_gbench.json --benchmark_out_format=json 2>&1 | tail -5
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv

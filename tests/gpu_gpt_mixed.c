@@ -1,0 +1,186 @@
+// The GPT in fp16 and bf16 on the GPU: loss and every parameter gradient against the CPU's 16-bit
+// reference (fresh batch each run), both attention forms; two GPU runs give the same bits;
+// checkpointing bit-identical to none and accumulation equal to the full batch on the GPU; 50 steps
+// tracking fp32; the loss scaler on a real overflow; the dry backend's peaks equal the cuda peaks.
+#include <math.h>
+#include <stdio.h>
+#include "tests/gpt_fixture.h"
+
+static const mo_dtype DTS[] = {MO_BF16, MO_F16};
+
+static mo_gpt_config small_config(mo_dtype dt) {
+    mo_gpt_config c = tiny_config();
+    c.layers = 3; c.hidden = 128; c.heads = 4; c.seq = 64; c.batch = 4; c.vocab = 1000;
+    c.dtype = dt;
+    c.loss_scaling = dt == MO_F16;
+    return c;
+}
+
+static float *run_grads(mo_backend_kind be, mo_gpt_config c, uint64_t batch_seed, double *loss, float *scale) {
+    gpt_fixture f;
+    if (!fixture_open(&f, be, &c, batch_seed)) return NULL;
+    CHECK_OK(mo_gpt_forward_backward(f.m));
+    *loss = f.m->last_loss;
+    if (scale) *scale = f.m->loss_scale;
+    float *g = fixture_read(&f, f.m->grads, f.m->num_params);
+    fixture_close(&f);
+    return g;
+}
+
+static const char *pname[GPT_NPARAMS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "projw", "projb",
+                                         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+// The CPU's 16-bit reference rounds at the same points as the GPU, but the GPU's fp32 sums run in
+// other orders, so a small fraction of 16-bit values round to the neighbouring value (one ulp:
+// 2^-8 bf16, 2^-11 fp16), and those flips compound through 3 layers forward and back. Tolerances
+// per parameter gradient (relative L2): bf16 3e-2, fp16 1e-2 (about 8 ulps of headroom); an
+// indexing, transpose or scaling error gives O(1). The loss (a mean of 256 fp32 terms): 2e-3 / 5e-4.
+// Against the fp32 GPU model the 16-bit gradients must stay within 0.1 / 0.03: the precision loss
+// itself, which a wrong unscale (65536x) or a dropped term would exceed.
+static void compare_model(mo_dtype dt, int fused, uint64_t seed) {
+    mo_gpt_config c = small_config(dt);
+    c.attn_fused = fused;
+    mo_gpt_config c32 = small_config(MO_F32);
+    c32.attn_fused = fused;
+    double lc = 0, lg = 0, l32 = 0;
+    float sc = 1, sg = 1;
+    float *gc = run_grads(MO_BACKEND_CPU, c, seed, &lc, &sc);
+    float *gg = run_grads(MO_BACKEND_CUDA, c, seed, &lg, &sg);
+    float *g32 = run_grads(MO_BACKEND_CUDA, c32, seed, &l32, NULL);
+    if (!gc || !gg || !g32) { free(gc); free(gg); free(g32); return; }
+    int bf = dt == MO_BF16;
+    double tol = bf ? 3e-2 : 1e-2, tol32 = bf ? 0.1 : 0.03, ltol = bf ? 2e-3 : 5e-4;
+    const char *an = fused ? "fused" : "materialized";
+    printf(" %s attn %s: loss cpu %.7f cuda %.7f (fp32 cuda %.7f), loss scale %g\n", mo_dtype_name(dt), an, lc, lg, l32,
+           (double)sg);
+    CHECK_MSG(fabs(lc - lg) <= ltol * fabs(lc), "%s %s: loss cpu %.9g vs cuda %.9g", mo_dtype_name(dt), an, lc, lg);
+    CHECK_MSG(fabs(l32 - lg) <= 10 * ltol * fabs(l32), "%s %s: loss %.9g vs fp32 %.9g", mo_dtype_name(dt), an, lg, l32);
+    size_t n = mo_gpt_num_params(&c);
+    // The gradients carry the loss scale; fp32 does not.
+    for (size_t i = 0; i < n; i++) { gc[i] /= sc; gg[i] /= sg; }
+    size_t s[GPT_NPARAMS], off = 0;
+    {
+        gpt_fixture f;
+        if (!fixture_open(&f, MO_BACKEND_DRY, &c, seed)) return;
+        memcpy(s, f.m->param_sizes, sizeof s);
+        fixture_close(&f);
+    }
+    for (int p = 0; p < GPT_NPARAMS; p++) {
+        double e = test_rel_error(gg + off, gc + off, s[p]);
+        double e32 = test_rel_error(gg + off, g32 + off, s[p]);
+        printf("  %-8s rel err vs cpu %.3e, vs fp32 %.3e\n", pname[p], e, e32);
+        CHECK_MSG(!isnan(e) && e <= tol, "%s %s grad %s: vs cpu %.3e > %.1e", mo_dtype_name(dt), an, pname[p], e, tol);
+        CHECK_MSG(!isnan(e32) && e32 <= tol32, "%s %s grad %s: vs fp32 %.3e > %.2g", mo_dtype_name(dt), an, pname[p], e32,
+                  tol32);
+        off += s[p];
+    }
+    free(gc); free(gg); free(g32);
+}
+
+static void test_deterministic_and_checkpoint(mo_dtype dt, uint64_t seed) {
+    for (int fused = 0; fused <= 1; fused++) {
+        mo_gpt_config c = small_config(dt);
+        c.layers = 4;
+        c.attn_fused = fused;
+        size_t n = mo_gpt_num_params(&c);
+        double l0 = 0, l1 = 0;
+        float *g0 = run_grads(MO_BACKEND_CUDA, c, seed, &l0, NULL);
+        float *g1 = run_grads(MO_BACKEND_CUDA, c, seed, &l1, NULL);
+        CHECK_MSG(g0 && g1 && l0 == l1 && !memcmp(g0, g1, n * sizeof(float)), "%s: two GPU runs differ (attn %d)",
+                  mo_dtype_name(dt), fused);
+        mo_ckpt_kind ks[] = {MO_CKPT_FULL, MO_CKPT_EVERY, MO_CKPT_SQRT, MO_CKPT_SELECTIVE};
+        for (int i = 0; i < 4; i++) {
+            mo_gpt_config d = c;
+            d.ckpt = ks[i];
+            d.ckpt_every = 2;
+            double lk = 0;
+            float *gk = run_grads(MO_BACKEND_CUDA, d, seed, &lk, NULL);
+            CHECK_MSG(gk && g0 && lk == l0 && !memcmp(gk, g0, n * sizeof(float)),
+                      "%s: GPU checkpoint policy %d (attn %d) is not bit-identical to none", mo_dtype_name(dt), (int)ks[i], fused);
+            free(gk);
+        }
+        mo_gpt_config a = c;
+        a.accum = 4;
+        double la = 0;
+        float *ga = run_grads(MO_BACKEND_CUDA, a, seed, &la, NULL);
+        if (ga && g0) CHECK_REL(ga, g0, n, 1e-5);
+        free(ga); free(g0); free(g1);
+    }
+}
+
+// 50 steps on one batch: the 16-bit losses stay near fp32's (tolerances as test_gpt_mixed.c: 0.05 / 0.01).
+static void test_tracks_fp32(int fused) {
+    enum { STEPS = 50 };
+    double l[3][STEPS];
+    const mo_dtype dts[3] = {MO_F32, MO_BF16, MO_F16};
+    for (int d = 0; d < 3; d++) {
+        mo_gpt_config c = small_config(dts[d]);
+        c.attn_fused = fused;
+        c.grad_clip = 1.0f;
+        gpt_fixture f;
+        if (!fixture_open(&f, MO_BACKEND_CUDA, &c, 3)) return;
+        for (int i = 0; i < STEPS; i++) {
+            CHECK_OK(mo_gpt_step(f.m));
+            l[d][i] = f.m->last_loss;
+        }
+        fixture_close(&f);
+    }
+    for (int d = 1; d < 3; d++) {
+        double worst = 0;
+        for (int i = 0; i < STEPS; i++) worst = fmax(worst, fabs(l[d][i] - l[0][i]));
+        double tol = d == 1 ? 0.05 : 0.01;
+        printf(" GPU attn %d, %s vs fp32 over %d steps: loss %.4f -> %.4f (fp32 %.4f -> %.4f), worst diff %.2e (tol %.2g)\n",
+               fused, mo_dtype_name(dts[d]), STEPS, l[d][0], l[d][STEPS - 1], l[0][0], l[0][STEPS - 1], worst, tol);
+        CHECK(worst <= tol);
+    }
+    CHECK(l[0][STEPS - 1] < l[0][0] - 1.0);
+}
+
+// A scale of 2^24 overflows fp16's dlogits on the GPU too: skipped steps halve it until training runs.
+static void test_scaler_overflow(void) {
+    mo_gpt_config c = small_config(MO_F16);
+    c.loss_scale_init = 16777216.0f;
+    gpt_fixture f;
+    if (!fixture_open(&f, MO_BACKEND_CUDA, &c, 3)) return;
+    for (int i = 0; i < 12; i++) CHECK_OK(mo_gpt_step(f.m));
+    printf(" GPU fp16 from scale 2^24: %d skipped, scale %g, loss %.4f\n", f.m->skipped_steps, (double)f.m->loss_scale,
+           f.m->last_loss);
+    CHECK(f.m->skipped_steps >= 1 && f.m->step + f.m->skipped_steps == 12);
+    CHECK(f.m->loss_scale == 16777216.0f / (float)(1 << f.m->skipped_steps));
+    CHECK(isfinite(f.m->last_loss));
+    fixture_close(&f);
+}
+
+static void test_dry_equals_cuda(void) {
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 3; k++) {
+            mo_gpt_config c = small_config(DTS[d]);
+            c.ckpt = k == 0 ? MO_CKPT_NONE : k == 1 ? MO_CKPT_SQRT : MO_CKPT_SELECTIVE;
+            c.accum = k == 1 ? 2 : 1;
+            c.attn_fused = k == 1;
+            mo_alloc_stats s[2];
+            for (int b = 0; b < 2; b++) {
+                gpt_fixture f;
+                if (!fixture_open(&f, b ? MO_BACKEND_DRY : MO_BACKEND_CUDA, &c, 5)) return;
+                CHECK_OK(mo_gpt_step(f.m));
+                CHECK_OK(mo_gpt_step(f.m));
+                mo_allocator_stats(f.alloc, &s[b]);
+                fixture_close(&f);
+            }
+            CHECK_EQ_U64(s[0].peak_allocated_bytes, s[1].peak_allocated_bytes);
+            CHECK_EQ_U64(s[0].peak_reserved_bytes, s[1].peak_reserved_bytes);
+        }
+}
+
+int main(void) {
+    test_require_gpu();
+    uint64_t seed = test_seed_from_time();
+    for (int d = 0; d < 2; d++)
+        for (int fused = 0; fused <= 1; fused++) compare_model(DTS[d], fused, seed + 2 * d + fused);
+    for (int d = 0; d < 2; d++) test_deterministic_and_checkpoint(DTS[d], seed + 10 + d);
+    test_tracks_fp32(0);
+    test_tracks_fp32(1);
+    test_scaler_overflow();
+    test_dry_equals_cuda();
+    return test_finish();
+}
