@@ -3,6 +3,20 @@
 // for att @ v, a fused scale + causal mask + softmax kernel, and back. The kernels are written afresh:
 // one warp per (T)-row with butterfly shuffles (fixed order: deterministic), any T (no T % 4 rule), and
 // the masked upper triangle written as exact zeros so att is a complete tensor.
+//
+// Causal skipping: the queries are cut into chunks of L = mo_attn_chunk_rows(c, T) rows (ctx.h) and
+// every batched GEMM runs once per chunk on the part the causal mask leaves nonzero:
+//   scores / datt   query rows [i0, i1), keys [0, i1)            (att_gemm_xyT_rows)
+//   y = P v, dq     query rows [i0, i1), sum over keys [0, i1)   (att_gemm_px_rows)
+//   dv, dk          key rows [j0, j1), sum over queries [j0, T)  (att_gemm_pTx_rows)
+// The terms left out are products with exact zeros of P (keys after the query), so each output is the
+// same sum without zero terms, still one GEMM per output element (no accumulation across chunks) and
+// so deterministic. The score GEMM leaves columns [i1, T) of a chunk's rows unwritten; the softmax
+// reads only columns <= t < i1 and writes every column (zeros above the diagonal), so the stored att
+// is complete, exactly as without chunks. The datt GEMM likewise; the softmax backward then writes
+// dpreatt only up to the end of the row's chunk (zeros from t+1), which covers every element the dq
+// and dk GEMMs read (dq: columns < i1 of rows in the chunk; dk: key chunk [j0, j1) of rows t >= j0,
+// whose chunk ends at or after j1). L >= T (T <= 64 by default) is the unchunked computation.
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <math.h>
@@ -96,19 +110,21 @@ __global__ void att_softmax_forward_kernel(float *att, float scale, int rows, in
 }
 
 // In place on datt (same rows as above): dpreatt = scale * att * (datt - sum_j att_j datt_j) on the
-// causal part, exact zeros above it (the GEMMs that follow read the whole (T, T) tile).
+// causal part, exact zeros above it up to the end of the row's query chunk (chunk rows L): the dq and
+// dk GEMMs that follow read no further (see the top of this file); datt is scratch.
 __global__ void att_softmax_backward_kernel(float *datt, const float *__restrict__ att, float scale, int rows,
-                                            int T) {
+                                            int T, int L) {
     const int row = blockIdx.x * ATT_ROW_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const int t = row % T;
+    const int end = (t / L + 1) * L < T ? (t / L + 1) * L : T;
     const float *a = att + (size_t)row * T;
     float *g = datt + (size_t)row * T;
     float s = 0.0f;
     for (int i = lane; i <= t; i += 32) s += a[i] * g[i];
     s = att_warp_sum(s);
-    for (int i = lane; i < T; i += 32) g[i] = i <= t ? scale * a[i] * (g[i] - s) : 0.0f;
+    for (int i = lane; i < end; i += 32) g[i] = i <= t ? scale * a[i] * (g[i] - s) : 0.0f;
 }
 
 static unsigned att_blocks(size_t n, unsigned per_block) { return (unsigned)((n + per_block - 1) / per_block); }
@@ -122,26 +138,58 @@ static mo_status att_cublas_setup(mo_ctx *c) {
 }
 
 // Batched GEMMs over the B*NH heads, every matrix column-major with the row-major (T, HS) / (T, T) data
-// seen transposed (so each call computes the transpose of the row-major product in its comment).
-// scores (T, T) = X (T, HS) @ Y (T, HS)^T
-static mo_status att_gemm_xyT(cublasHandle_t h, float *out, const float *x, const float *y, int T, int HS, int n) {
+// seen transposed (so each call computes the transpose of the row-major product in its comment). A
+// row-major (T, T) matrix P is the column-major (T, T) matrix P^T with ld T: element (col t2, row t) at
+// t * T + t2; a row-major (T, HS) matrix is column-major (HS, T) with ld HS. Strides are those of whole
+// heads, so the sub-matrix of every head starts at the same offset from its head.
+//
+// S[t][t2] = X[t] . Y[t2] for query rows t in [i0, i1), keys t2 in [0, i1): the column-major
+// (i1, i1 - i0) block of S^T starting at column i0 (offset i0 * T), = op_T(Y^T (HS, i1)) @ X^T (HS, rows).
+static mo_status att_gemm_xyT_rows(cublasHandle_t h, float *out, const float *x, const float *y, int T, int HS, int n,
+                                   int i0, int i1) {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &one, y, HS, (long long)T * HS, x,
-                                           HS, (long long)T * HS, &zero, out, T, (long long)T * T, n));
+    CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, i1, i1 - i0, HS, &one, y, HS,
+                                           (long long)T * HS, x + (size_t)i0 * HS, HS, (long long)T * HS, &zero,
+                                           out + (size_t)i0 * T, T, (long long)T * T, n));
     return MO_OK;
 }
-// (T, HS) = P (T, T) @ X (T, HS)
-static mo_status att_gemm_px(cublasHandle_t h, float *out, const float *p, const float *x, int T, int HS, int n) {
+// out[t] = sum_{t2 < i1} P[t][t2] X[t2] for rows t in [i0, i1) (the keys t2 >= i1 > t have P = 0):
+// out^T (HS, rows) = X^T (HS, i1) @ P^T block (i1, rows) starting at column i0 of P^T (offset i0 * T).
+static mo_status att_gemm_px_rows(cublasHandle_t h, float *out, const float *p, const float *x, int T, int HS, int n,
+                                  int i0, int i1) {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &one, x, HS, (long long)T * HS, p,
-                                           T, (long long)T * T, &zero, out, HS, (long long)T * HS, n));
+    CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, HS, i1 - i0, i1, &one, x, HS,
+                                           (long long)T * HS, p + (size_t)i0 * T, T, (long long)T * T, &zero,
+                                           out + (size_t)i0 * HS, HS, (long long)T * HS, n));
     return MO_OK;
 }
-// (T, HS) = P (T, T)^T @ X (T, HS)
-static mo_status att_gemm_pTx(cublasHandle_t h, float *out, const float *p, const float *x, int T, int HS, int n) {
+// out[t2] = sum_{t >= j0} P[t][t2] X[t] for rows t2 in [j0, j1) (P[t][t2] = 0 for t < t2, so t < j0
+// adds nothing): out^T (HS, cols) = X^T (HS, T - j0) from row j0 @ op_T(B), B the column-major
+// (j1 - j0, T - j0) block of P^T at (row j0, column j0), offset j0 * T + j0: B(a, b) = P[j0 + b][j0 + a].
+static mo_status att_gemm_pTx_rows(cublasHandle_t h, float *out, const float *p, const float *x, int T, int HS, int n,
+                                   int j0, int j1) {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &one, x, HS, (long long)T * HS, p,
-                                           T, (long long)T * T, &zero, out, HS, (long long)T * HS, n));
+    CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, HS, j1 - j0, T - j0, &one,
+                                           x + (size_t)j0 * HS, HS, (long long)T * HS, p + (size_t)j0 * T + j0, T,
+                                           (long long)T * T, &zero, out + (size_t)j0 * HS, HS, (long long)T * HS, n));
+    return MO_OK;
+}
+
+// The per-chunk loops (chunk rows L; the last chunk may be shorter). With L >= T each is the single
+// full-size GEMM of the unchunked computation.
+static mo_status att_gemm_xyT(cublasHandle_t h, float *out, const float *x, const float *y, int T, int HS, int n,
+                              int L) {
+    for (int i0 = 0; i0 < T; i0 += L) MO_TRY(att_gemm_xyT_rows(h, out, x, y, T, HS, n, i0, T - i0 > L ? i0 + L : T));
+    return MO_OK;
+}
+static mo_status att_gemm_px(cublasHandle_t h, float *out, const float *p, const float *x, int T, int HS, int n,
+                             int L) {
+    for (int i0 = 0; i0 < T; i0 += L) MO_TRY(att_gemm_px_rows(h, out, p, x, T, HS, n, i0, T - i0 > L ? i0 + L : T));
+    return MO_OK;
+}
+static mo_status att_gemm_pTx(cublasHandle_t h, float *out, const float *p, const float *x, int T, int HS, int n,
+                              int L) {
+    for (int j0 = 0; j0 < T; j0 += L) MO_TRY(att_gemm_pTx_rows(h, out, p, x, T, HS, n, j0, T - j0 > L ? j0 + L : T));
     return MO_OK;
 }
 
@@ -154,18 +202,19 @@ mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float 
     const size_t n = (size_t)B * T * C;
     float *q = (float *)scratch, *k = q + n, *v = k + n; // (B, NH, T, HS) each
     const float scale = 1.0f / sqrtf((float)HS);
+    const int L = mo_attn_chunk_rows(c, T);
 
     att_permute_kernel<<<att_blocks(n, ATT_THREADS), ATT_THREADS, 0, s>>>(q, k, v, qkv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
-    // raw scores q k^T (B, NH, T, T) into att, then softmax in place
-    MO_TRY(att_gemm_xyT(h, att, q, k, T, HS, BH));
+    // raw scores q k^T (B, NH, T, T) into att (the causal part of each chunk), then softmax in place
+    MO_TRY(att_gemm_xyT(h, att, q, k, T, HS, BH, L));
     const int rows = BH * T;
     att_softmax_forward_kernel<<<att_blocks((size_t)rows, ATT_ROW_WARPS), ATT_ROW_WARPS * 32, 0, s>>>(att, scale,
                                                                                                      rows, T);
     CUDA_CHECK_LAUNCH();
     // y = att @ v (B, NH, T, HS) into q's slot (q is no longer needed), then heads side by side
     float *y = q;
-    MO_TRY(att_gemm_px(h, y, att, v, T, HS, BH));
+    MO_TRY(att_gemm_px(h, y, att, v, T, HS, BH, L));
     att_unpermute_kernel<<<att_blocks(n, ATT_THREADS), ATT_THREADS, 0, s>>>(out, y, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
@@ -182,6 +231,7 @@ mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, con
     float *dq = v + n, *dk = dq + n, *dv = dk + n;          // (B, NH, T, HS)
     float *datt = (float *)scratch + attention_backward_datt_offset(B, T, C); // (B, NH, T, T)
     const float scale = 1.0f / sqrtf((float)HS);
+    const int L = mo_attn_chunk_rows(c, T);
 
     att_permute_kernel<<<att_blocks(n, ATT_THREADS), ATT_THREADS, 0, s>>>(q, k, v, qkv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
@@ -189,14 +239,14 @@ mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, con
     float *dy = dq;
     att_unpermute_backward_kernel<<<att_blocks(n, ATT_THREADS), ATT_THREADS, 0, s>>>(dy, dout, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
-    MO_TRY(att_gemm_xyT(h, datt, dy, v, T, HS, BH)); // datt = dy @ v^T
-    MO_TRY(att_gemm_pTx(h, dv, att, dy, T, HS, BH)); // dv = att^T @ dy
+    MO_TRY(att_gemm_xyT(h, datt, dy, v, T, HS, BH, L)); // datt = dy @ v^T (causal part of each chunk)
+    MO_TRY(att_gemm_pTx(h, dv, att, dy, T, HS, BH, L)); // dv = att^T @ dy
     const int rows = BH * T;
     att_softmax_backward_kernel<<<att_blocks((size_t)rows, ATT_ROW_WARPS), ATT_ROW_WARPS * 32, 0, s>>>(
-        datt, att, scale, rows, T); // datt -> dpreatt (scaled) in place
+        datt, att, scale, rows, T, L); // datt -> dpreatt (scaled) in place
     CUDA_CHECK_LAUNCH();
-    MO_TRY(att_gemm_px(h, dq, datt, k, T, HS, BH));  // dq = dpreatt @ k (overwrites dy, used above)
-    MO_TRY(att_gemm_pTx(h, dk, datt, q, T, HS, BH)); // dk = dpreatt^T @ q
+    MO_TRY(att_gemm_px(h, dq, datt, k, T, HS, BH, L));  // dq = dpreatt @ k (overwrites dy, used above)
+    MO_TRY(att_gemm_pTx(h, dk, datt, q, T, HS, BH, L)); // dk = dpreatt^T @ q
     att_permute_backward_kernel<<<att_blocks(n, ATT_THREADS), ATT_THREADS, 0, s>>>(dqkv, dq, dk, dv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
     return MO_OK;

@@ -6,6 +6,10 @@
 // alpha = 1/sqrt(HS), so the stored 16-bit scores are the scaled ones (and stay far from fp16's range
 // limit). Softmax kernels: one warp per row, fp32 inside, butterfly shuffles (deterministic), masked
 // upper triangle written as exact zeros. Rounding points: attention_mixed.h.
+// Causal skipping as attention.cu (see there): per query chunk of mo_attn_chunk_rows(c, T) rows, the
+// GEMMs cover only the part the mask leaves nonzero, each output still one GEMM (deterministic); the
+// stored att is complete (the softmax writes every column), dpreatt is written up to the end of each
+// row's chunk, which covers all the dq / dk GEMMs read.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -100,19 +104,21 @@ __global__ void am_softmax_forward_kernel(E *att, int rows, int T) {
     for (int i = lane; i < T; i += 32) am_st(x, i, i <= t ? expf(am_ld(x, i) - mx) * inv : 0.0f);
 }
 
-// In place on datt: dpreatt = scale * att * (datt - rowsum(att * datt)), fp32 inside, zeros above.
+// In place on datt: dpreatt = scale * att * (datt - rowsum(att * datt)), fp32 inside, zeros above it
+// up to the end of the row's query chunk (chunk rows L; the GEMMs that follow read no further).
 template <typename E>
-__global__ void am_softmax_backward_kernel(E *datt, const E *__restrict__ att, float scale, int rows, int T) {
+__global__ void am_softmax_backward_kernel(E *datt, const E *__restrict__ att, float scale, int rows, int T, int L) {
     const int row = blockIdx.x * AM_ROW_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const int t = row % T;
+    const int end = (t / L + 1) * L < T ? (t / L + 1) * L : T;
     const E *a = att + (size_t)row * T;
     E *g = datt + (size_t)row * T;
     float s = 0.0f;
     for (int i = lane; i <= t; i += 32) s += am_ld(a, i) * am_ld(g, i);
     s = am_warp_sum(s);
-    for (int i = lane; i < T; i += 32) am_st(g, i, i <= t ? scale * am_ld(a, i) * (am_ld(g, i) - s) : 0.0f);
+    for (int i = lane; i < end; i += 32) am_st(g, i, i <= t ? scale * am_ld(a, i) * (am_ld(g, i) - s) : 0.0f);
 }
 
 static unsigned am_blocks(size_t n, unsigned per_block) { return (unsigned)((n + per_block - 1) / per_block); }
@@ -125,32 +131,60 @@ static mo_status am_cublas_setup(mo_ctx *c) {
     return MO_OK;
 }
 
-// The batched GEMMs of attention.cu (same column-major view), 16-bit A/B/C, fp32 compute.
-// scores (T, T) = alpha * X (T, HS) @ Y (T, HS)^T
-static mo_status am_gemm_xyT(cublasHandle_t h, cudaDataType_t ty, void *out, const void *x, const void *y, float alpha,
-                             int T, int HS, int n) {
+// The batched GEMMs of attention.cu (same column-major view, same sub-matrices per chunk: see
+// att_gemm_*_rows there), 16-bit A/B/C, fp32 compute. Element offsets are in E units (esz bytes).
+static inline const void *am_off(const void *p, size_t elems, size_t esz) { return (const char *)p + elems * esz; }
+static inline void *am_off(void *p, size_t elems, size_t esz) { return (char *)p + elems * esz; }
+
+// S[t][t2] = alpha * X[t] . Y[t2], query rows t in [i0, i1), keys t2 in [0, i1)
+static mo_status am_gemm_xyT_rows(cublasHandle_t h, cudaDataType_t ty, size_t esz, void *out, const void *x,
+                                  const void *y, float alpha, int T, int HS, int n, int i0, int i1) {
     const float zero = 0.0f;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &alpha, y, ty, HS,
-                                            (long long)T * HS, x, ty, HS, (long long)T * HS, &zero, out, ty, T,
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, i1, i1 - i0, HS, &alpha, y, ty, HS,
+                                            (long long)T * HS, am_off(x, (size_t)i0 * HS, esz), ty, HS,
+                                            (long long)T * HS, &zero, am_off(out, (size_t)i0 * T, esz), ty, T,
                                             (long long)T * T, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return MO_OK;
 }
-// (T, HS) = P (T, T) @ X (T, HS)
-static mo_status am_gemm_px(cublasHandle_t h, cudaDataType_t ty, void *out, const void *p, const void *x, int T,
-                            int HS, int n) {
+// out[t] = sum_{t2 < i1} P[t][t2] X[t2], rows t in [i0, i1)
+static mo_status am_gemm_px_rows(cublasHandle_t h, cudaDataType_t ty, size_t esz, void *out, const void *p,
+                                 const void *x, int T, int HS, int n, int i0, int i1) {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &one, x, ty, HS,
-                                            (long long)T * HS, p, ty, T, (long long)T * T, &zero, out, ty, HS,
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, HS, i1 - i0, i1, &one, x, ty, HS,
+                                            (long long)T * HS, am_off(p, (size_t)i0 * T, esz), ty, T,
+                                            (long long)T * T, &zero, am_off(out, (size_t)i0 * HS, esz), ty, HS,
                                             (long long)T * HS, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return MO_OK;
 }
-// (T, HS) = P (T, T)^T @ X (T, HS)
-static mo_status am_gemm_pTx(cublasHandle_t h, cudaDataType_t ty, void *out, const void *p, const void *x, int T,
-                             int HS, int n) {
+// out[t2] = sum_{t >= j0} P[t][t2] X[t], rows t2 in [j0, j1)
+static mo_status am_gemm_pTx_rows(cublasHandle_t h, cudaDataType_t ty, size_t esz, void *out, const void *p,
+                                  const void *x, int T, int HS, int n, int j0, int j1) {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &one, x, ty, HS,
-                                            (long long)T * HS, p, ty, T, (long long)T * T, &zero, out, ty, HS,
-                                            (long long)T * HS, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_T, HS, j1 - j0, T - j0, &one,
+                                            am_off(x, (size_t)j0 * HS, esz), ty, HS, (long long)T * HS,
+                                            am_off(p, (size_t)j0 * T + j0, esz), ty, T, (long long)T * T, &zero,
+                                            am_off(out, (size_t)j0 * HS, esz), ty, HS, (long long)T * HS, n,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return MO_OK;
+}
+
+// Per-chunk loops (chunk rows L; L >= T: the single unchunked GEMM).
+static mo_status am_gemm_xyT(cublasHandle_t h, cudaDataType_t ty, size_t esz, void *out, const void *x, const void *y,
+                             float alpha, int T, int HS, int n, int L) {
+    for (int i0 = 0; i0 < T; i0 += L)
+        MO_TRY(am_gemm_xyT_rows(h, ty, esz, out, x, y, alpha, T, HS, n, i0, T - i0 > L ? i0 + L : T));
+    return MO_OK;
+}
+static mo_status am_gemm_px(cublasHandle_t h, cudaDataType_t ty, size_t esz, void *out, const void *p, const void *x,
+                            int T, int HS, int n, int L) {
+    for (int i0 = 0; i0 < T; i0 += L)
+        MO_TRY(am_gemm_px_rows(h, ty, esz, out, p, x, T, HS, n, i0, T - i0 > L ? i0 + L : T));
+    return MO_OK;
+}
+static mo_status am_gemm_pTx(cublasHandle_t h, cudaDataType_t ty, size_t esz, void *out, const void *p, const void *x,
+                             int T, int HS, int n, int L) {
+    for (int j0 = 0; j0 < T; j0 += L)
+        MO_TRY(am_gemm_pTx_rows(h, ty, esz, out, p, x, T, HS, n, j0, T - j0 > L ? j0 + L : T));
     return MO_OK;
 }
 
@@ -162,15 +196,17 @@ static mo_status am_forward(mo_ctx *c, cudaDataType_t ty, E *out, E *att, const 
     MO_TRY(am_cublas_setup(c));
     const int HS = C / NH, BH = B * NH;
     const size_t n = (size_t)B * T * C;
+    const int L = mo_attn_chunk_rows(c, T);
+    const size_t esz = sizeof(E);
     E *q = scratch, *k = q + n, *v = k + n;
     am_permute_kernel<E><<<am_blocks(n, AM_THREADS), AM_THREADS, 0, s>>>(q, k, v, qkv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
-    MO_TRY(am_gemm_xyT(h, ty, att, q, k, 1.0f / sqrtf((float)HS), T, HS, BH));
+    MO_TRY(am_gemm_xyT(h, ty, esz, att, q, k, 1.0f / sqrtf((float)HS), T, HS, BH, L));
     const int rows = BH * T;
     am_softmax_forward_kernel<E><<<am_blocks((size_t)rows, AM_ROW_WARPS), AM_ROW_WARPS * 32, 0, s>>>(att, rows, T);
     CUDA_CHECK_LAUNCH();
     E *y = q;
-    MO_TRY(am_gemm_px(h, ty, y, att, v, T, HS, BH));
+    MO_TRY(am_gemm_px(h, ty, esz, y, att, v, T, HS, BH, L));
     am_unpermute_kernel<E><<<am_blocks(n, AM_THREADS), AM_THREADS, 0, s>>>(out, y, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
@@ -187,19 +223,21 @@ static mo_status am_backward(mo_ctx *c, cudaDataType_t ty, E *dqkv, const E *dou
     E *q = scratch, *k = q + n, *v = k + n, *dq = v + n, *dk = dq + n, *dv = dk + n;
     E *datt = scratch + attention_mixed_datt_offset(B, T, C);
     const float scale = 1.0f / sqrtf((float)HS);
+    const int L = mo_attn_chunk_rows(c, T);
+    const size_t esz = sizeof(E);
     am_permute_kernel<E><<<am_blocks(n, AM_THREADS), AM_THREADS, 0, s>>>(q, k, v, qkv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
     E *dy = dq; // dout per head, in dq's slot until dq is computed
     am_unpermute_backward_kernel<E><<<am_blocks(n, AM_THREADS), AM_THREADS, 0, s>>>(dy, dout, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
-    MO_TRY(am_gemm_xyT(h, ty, datt, dy, v, 1.0f, T, HS, BH)); // datt = dy @ v^T
-    MO_TRY(am_gemm_pTx(h, ty, dv, att, dy, T, HS, BH));       // dv = att^T @ dy
+    MO_TRY(am_gemm_xyT(h, ty, esz, datt, dy, v, 1.0f, T, HS, BH, L)); // datt = dy @ v^T (causal part)
+    MO_TRY(am_gemm_pTx(h, ty, esz, dv, att, dy, T, HS, BH, L));       // dv = att^T @ dy
     const int rows = BH * T;
     am_softmax_backward_kernel<E><<<am_blocks((size_t)rows, AM_ROW_WARPS), AM_ROW_WARPS * 32, 0, s>>>(datt, att, scale,
-                                                                                                     rows, T);
+                                                                                                     rows, T, L);
     CUDA_CHECK_LAUNCH();
-    MO_TRY(am_gemm_px(h, ty, dq, datt, k, T, HS, BH));  // dq = dpreatt @ k (dy no longer needed)
-    MO_TRY(am_gemm_pTx(h, ty, dk, datt, q, T, HS, BH)); // dk = dpreatt^T @ q
+    MO_TRY(am_gemm_px(h, ty, esz, dq, datt, k, T, HS, BH, L));  // dq = dpreatt @ k (dy no longer needed)
+    MO_TRY(am_gemm_pTx(h, ty, esz, dk, datt, q, T, HS, BH, L)); // dk = dpreatt^T @ q
     am_permute_backward_kernel<E><<<am_blocks(n, AM_THREADS), AM_THREADS, 0, s>>>(dqkv, dq, dk, dv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
     return MO_OK;

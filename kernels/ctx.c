@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include "cuda_check.h"
+#include "lt_gemm.h"
 #endif
 
 double mo_host_ms(void) {
@@ -42,12 +43,19 @@ static mo_status ctx_cuda_init(mo_ctx *c) {
 }
 
 static void ctx_cuda_fini(mo_ctx *c) {
+    mo_lt_cache_destroy(c); // host objects only: nothing in flight refers to them
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     if (c->cublaslt) cublasLtDestroy((cublasLtHandle_t)c->cublaslt);
     if (c->stream) {
         cudaStreamSynchronize((cudaStream_t)c->stream);
         cudaStreamDestroy((cudaStream_t)c->stream);
     }
+    // the stream is drained: no upload reads the staging buffer any more
+    if (c->stage_event) cudaEventDestroy((cudaEvent_t)c->stage_event);
+    if (c->stage_host) cudaFreeHost(c->stage_host);
+    c->stage_event = NULL;
+    c->stage_host = NULL;
+    c->stage_bytes = 0;
 }
 #endif
 
@@ -93,6 +101,7 @@ void mo_ctx_destroy(mo_ctx *c) {
         mo_allocator_set_stream(c->alloc, NULL);
     }
 #endif
+    free(c->stage_host); // cpu / dry (cuda's pinned buffer went with ctx_cuda_fini)
     free(c);
 }
 
@@ -154,6 +163,62 @@ mo_status mo_memset_zero(mo_ctx *c, void *dst, size_t bytes) {
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
         CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, (cudaStream_t)c->stream));
+#endif
+        return MO_OK;
+    }
+    return MO_OK;
+}
+
+// The staging buffer grows in 64 KiB steps; growing waits for the last upload out of the old buffer.
+#define STAGE_ROUND ((size_t)64 << 10)
+
+mo_status mo_stage_begin(mo_ctx *c, size_t bytes, void **host) {
+    *host = NULL;
+    size_t want = (bytes + STAGE_ROUND - 1) / STAGE_ROUND * STAGE_ROUND;
+    if (want == 0) want = STAGE_ROUND;
+#ifdef MEMOPT_HAVE_CUDA
+    if (c->backend == MO_BACKEND_CUDA) {
+        if (!c->stage_event) {
+            cudaEvent_t e;
+            CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+            c->stage_event = e;
+        }
+        // the previous upload out of the buffer has been copied (it was enqueued long ago: this does
+        // not wait for the stream's later work)
+        CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)c->stage_event));
+        if (c->stage_bytes < want) {
+            if (c->stage_host) CUDA_CHECK(cudaFreeHost(c->stage_host));
+            c->stage_host = NULL;
+            c->stage_bytes = 0;
+            void *p = NULL;
+            CUDA_CHECK(cudaHostAlloc(&p, want, cudaHostAllocDefault));
+            c->stage_host = p;
+            c->stage_bytes = want;
+        }
+        *host = c->stage_host;
+        return MO_OK;
+    }
+#endif
+    if (c->stage_bytes < want) {
+        void *p = realloc(c->stage_host, want);
+        if (!p) return MO_FAIL(MO_ERR_OOM, "host out of memory for a %zu-byte staging buffer", want);
+        c->stage_host = p;
+        c->stage_bytes = want;
+    }
+    *host = c->stage_host;
+    return MO_OK;
+}
+
+mo_status mo_stage_upload(mo_ctx *c, void *dst, size_t bytes) {
+    if (!c->stage_host || bytes > c->stage_bytes)
+        return MO_FAIL(MO_ERR_INTERNAL, "mo_stage_upload of %zu bytes without a mo_stage_begin that large", bytes);
+    switch (c->backend) {
+    case MO_BACKEND_DRY: return MO_OK;
+    case MO_BACKEND_CPU: memcpy(dst, c->stage_host, bytes); return MO_OK;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        CUDA_CHECK(cudaMemcpyAsync(dst, c->stage_host, bytes, cudaMemcpyHostToDevice, (cudaStream_t)c->stream));
+        CUDA_CHECK(cudaEventRecord((cudaEvent_t)c->stage_event, (cudaStream_t)c->stream));
 #endif
         return MO_OK;
     }

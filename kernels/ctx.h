@@ -18,6 +18,7 @@ extern "C" {
 #define MO_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
 
 typedef struct mo_profiler mo_profiler;
+typedef struct mo_lt_cache mo_lt_cache; // lt_gemm_cuda.c
 
 typedef struct mo_ctx {
     mo_backend_kind backend;
@@ -29,7 +30,37 @@ typedef struct mo_ctx {
     void *gemm_ws;        // MO_GEMM_WORKSPACE_BYTES from alloc
     size_t gemm_ws_bytes;
     mo_profiler *prof;    // NULL unless profiling (mo_prof_enable)
+    // ---- added fields (keep the ones above in place: other code relies on them) ----
+    // A context and everything it caches belong to one thread at a time (the local communicator gives
+    // each rank its own context): nothing below is locked.
+    mo_lt_cache *lt_cache;        // cuBLASLt plans per GEMM shape (lt_gemm_cuda.c): lazily, cuda only
+    void *stage_host;             // pinned host buffer of mo_stage_* (cudaHostAlloc; malloc on cpu)
+    size_t stage_bytes;
+    void *stage_event;            // cudaEvent_t recorded after the last upload out of stage_host
+    int attn_chunk_rows;          // materialized attention, causal skipping: query rows per chunk;
+                                  // 0 = the default of mo_attn_chunk_rows (tests set others)
 } mo_ctx;
+
+// Causal skipping in the materialized attention (attention.cu, attention_mixed.cu): the T queries are
+// cut into chunks of mo_attn_chunk_rows(c, T) rows, and the chunk [i0, i1) computes only keys [0, i1)
+// (the probabilities of later keys are exact zeros). Default: MO_ATTN_CAUSAL_CHUNKS chunks, their
+// length rounded up to a multiple of MO_ATTN_CHUNK_ALIGN rows (so every sub-matrix pointer stays
+// 16-byte aligned and the chunks match cuBLAS's 64/128 tiles; T <= 64 is one chunk, as before).
+// Build-time override: -DMO_ATTN_CAUSAL_CHUNKS=N in CMAKE_CUDA_FLAGS.
+#ifndef MO_ATTN_CAUSAL_CHUNKS
+#define MO_ATTN_CAUSAL_CHUNKS 8
+#endif
+#define MO_ATTN_CHUNK_ALIGN 64
+static inline int mo_attn_chunk_rows(const mo_ctx *c, int T) {
+    int r;
+    if (c->attn_chunk_rows > 0) {
+        r = c->attn_chunk_rows;
+    } else {
+        r = (T + MO_ATTN_CAUSAL_CHUNKS - 1) / MO_ATTN_CAUSAL_CHUNKS;
+        r = (r + MO_ATTN_CHUNK_ALIGN - 1) / MO_ATTN_CHUNK_ALIGN * MO_ATTN_CHUNK_ALIGN;
+    }
+    return r < T ? r : T;
+}
 
 // Creates the stream and handles (cuda) and takes the GEMM workspace from alloc.
 mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc);
@@ -70,6 +101,17 @@ mo_status mo_prof_begin(mo_ctx *c, mo_prof_cat cat); // no-op when profiling is 
 mo_status mo_prof_end(mo_ctx *c);
 // Adds the time recorded since the last collect to ms[] (waits for the device) and starts afresh.
 mo_status mo_prof_collect(mo_ctx *c, double ms[MO_PROF_COUNT]);
+
+// Asynchronous host-to-device upload through a staging buffer the context owns (pinned host memory on
+// cuda, so the copy is truly asynchronous and nothing waits for the stream):
+//   mo_stage_begin(c, bytes, &host)  a host buffer of at least bytes; it waits only until the previous
+//                                    upload out of it has been copied (an event), never for the stream
+//   ... fill host[0 .. bytes) ...
+//   mo_stage_upload(c, dst, bytes)   enqueues the copy to device dst on c->stream and returns
+// One buffer: each begin is followed by its upload before the next begin. cpu: upload is a memcpy;
+// dry: nothing is copied. The buffer is freed by mo_ctx_destroy.
+mo_status mo_stage_begin(mo_ctx *c, size_t bytes, void **host);
+mo_status mo_stage_upload(mo_ctx *c, void *dst, size_t bytes);
 
 // Scratch for an op: taken from the allocator as category workspace (on dry too, so peaks match).
 // Dispatchers call these around the backend call; bytes 0 gives NULL and no allocation.

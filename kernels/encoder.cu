@@ -1,10 +1,11 @@
 // Encoder kernels. Forward adapted from karpathy/llm.c (train_gpt2_fp32.cu, encoder_forward_kernel3:
 // float4 loads of wte/wpe rows). Backward replaces llm.c's atomicAdd kernel with a deterministic one:
 // positions are grouped by token on the host, then one block per distinct token sums its dout rows in
-// increasing position order, which is exactly the cpu reference's order of float additions.
+// increasing position order, which is exactly the cpu reference's order of float additions. The
+// grouping goes up through the context's pinned staging buffer (mo_stage_begin / mo_stage_upload,
+// ctx.h): an asynchronous copy, so the backward never waits for the stream.
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_check.h"
@@ -116,17 +117,15 @@ __global__ void encoder_backward_wpe_scalar(float *dwpe, const float *dout, int 
 }
 
 // Host grouping: a stable counting sort of positions by token into host[] (the scratch layout of
-// encoder.h). Returns the number of distinct tokens in *U.
-static mo_status encoder_group_tokens(int *host, const int *inp_host, int BT, int V, int *U) {
+// encoder.h), with next[] (V + 1 ints, zeroed here) for the counts. Returns the number of distinct
+// tokens in *U.
+static mo_status encoder_group_tokens(int *host, int *next, const int *inp_host, int BT, int V, int *U) {
     int *order = host, *start = host + BT, *token = host + 2 * BT + 1;
-    int *next = (int *)calloc((size_t)V + 1, sizeof(int)); // counts, then the next free slot per token
-    if (!next) return MO_FAIL(MO_ERR_OOM, "encoder_backward: host out of memory for %d token counts", V);
+    memset(next, 0, ((size_t)V + 1) * sizeof(int)); // counts, then the next free slot per token
     for (int p = 0; p < BT; p++) {
         int tok = inp_host[p];
-        if (tok < 0 || tok >= V) {
-            free(next);
+        if (tok < 0 || tok >= V)
             return MO_FAIL(MO_ERR_INVALID, "encoder_backward: token %d at position %d is outside [0, %d)", tok, p, V);
-        }
         next[tok + 1]++;
     }
     int u = 0;
@@ -140,49 +139,33 @@ static mo_status encoder_group_tokens(int *host, const int *inp_host, int BT, in
     }
     start[u] = BT;
     for (int p = 0; p < BT; p++) order[next[inp_host[p]]++] = p;
-    free(next);
     *U = u;
     return MO_OK;
 }
 
-static mo_status encoder_upload(mo_ctx *c, void *dst, const int *host, size_t ints) {
-    cudaStream_t s = (cudaStream_t)c->stream;
-    CUDA_CHECK(cudaMemcpyAsync(dst, host, ints * sizeof(int), cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaStreamSynchronize(s)); // host[] is freed next
-    return MO_OK;
-}
-
-// The host grouping and its upload alone, for the mixed-precision backward (encoder_mixed.cu): fills
-// scratch as encoder_backward_cuda does and returns the number of distinct tokens in *U.
+// Groups inp_host into the staging buffer and enqueues its upload into scratch (the layout of
+// encoder.h) on c->stream, without waiting: the kernels that read scratch follow on the same stream,
+// and the staging buffer is not rewritten before this copy has run (mo_stage_begin waits for it).
+// *U = number of distinct tokens. Used by both backwards (fp32 here, 16-bit in encoder_mixed.cu).
 extern "C" mo_status encoder_backward_group_cuda(mo_ctx *c, void *scratch, const int *inp_host, int B, int T, int V,
                                                  int *U) {
     if (!inp_host) return MO_FAIL(MO_ERR_INVALID, "encoder_backward: the cuda kernel needs inp_host");
     if ((size_t)B * T > (size_t)INT32_MAX / 3)
         return MO_FAIL(MO_ERR_INVALID, "encoder_backward: B*T=%zu too large", (size_t)B * T);
-    size_t ints = encoder_backward_scratch_ints(B, T);
-    int *host = (int *)malloc(ints * sizeof(int));
-    if (!host) return MO_FAIL(MO_ERR_OOM, "encoder_backward: host out of memory for the token grouping");
-    mo_status st = encoder_group_tokens(host, inp_host, B * T, V, U);
-    if (st == MO_OK) st = encoder_upload(c, scratch, host, ints);
-    free(host);
-    return st;
+    const size_t ints = encoder_backward_scratch_ints(B, T);
+    // staging: the grouping (uploaded), then the counts (host only)
+    void *stage = NULL;
+    MO_TRY(mo_stage_begin(c, (ints + (size_t)V + 1) * sizeof(int), &stage));
+    int *host = (int *)stage;
+    MO_TRY(encoder_group_tokens(host, host + ints, inp_host, B * T, V, U));
+    return mo_stage_upload(c, scratch, ints * sizeof(int));
 }
 
 extern "C" mo_status encoder_backward_cuda(mo_ctx *c, float *dwte, float *dwpe, const float *dout,
                                            const int *inp_host, void *scratch, int B, int T, int C, int V) {
-    if (!inp_host) return MO_FAIL(MO_ERR_INVALID, "encoder_backward: the cuda kernel needs inp_host");
-    if ((size_t)B * T > (size_t)INT32_MAX / 3)
-        return MO_FAIL(MO_ERR_INVALID, "encoder_backward: B*T=%zu too large", (size_t)B * T);
-    int BT = B * T;
-    size_t ints = encoder_backward_scratch_ints(B, T);
-    int *host = (int *)malloc(ints * sizeof(int));
-    if (!host) return MO_FAIL(MO_ERR_OOM, "encoder_backward: host out of memory for the token grouping");
     int U = 0;
-    mo_status st = encoder_group_tokens(host, inp_host, BT, V, &U);
-    if (st == MO_OK) st = encoder_upload(c, scratch, host, ints);
-    free(host);
-    if (st != MO_OK) return st;
-
+    MO_TRY(encoder_backward_group_cuda(c, scratch, inp_host, B, T, V, &U));
+    const int BT = B * T; // bounded by encoder_backward_group_cuda
     const int *order = (const int *)scratch, *start = order + BT, *token = order + 2 * BT + 1;
     cudaStream_t s = (cudaStream_t)c->stream;
     int vec = C % 4 == 0 && enc_aligned16(dwte) && enc_aligned16(dwpe) && enc_aligned16(dout);

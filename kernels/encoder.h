@@ -23,7 +23,9 @@ mo_status encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, cons
 //   order[B*T]        positions b*T+t sorted by token, stable (increasing position within a token)
 //   start[B*T + 1]    start[u] .. start[u+1] is the range of order[] of the u-th distinct token
 //   token[B*T]        the u-th distinct token
-// Built on the host from inp_host and uploaded; only the first U+1 / U entries of start / token are used.
+// Built on the host from inp_host and uploaded asynchronously through the context's pinned staging
+// buffer (mo_stage_begin / mo_stage_upload, ctx.h): no stream synchronization. Only the first U+1 / U
+// entries of start / token are used.
 size_t encoder_backward_scratch_ints(int B, int T);
 
 mo_status encoder_forward_cuda(mo_ctx *c, float *out, const int *inp, const float *wte, const float *wpe, int B,
@@ -33,8 +35,9 @@ mo_status encoder_forward_cuda(mo_ctx *c, float *out, const int *inp, const floa
 mo_status encoder_backward_cuda(mo_ctx *c, float *dwte, float *dwpe, const float *dout, const int *inp_host,
                                 void *scratch, int B, int T, int C, int V);
 
-// The grouping step of encoder_backward_cuda on its own (host sort of inp_host, upload into scratch,
-// stream synchronized); *U = number of distinct tokens. Used by the mixed-precision backward.
+// The grouping step of encoder_backward_cuda on its own (host sort of inp_host into the staging buffer,
+// its upload into scratch enqueued on c->stream, nothing waited for); *U = number of distinct tokens.
+// MO_ERR_INVALID for a token outside [0,V) (nothing uploaded then). Used by the mixed-precision backward.
 mo_status encoder_backward_group_cuda(mo_ctx *c, void *scratch, const int *inp_host, int B, int T, int V, int *U);
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 // Encoder kernels with 16-bit activations / working weights (ops_mixed.h). Forward: one thread per 8
 // columns (16-byte loads of wte, wpe rows, one 16-byte store), fp32 add, one rounding. Backward: the
-// deterministic scheme of encoder.cu (positions grouped by token on the host, one block per distinct
-// token adding its dout rows in increasing position order), with dout converted exactly to fp32: the
+// deterministic scheme of encoder.cu (positions grouped by token on the host and uploaded through the
+// context's pinned staging buffer without a stream synchronization, one block per distinct token adding
+// its dout rows in increasing position order), with dout converted exactly to fp32: the
 // fp32 gradients get the cpu reference's additions in the cpu's order, bit for bit.
 #include <cuda_runtime.h>
 #include <stdint.h>

@@ -8,6 +8,10 @@
 #include <stdint.h>
 #include "ctx.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct mo_lt_gemm {
     cublasOperation_t ta, tb;
     int m, n, k;
@@ -26,9 +30,26 @@ typedef struct mo_lt_gemm {
     int tf32;         // CUBLAS_COMPUTE_32F_FAST_TF32 instead of CUBLAS_COMPUTE_32F
 } mo_lt_gemm;
 
-// Runs g with the heuristic's best algorithm; the descriptors are destroyed on every path.
-// *no_algo = 1 (and nothing runs) when cuBLASLt has no algorithm for the combination, so the caller
-// may fall back; every other failure is an error.
+// Runs g with the heuristic's best algorithm. *no_algo = 1 (and nothing runs) when cuBLASLt has no
+// algorithm for the combination, so the caller may fall back; every other failure is an error.
+//
+// Plans are cached per context (c->lt_cache, created on first use, freed by mo_ctx_destroy): the
+// matmul descriptor, the three layouts and the heuristic's algorithm (or its "no algorithm" answer)
+// are kept per plan key, which is every field of g but the data pointers and beta's value: ops, m, n,
+// k, lda, ldb, ldd, ab/d types, epilogue, aux_ld, tf32, beta == 0 or not, bias / aux present or not,
+// the alignment class (largest power of two <= 256 dividing the address) of A, B, D, bias and aux,
+// and the workspace size. A repeated GEMM then costs the per-call attribute sets of the bias and aux
+// pointers and cublasLtMatmul itself: no descriptor creation, no heuristic query.
+// Not thread-safe: a context is used by one thread at a time (see ctx.h).
 mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo);
+
+// Plan cache statistics of c (for tests): lookups that found a plan, and plans built.
+void mo_lt_cache_stats(const mo_ctx *c, long *hits, long *misses);
+// Destroys c's plan cache (mo_ctx_destroy calls it); c->lt_cache is NULL afterwards.
+void mo_lt_cache_destroy(mo_ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
