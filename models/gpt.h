@@ -90,6 +90,10 @@ typedef struct mo_gpt {
     double last_grad_norm;
     double recompute_ms;    // time re-running forward inside backward (cuda events; host clock on cpu)
     int checkpointing;      // the strategy recomputes anything
+    // Splitting (models/gpt_split.h): this rank's part of a tensor- and pipeline-parallel model, or
+    // NULL for the whole model (everything above is then as documented; with a shard the tensors
+    // are the rank's shard, inputs only on the first stage, targets and losses only on the last).
+    const struct mo_gpt_shard *shard;
 } mo_gpt;
 
 // Validates the shapes (positive, hidden % heads == 0, batch % accum == 0, ...).

@@ -1,5 +1,6 @@
 // The GPT's tensor table, parameter layout, initialization and batch handling.
 #include "gpt.h"
+#include "gpt_shard.h"
 #include "kernels/ops_mixed.h"
 
 #include <math.h>
@@ -31,24 +32,60 @@ mo_status mo_gpt_validate(const mo_gpt_config *c) {
     return MO_OK;
 }
 
-static void param_sizes(const mo_gpt_config *c, size_t s[GPT_NPARAMS]) {
+void gpt_param_sizes(const mo_gpt_config *c, const mo_gpt_shard *sh, size_t s[GPT_NPARAMS]) {
     size_t L = (size_t)c->layers, C = (size_t)c->hidden, V = (size_t)c->vocab, T = (size_t)c->seq;
-    s[GPT_WTE] = V * C;
-    s[GPT_WPE] = T * C;
+    // A shard: the stage's layers, the tp split of qkv, fc (rows) and proj, fcproj (columns), the
+    // embeddings on the first stage and lnf on the last (the tied wte on both).
+    size_t tp = sh ? (size_t)sh->tp : 1;
+    int first = sh ? sh->first : 1, last = sh ? sh->last : 1;
+    if (sh) L = (size_t)sh->layers;
+    s[GPT_WTE] = first || last ? V * C : 0;
+    s[GPT_WPE] = first ? T * C : 0;
     s[GPT_LN1W] = L * C;
     s[GPT_LN1B] = L * C;
-    s[GPT_QKVW] = L * 3 * C * C;
-    s[GPT_QKVB] = L * 3 * C;
-    s[GPT_PROJW] = L * C * C;
+    s[GPT_QKVW] = L * 3 * C * C / tp;
+    s[GPT_QKVB] = L * 3 * C / tp;
+    s[GPT_PROJW] = L * C * C / tp;
     s[GPT_PROJB] = L * C;
     s[GPT_LN2W] = L * C;
     s[GPT_LN2B] = L * C;
-    s[GPT_FCW] = L * 4 * C * C;
-    s[GPT_FCB] = L * 4 * C;
-    s[GPT_FCPROJW] = L * C * 4 * C;
+    s[GPT_FCW] = L * 4 * C * C / tp;
+    s[GPT_FCB] = L * 4 * C / tp;
+    s[GPT_FCPROJW] = L * C * 4 * C / tp;
     s[GPT_FCPROJB] = L * C;
-    s[GPT_LNFW] = C;
-    s[GPT_LNFB] = C;
+    s[GPT_LNFW] = last ? C : 0;
+    s[GPT_LNFB] = last ? C : 0;
+}
+
+static void param_sizes(const mo_gpt_config *c, size_t s[GPT_NPARAMS]) { gpt_param_sizes(c, NULL, s); }
+
+int gpt_param_is_tp_split(int p) {
+    return p == GPT_QKVW || p == GPT_QKVB || p == GPT_PROJW || p == GPT_FCW || p == GPT_FCB || p == GPT_FCPROJW;
+}
+
+size_t gpt_shard_global_index(const mo_gpt_config *c, const mo_gpt_shard *sh, int p, size_t i) {
+    if (!sh || p == GPT_WTE || p == GPT_WPE || p == GPT_LNFW || p == GPT_LNFB) return i;
+    size_t C = (size_t)c->hidden, tp = (size_t)sh->tp, r = (size_t)sh->tp_rank;
+    size_t Cl = C / tp, Fl = 4 * C / tp; // the rank's attention width (its heads) and MLP width
+    size_t full[GPT_NPARAMS], local[GPT_NPARAMS];
+    gpt_param_sizes(c, NULL, full);
+    gpt_param_sizes(c, sh, local);
+    size_t per_l = local[p] / (size_t)sh->layers, per_g = full[p] / (size_t)c->layers;
+    size_t l = i / per_l, k = i % per_l, g; // layer, and the index inside the layer
+    switch (p) {
+    case GPT_QKVW: { // (3C/tp, C): for each of q, k, v the rows of this rank's heads
+        size_t row = k / C, col = k % C, part = row / Cl, w = row % Cl;
+        g = (part * C + r * Cl + w) * C + col;
+        break;
+    }
+    case GPT_QKVB: g = (k / Cl) * C + r * Cl + k % Cl; break;
+    case GPT_PROJW: g = (k / Cl) * C + r * Cl + k % Cl; break;           // (C, C/tp): columns
+    case GPT_FCW: g = (r * Fl + k / C) * C + k % C; break;               // (4C/tp, C): rows
+    case GPT_FCB: g = r * Fl + k; break;
+    case GPT_FCPROJW: g = (k / Fl) * 4 * C + r * Fl + k % Fl; break;     // (C, 4C/tp): columns
+    default: g = k; break;                                               // replicated (C) per layer
+    }
+    return ((size_t)sh->layer0 + l) * per_g + g;
 }
 
 size_t mo_gpt_num_params(const mo_gpt_config *c) {
@@ -159,6 +196,40 @@ static void init_params(const mo_gpt_config *c, const size_t sizes[GPT_NPARAMS],
     }
 }
 
+// The initial value of element i of the unsplit model's tensor p, on its own. init_params draws
+// from splitmix64, whose state after k draws is s0 + k * 0x9e37..., so the j-th normally distributed
+// element (draws 2j+1 and 2j+2, counted over the random tensors in order) needs none of the draws
+// before it: the same draws and the same arithmetic as init_params, so the same bits. A shard is
+// initialized this way, each rank computing only its own elements.
+static float init_value(const mo_gpt_config *c, const size_t full[GPT_NPARAMS], int p, size_t i) {
+    int is_ln_w = p == GPT_LN1W || p == GPT_LN2W || p == GPT_LNFW;
+    int is_bias = p == GPT_LN1B || p == GPT_LN2B || p == GPT_LNFB || p == GPT_QKVB || p == GPT_PROJB ||
+                  p == GPT_FCB || p == GPT_FCPROJB;
+    if (is_ln_w) return 1.0f;
+    if (is_bias) return 0.0f;
+    size_t j = i;
+    for (int q = 0; q < p; q++) {
+        int q_const = q == GPT_LN1W || q == GPT_LN2W || q == GPT_LNFW || q == GPT_LN1B || q == GPT_LN2B ||
+                      q == GPT_LNFB || q == GPT_QKVB || q == GPT_PROJB || q == GPT_FCB || q == GPT_FCPROJB;
+        if (!q_const) j += full[q];
+    }
+    float resid_std = 0.02f / sqrtf(2.0f * c->layers);
+    float std = (p == GPT_PROJW || p == GPT_FCPROJW) ? resid_std : 0.02f;
+    uint64_t s1 = c->seed * 0x2545f4914f6cdd1dull + 1 + (uint64_t)(2 * j) * 0x9e3779b97f4a7c15ull;
+    uint64_t s2 = s1 + 0x9e3779b97f4a7c15ull;
+    double u1 = uniform01(&s1), u2 = uniform01(&s2);
+    return (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void init_shard(const mo_gpt_config *c, const mo_gpt_shard *sh, const size_t sizes[GPT_NPARAMS], float *h) {
+    size_t full[GPT_NPARAMS], o = 0;
+    param_sizes(c, full);
+    for (int p = 0; p < GPT_NPARAMS; p++) {
+        for (size_t i = 0; i < sizes[p]; i++) h[o + i] = init_value(c, full, p, gpt_shard_global_index(c, sh, p, i));
+        o += sizes[p];
+    }
+}
+
 void mo_gpt_destroy(mo_gpt *m) {
     if (!m) return;
     mo_allocator *a = m->ctx->alloc;
@@ -176,14 +247,19 @@ void mo_gpt_destroy(mo_gpt *m) {
 }
 
 mo_status mo_gpt_create(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ctx) {
+    return mo_gpt_create_shard(out, cfg, ctx, NULL);
+}
+
+mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ctx, const mo_gpt_shard *sh) {
     *out = NULL;
     MO_TRY(mo_gpt_validate(cfg));
     mo_gpt *m = calloc(1, sizeof *m);
     if (!m) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the model");
     m->cfg = *cfg;
     m->ctx = ctx;
-    param_sizes(cfg, m->param_sizes);
-    m->num_params = mo_gpt_num_params(cfg);
+    m->shard = sh;
+    gpt_param_sizes(cfg, sh, m->param_sizes);
+    for (int p = 0; p < GPT_NPARAMS; p++) m->num_params += m->param_sizes[p];
     size_t pb = m->num_params * sizeof(float), BT = (size_t)cfg->batch * cfg->seq;
     mo_allocator *a = ctx->alloc;
     mo_status st;
@@ -194,9 +270,12 @@ mo_status mo_gpt_create(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ctx) {
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
-    MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->inputs), fail);
-    MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->targets), fail);
-    MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->losses), fail);
+    // A shard: the tokens on the first stage (the embedding), the targets and losses on the last.
+    if (!sh || sh->first) MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->inputs), fail);
+    if (!sh || sh->last) {
+        MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->targets), fail);
+        MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->losses), fail);
+    }
     m->inputs_host = calloc(BT, sizeof(int));
     m->targets_host = calloc(BT, sizeof(int));
     if (!m->inputs_host || !m->targets_host) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch"); goto fail; }
@@ -210,7 +289,8 @@ mo_status mo_gpt_create(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ctx) {
     if (ctx->backend != MO_BACKEND_DRY) {
         float *h = malloc(pb);
         if (!h) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the initial parameters"); goto fail; }
-        init_params(cfg, m->param_sizes, h);
+        if (sh) init_shard(cfg, sh, m->param_sizes, h);
+        else init_params(cfg, m->param_sizes, h);
         st = mo_memcpy_h2d(ctx, m->params, h, pb);
         free(h);
         if (st != MO_OK) goto fail;
@@ -257,8 +337,8 @@ mo_status mo_gpt_set_batch(mo_gpt *m, const int *tokens, const int *targets) {
     }
     memcpy(m->inputs_host, tokens, BT * sizeof(int));
     memcpy(m->targets_host, targets, BT * sizeof(int));
-    MO_TRY(mo_memcpy_h2d(m->ctx, m->inputs, tokens, BT * sizeof(int)));
-    MO_TRY(mo_memcpy_h2d(m->ctx, m->targets, targets, BT * sizeof(int)));
+    if (m->inputs) MO_TRY(mo_memcpy_h2d(m->ctx, m->inputs, tokens, BT * sizeof(int)));   // NULL: not the first stage
+    if (m->targets) MO_TRY(mo_memcpy_h2d(m->ctx, m->targets, targets, BT * sizeof(int))); // NULL: not the last stage
     return MO_OK;
 }
 

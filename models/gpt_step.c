@@ -3,12 +3,24 @@
 // reader, so the allocator's peak is the step's true peak on every backend.
 // Activations and activation gradients are in the model's dtype dt (fp32, fp16 or bf16: DT below);
 // per-row statistics, losses and parameter gradients are fp32 in every precision.
+//
+// Split (m->shard, models/gpt_split.h): the same code runs one rank's part. Tensor parallelism
+// (Megatron-LM, Shoeybi et al. 2019): the rank holds the qkv and fc weights' rows of its heads / of
+// its quarter of the MLP (column-parallel GEMMs) and the matching columns of proj and fcproj
+// (row-parallel GEMMs), so its attention runs on C/tp channels and NH/tp heads with the unsplit
+// kernels; the row-parallel outputs are all-reduced before the residual add (forward) and the
+// column-parallel input gradients d(ln1), d(ln2) before the LayerNorm backward (backward). Everything
+// else (embeddings, LayerNorms, residual stream, the LM head) is replicated: the same compute and the
+// same gradients on every tp rank. Pipeline: the stage runs its blocks only; activations (B/accum,T,C)
+// go to the next stage and their gradients come back, in the 1F1B order (pipeline() below).
 #include "gpt.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gpt_ops.h"
+#include "gpt_shard.h"
+#include "strategies/comm.h"
 
 // The tensors one block produces. in is not owned: it is the previous block's out (or the
 // embedding output) and is freed by this block's backward, after its last reader.
@@ -37,6 +49,9 @@ typedef struct step_state {
     void *lnf;          // (B,T,C) dt
     float *lnf_mean, *lnf_rstd; // (B,T) fp32
     void *logits;       // (B,T,V) dt; dlogits in backward
+    void *dhead;        // (B,T,C) dt d(lnf) in backward
+    void *dresid;       // (B,T,C) dt the residual stream's gradient in backward (given by the next
+                        // stage on a split one; left for the previous stage after a non-first stage)
     double recompute_ms;
 } step_state;
 
@@ -50,6 +65,31 @@ typedef struct step_state {
 #define OP(cat, call) OP_CTX(x, cat, call)
 
 #define DT (m->cfg.dtype)
+
+// The split (NULL shard: the whole model).
+static int tp_of(const mo_gpt *m) { return m->shard ? m->shard->tp : 1; }
+static int tp_rank_of(const mo_gpt *m) { return m->shard ? m->shard->tp_rank : 0; }
+static int layers_of(const mo_gpt *m) { return m->shard ? m->shard->layers : m->cfg.layers; }
+static int is_first(const mo_gpt *m) { return !m->shard || m->shard->first; }
+static int is_last(const mo_gpt *m) { return !m->shard || m->shard->last; }
+
+// Blocks per checkpoint segment of this model's (or stage's) layers: a stage's sqrt is that of its
+// own layer count, and every:K is at most the stage.
+static int segment_len(const mo_gpt *m) {
+    if (!m->shard) return mo_gpt_segment_len(&m->cfg);
+    mo_gpt_config t = m->cfg;
+    t.layers = m->shard->layers;
+    if (t.ckpt == MO_CKPT_EVERY && t.ckpt_every > t.layers) t.ckpt_every = t.layers;
+    return mo_gpt_segment_len(&t);
+}
+
+// Sum of the tp ranks' partial results (fp32; the split refuses 16-bit), the same bits on each.
+static mo_status tp_allreduce(mo_gpt *m, void *buf, size_t n) {
+    const mo_gpt_shard *sh = m->shard;
+    if (!sh || sh->tp == 1) return MO_OK;
+    MO_TRY(gpt_sync_wait(sh->sync_tp));
+    return mo_comm_allreduce_sum(sh->tp_comm, (float *)buf, n);
+}
 
 // n elements of the activation dtype
 static mo_status act_alloc(mo_gpt *m, size_t n, void **p) {
@@ -80,10 +120,11 @@ static void block_free_internals(mo_gpt *m, block_acts *a) {
     act_free(m, &a->d4); act_free(m, &a->dC); act_free(m, &a->dqkv);
 }
 
-// Attention forward into a->att (probabilities or lse) and a->atty.
+// Attention forward into a->att (probabilities or lse) and a->atty: the rank's heads (all of them
+// unsplit), C and NH being its share of the channels and heads.
 static mo_status attention_fwd(mo_gpt *m, step_state *s, block_acts *a) {
     const mo_gpt_config *c = &m->cfg;
-    int B = s->Bm, T = c->seq, C = c->hidden, NH = c->heads;
+    int B = s->Bm, T = c->seq, C = c->hidden / tp_of(m), NH = c->heads / tp_of(m);
     if (c->attn_fused) MO_TRY(stat_alloc(m, (size_t)B * NH * T, (float **)&a->att));
     else MO_TRY(act_alloc(m, (size_t)B * NH * T * T, &a->att));
     return gpt_attention_fwd(m->ctx, DT, c->attn_fused, a->atty, a->att, a->qkv, B, T, C, NH);
@@ -94,64 +135,74 @@ static mo_status attention_fwd(mo_gpt *m, step_state *s, block_acts *a) {
 static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a, int need_out) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden;
-    size_t NC = (size_t)N * C, CC = (size_t)C * C;
+    // Cl, Fl: this rank's attention channels and MLP width (C and 4C unsplit); CC: C * Cl.
+    int N = s->N, C = c->hidden, Cl = C / tp_of(m), Fl = 4 * C / tp_of(m);
+    size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl;
+    int bias0 = tp_rank_of(m) == 0; // a row-parallel GEMM's bias is added by one tp rank only
     MO_TRY(act_alloc(m, NC, &a->ln1));
     MO_TRY(stat_alloc(m, (size_t)N, &a->ln1_mean));
     MO_TRY(stat_alloc(m, (size_t)N, &a->ln1_rstd));
     OP(MO_PROF_NORM, mo_layernorm_forward_mixed(x, DT, a->ln1, a->ln1_mean, a->ln1_rstd, a->in, W(m, GPT_LN1W, l, C),
                                                 W(m, GPT_LN1B, l, C), N, C));
-    MO_TRY(act_alloc(m, 3 * NC, &a->qkv));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->qkv, NULL, a->ln1, W(m, GPT_QKVW, l, 3 * CC), W(m, GPT_QKVB, l, 3 * C),
-                                    N, C, 3 * C));
-    MO_TRY(act_alloc(m, NC, &a->atty));
+    MO_TRY(act_alloc(m, 3 * NCl, &a->qkv));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->qkv, NULL, a->ln1, W(m, GPT_QKVW, l, 3 * CC), W(m, GPT_QKVB, l, 3 * Cl),
+                                    N, C, 3 * Cl));
+    MO_TRY(act_alloc(m, NCl, &a->atty));
     MO_TRY(attention_fwd(m, s, a));
-    // resid2 = in + proj(atty): the GEMM writes resid2, the residual add adds in place.
+    // resid2 = in + proj(atty): the GEMM writes resid2 (tp: a partial sum, all-reduced), the residual
+    // add adds in place.
     MO_TRY(act_alloc(m, NC, &a->resid2));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->resid2, NULL, a->atty, W(m, GPT_PROJW, l, CC), W(m, GPT_PROJB, l, C), N,
-                                    C, C));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->resid2, NULL, a->atty, W(m, GPT_PROJW, l, CC),
+                                    bias0 ? W(m, GPT_PROJB, l, C) : NULL, N, Cl, C));
+    MO_TRY(tp_allreduce(m, a->resid2, NC));
     OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->resid2, a->resid2, a->in, NC));
     MO_TRY(act_alloc(m, NC, &a->ln2));
     MO_TRY(stat_alloc(m, (size_t)N, &a->ln2_mean));
     MO_TRY(stat_alloc(m, (size_t)N, &a->ln2_rstd));
     OP(MO_PROF_NORM, mo_layernorm_forward_mixed(x, DT, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2,
                                                 W(m, GPT_LN2W, l, C), W(m, GPT_LN2B, l, C), N, C));
-    MO_TRY(act_alloc(m, 4 * NC, &a->fch));
-    MO_TRY(act_alloc(m, 4 * NC, &a->fch_gelu));
+    MO_TRY(act_alloc(m, NF, &a->fch));
+    MO_TRY(act_alloc(m, NF, &a->fch_gelu));
     OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->fch, a->fch_gelu, a->ln2, W(m, GPT_FCW, l, 4 * CC),
-                                    W(m, GPT_FCB, l, 4 * C), N, C, 4 * C));
+                                    W(m, GPT_FCB, l, Fl), N, C, Fl));
     if (!need_out) return MO_OK;
     MO_TRY(act_alloc(m, NC, &a->out));
     OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->out, NULL, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC),
-                                    W(m, GPT_FCPROJB, l, C), N, 4 * C, C));
+                                    bias0 ? W(m, GPT_FCPROJB, l, C) : NULL, N, Fl, C));
+    MO_TRY(tp_allreduce(m, a->out, NC));
     OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->out, a->out, a->resid2, NC));
     return MO_OK;
 }
 
 // dresid (B,T,C) dt holds d(out) on entry and d(in) on return.
+// tp: dresid is the same on every tp rank (the stream is replicated), so the replicated parameters
+// (LayerNorms, the row-parallel biases) get the same gradients everywhere; the column-parallel GEMMs'
+// input gradients are partial sums over the rank's rows, all-reduced before the LayerNorm backward.
 static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, void *dresid) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden, B = s->Bm, T = c->seq, NH = c->heads;
-    size_t NC = (size_t)N * C, CC = (size_t)C * C;
+    int N = s->N, C = c->hidden, B = s->Bm, T = c->seq, Cl = C / tp_of(m), NHl = c->heads / tp_of(m);
+    int Fl = 4 * C / tp_of(m);
+    size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl;
     float *const *G = m->grad_ptr;
-    MO_TRY(act_alloc(m, 4 * NC, &a->d4));
+    MO_TRY(act_alloc(m, NF, &a->d4));
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, G[GPT_FCPROJW] + (size_t)l * 4 * CC, G[GPT_FCPROJB] + (size_t)l * C,
-                                    dresid, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC), N, 4 * C, C));
+                                    dresid, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC), N, Fl, C));
     act_free(m, &a->fch_gelu);
-    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, 4 * NC));
+    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, NF));
     act_free(m, &a->fch);
     MO_TRY(act_alloc(m, NC, &a->dC));
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_FCW] + (size_t)l * 4 * CC, G[GPT_FCB] + (size_t)l * 4 * C, a->d4,
-                                    a->ln2, W(m, GPT_FCW, l, 4 * CC), N, C, 4 * C));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_FCW] + (size_t)l * 4 * CC, G[GPT_FCB] + (size_t)l * Fl, a->d4,
+                                    a->ln2, W(m, GPT_FCW, l, 4 * CC), N, C, Fl));
+    MO_TRY(tp_allreduce(m, a->dC, NC));
     act_free(m, &a->d4);
     act_free(m, &a->ln2);
     OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, G[GPT_LN2W] + (size_t)l * C, G[GPT_LN2B] + (size_t)l * C,
                                                  a->dC, a->resid2, W(m, GPT_LN2W, l, C), a->ln2_mean, a->ln2_rstd, N, C));
     act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd); act_free(m, &a->resid2);
-    // a->dC now receives d(atty).
+    // a->dC now receives d(atty) (N, Cl).
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_PROJW] + (size_t)l * CC, G[GPT_PROJB] + (size_t)l * C, dresid,
-                                    a->atty, W(m, GPT_PROJW, l, CC), N, C, C));
+                                    a->atty, W(m, GPT_PROJW, l, CC), N, Cl, C));
     if (!a->att) {
         // Selective checkpointing dropped the probabilities: recompute them (the attention forward
         // again, its output into scratch), timed as recompute.
@@ -159,7 +210,7 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         MO_TRY(mo_timer_init(x, &t));
         MO_TRY(mo_timer_start(x, &t));
         void *scratch_out = NULL;
-        MO_TRY(act_alloc(m, NC, &scratch_out));
+        MO_TRY(act_alloc(m, NCl, &scratch_out));
         void *keep = a->atty;
         a->atty = scratch_out;
         mo_status st = attention_fwd(m, s, a);
@@ -171,12 +222,14 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         MO_TRY(st);
         s->recompute_ms += ms;
     }
-    MO_TRY(act_alloc(m, 3 * NC, &a->dqkv));
-    OP(MO_PROF_ATTENTION, gpt_attention_bwd(x, DT, c->attn_fused, a->dqkv, a->dC, a->qkv, a->atty, a->att, B, T, C, NH));
+    MO_TRY(act_alloc(m, 3 * NCl, &a->dqkv));
+    OP(MO_PROF_ATTENTION, gpt_attention_bwd(x, DT, c->attn_fused, a->dqkv, a->dC, a->qkv, a->atty, a->att, B, T, Cl,
+                                            NHl));
     act_free(m, &a->att); act_free(m, &a->atty);
     // a->dC now receives d(ln1).
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_QKVW] + (size_t)l * 3 * CC, G[GPT_QKVB] + (size_t)l * 3 * C,
-                                    a->dqkv, a->ln1, W(m, GPT_QKVW, l, 3 * CC), N, C, 3 * C));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_QKVW] + (size_t)l * 3 * CC, G[GPT_QKVB] + (size_t)l * 3 * Cl,
+                                    a->dqkv, a->ln1, W(m, GPT_QKVW, l, 3 * CC), N, C, 3 * Cl));
+    MO_TRY(tp_allreduce(m, a->dC, NC));
     act_free(m, &a->dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
     OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, G[GPT_LN1W] + (size_t)l * C, G[GPT_LN1B] + (size_t)l * C,
                                                  a->dC, a->in, W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, N, C));
@@ -189,29 +242,35 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
 // in is freed only where it is not also the previous block's out.
 static void free_all(step_state *s) {
     mo_gpt *m = s->m;
+    int L = layers_of(m);
     if (s->acts) {
-        for (int l = 0; l < m->cfg.layers; l++) {
+        for (int l = 0; l < L; l++) {
             block_acts *a = &s->acts[l];
             block_free_internals(m, a);
             if (a->in && (l == 0 || a->in != s->acts[l - 1].out)) mo_free(m->ctx->alloc, a->in);
             a->in = NULL;
         }
-        for (int l = 0; l < m->cfg.layers; l++) act_free(m, &s->acts[l].out);
+        for (int l = 0; l < L; l++) act_free(m, &s->acts[l].out);
     }
     act_free(m, &s->enc);
     act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd); act_free(m, &s->logits);
+    act_free(m, &s->dhead); act_free(m, &s->dresid);
 }
 
+// A stage after the first finds its input (the previous stage's output) in s->enc; a stage before
+// the last leaves its output in acts[L-1].out (to send) and computes no loss.
 static mo_status forward(step_state *s) {
     mo_gpt *m = s->m;
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = c->layers;
+    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
-    int K = mo_gpt_segment_len(c);
-    MO_TRY(act_alloc(m, NC, &s->enc));
-    OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
-                                                     m->wparam_ptr[GPT_WPE], s->Bm, T, C));
+    int K = segment_len(m);
+    if (is_first(m)) {
+        MO_TRY(act_alloc(m, NC, &s->enc));
+        OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
+                                                         m->wparam_ptr[GPT_WPE], s->Bm, T, C));
+    }
     for (int l = 0; l < L; l++) {
         block_acts *a = &s->acts[l];
         a->in = l == 0 ? s->enc : s->acts[l - 1].out;
@@ -225,6 +284,7 @@ static mo_status forward(step_state *s) {
             act_free(m, &a->att);
         }
     }
+    if (!is_last(m)) return MO_OK;
     void *last = s->acts[L - 1].out;
     MO_TRY(act_alloc(m, NC, &s->lnf));
     MO_TRY(stat_alloc(m, (size_t)N, &s->lnf_mean));
@@ -240,26 +300,30 @@ static mo_status forward(step_state *s) {
     return MO_OK;
 }
 
+// A stage before the last finds d(its output) in s->dresid (received); a stage after the first leaves
+// d(its input) there (to send).
 static mo_status backward(step_state *s) {
     mo_gpt *m = s->m;
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = c->layers;
+    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
-    int K = mo_gpt_segment_len(c);
-    void *dC = NULL, *dresid = NULL;
-    // logits now hold dlogits.
-    MO_TRY(act_alloc(m, NC, &dC));
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, dC, m->grad_ptr[GPT_WTE], NULL, s->logits, s->lnf, m->wparam_ptr[GPT_WTE], N,
-                                    C, V));
-    act_free(m, &s->logits);
-    MO_TRY(act_alloc(m, NC, &dresid));
-    OP(MO_PROF_ELEMENTWISE, mo_memset_zero(x, dresid, NC * mo_dtype_size(DT)));
-    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB], dC,
-                                                 s->acts[L - 1].out, m->wparam_ptr[GPT_LNFW], s->lnf_mean, s->lnf_rstd,
-                                                 N, C));
-    act_free(m, &dC); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
-    act_free(m, &s->acts[L - 1].out);
+    int K = segment_len(m);
+    if (is_last(m)) {
+        // logits now hold dlogits.
+        MO_TRY(act_alloc(m, NC, &s->dhead));
+        OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->dhead, m->grad_ptr[GPT_WTE], NULL, s->logits, s->lnf,
+                                        m->wparam_ptr[GPT_WTE], N, C, V));
+        act_free(m, &s->logits);
+        MO_TRY(act_alloc(m, NC, &s->dresid));
+        OP(MO_PROF_ELEMENTWISE, mo_memset_zero(x, s->dresid, NC * mo_dtype_size(DT)));
+        OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
+                                                     s->dhead, s->acts[L - 1].out, m->wparam_ptr[GPT_LNFW], s->lnf_mean,
+                                                     s->lnf_rstd, N, C));
+        act_free(m, &s->dhead); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
+        act_free(m, &s->acts[L - 1].out);
+    }
+    void *dresid = s->dresid;
     mo_status st = MO_OK;
     if (!K) {
         for (int l = L - 1; l >= 0 && st == MO_OK; l--) {
@@ -287,37 +351,170 @@ static mo_status backward(step_state *s) {
             }
         }
     }
+    if (!is_first(m)) return st; // s->dresid: d(input), for the previous stage
     if (st == MO_OK) st = mo_prof_begin(x, MO_PROF_ELEMENTWISE);
     if (st == MO_OK)
         st = mo_encoder_backward_mixed(x, DT, m->grad_ptr[GPT_WTE], m->grad_ptr[GPT_WPE], dresid, m->inputs + off,
                                        m->inputs_host + off, s->Bm, T, C, V);
     if (st == MO_OK) st = mo_prof_end(x);
-    act_free(m, &dresid);
+    act_free(m, &s->dresid);
     return st;
+}
+
+// ---- the pipeline (pp > 1): 1F1B ------------------------------------------------------------------
+// Stage st of P runs min(P-st-1, M) forwards (warm-up), then alternates one forward and one backward,
+// then runs the remaining backwards (cool-down): the non-interleaved 1F1B schedule of PipeDream-Flush
+// (Narayanan et al. 2021) and Megatron-LM, the same gradients as GPipe (all forwards, then all
+// backwards) with the same bubble, but stage st holds at most min(P - st, M) micro-batches'
+// activations at once (stage 0: P, against GPipe's M). Sends and receives pair one-to-one between
+// neighbours (Megatron's send_forward_recv_backward / send_backward_recv_forward are sendrecvs here),
+// so the blocking point-to-point ops never deadlock.
+
+static size_t stage_bytes(const step_state *s) { return (size_t)s->N * s->m->cfg.hidden * mo_dtype_size(s->m->cfg.dtype); }
+
+// recv_forward: the previous stage's output into s->enc (the input of this stage's first block).
+static mo_status recv_input(step_state *s) {
+    mo_gpt *m = s->m;
+    const mo_gpt_shard *sh = m->shard;
+    if (sh->first) return MO_OK;
+    MO_TRY(act_alloc(m, (size_t)s->N * m->cfg.hidden, &s->enc));
+    MO_TRY(gpt_sync_wait(sh->sync_prev));
+    return mo_comm_recv(sh->pp_comm, s->enc, stage_bytes(s), sh->stage - 1);
+}
+
+// send_forward: this stage's output to the next stage, then freed (no backward reads it).
+static mo_status send_output(step_state *s) {
+    mo_gpt *m = s->m;
+    const mo_gpt_shard *sh = m->shard;
+    if (sh->last) return MO_OK;
+    void **out = &s->acts[sh->layers - 1].out;
+    MO_TRY(gpt_sync_wait(sh->sync_next));
+    MO_TRY(mo_comm_send(sh->pp_comm, *out, stage_bytes(s), sh->stage + 1));
+    act_free(m, out);
+    return MO_OK;
+}
+
+// send_forward_recv_backward: f's output out, d(output) of b in (b->dresid).
+static mo_status send_output_recv_grad(step_state *f, step_state *b) {
+    mo_gpt *m = f->m;
+    const mo_gpt_shard *sh = m->shard;
+    if (sh->last) return MO_OK; // the loss makes the last stage's gradient
+    void **out = &f->acts[sh->layers - 1].out;
+    MO_TRY(act_alloc(m, (size_t)b->N * m->cfg.hidden, &b->dresid));
+    MO_TRY(gpt_sync_wait(sh->sync_next));
+    MO_TRY(mo_comm_sendrecv(sh->pp_comm, *out, stage_bytes(f), sh->stage + 1, b->dresid, stage_bytes(b), sh->stage + 1));
+    act_free(m, out);
+    return MO_OK;
+}
+
+// recv_backward: d(output) of b from the next stage.
+static mo_status recv_grad(step_state *b) {
+    mo_gpt *m = b->m;
+    const mo_gpt_shard *sh = m->shard;
+    if (sh->last) return MO_OK;
+    MO_TRY(act_alloc(m, (size_t)b->N * m->cfg.hidden, &b->dresid));
+    MO_TRY(gpt_sync_wait(sh->sync_next));
+    return mo_comm_recv(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage + 1);
+}
+
+// send_backward (f == NULL) or send_backward_recv_forward: d(input) of b out, then freed; f's input in.
+static mo_status send_grad_recv_input(step_state *b, step_state *f) {
+    mo_gpt *m = b->m;
+    const mo_gpt_shard *sh = m->shard;
+    if (sh->first) return MO_OK; // the embedding took d(input)
+    MO_TRY(gpt_sync_wait(sh->sync_prev));
+    if (f) {
+        MO_TRY(act_alloc(m, (size_t)f->N * m->cfg.hidden, &f->enc));
+        MO_TRY(mo_comm_sendrecv(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage - 1, f->enc, stage_bytes(f),
+                                sh->stage - 1));
+    } else {
+        MO_TRY(mo_comm_send(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage - 1));
+    }
+    act_free(m, &b->dresid);
+    return MO_OK;
+}
+
+static mo_status pipeline(step_state *slot, int nslots) {
+    mo_gpt *m = slot[0].m;
+    const mo_gpt_shard *sh = m->shard;
+    int P = sh->pp, M = m->cfg.accum;
+    int warm = P - sh->stage - 1 < M ? P - sh->stage - 1 : M, rem = M - warm;
+#define SLOT(k) (&slot[(k) % nslots])
+    for (int i = 0; i < warm; i++) {
+        step_state *f = SLOT(i);
+        f->micro = i;
+        MO_TRY(recv_input(f));
+        MO_TRY(forward(f));
+        MO_TRY(send_output(f));
+    }
+    if (rem > 0) MO_TRY(recv_input(SLOT(warm)));
+    for (int i = 0; i < rem; i++) {
+        step_state *f = SLOT(warm + i), *b = SLOT(i);
+        f->micro = warm + i;
+        MO_TRY(forward(f));
+        MO_TRY(send_output_recv_grad(f, b));
+        MO_TRY(backward(b));
+        MO_TRY(send_grad_recv_input(b, i + 1 < rem ? SLOT(warm + i + 1) : NULL));
+    }
+    for (int i = 0; i < warm; i++) {
+        step_state *b = SLOT(rem + i);
+        MO_TRY(recv_grad(b));
+        MO_TRY(backward(b));
+        MO_TRY(send_grad_recv_input(b, NULL));
+    }
+#undef SLOT
+    return MO_OK;
+}
+
+// The tied embedding: the first stage's wte gradient (the embedding's) plus the last stage's (the LM
+// head's), summed on both (Megatron's embedding group), so both copies take the same update.
+static mo_status tie_embedding(mo_gpt *m) {
+    const mo_gpt_shard *sh = m->shard;
+    if (!sh || sh->pp == 1 || !(sh->first || sh->last)) return MO_OK;
+    MO_TRY(gpt_sync_wait(sh->sync_emb));
+    return mo_comm_allreduce_sum(sh->emb_comm, m->grad_ptr[GPT_WTE], m->param_sizes[GPT_WTE]);
 }
 
 mo_status mo_gpt_forward_backward(mo_gpt *m) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    step_state s;
-    memset(&s, 0, sizeof s);
-    s.m = m;
-    s.Bm = c->batch / c->accum;
-    s.N = s.Bm * c->seq;
-    s.acts = calloc((size_t)c->layers, sizeof *s.acts);
-    if (!s.acts) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
-    mo_status st = mo_memset_zero(x, m->grads, m->num_params * sizeof(float));
-    for (int k = 0; k < c->accum && st == MO_OK; k++) {
-        s.micro = k;
-        st = forward(&s);
-        if (st == MO_OK) st = backward(&s);
-        free_all(&s); // a failure (out of memory) unwinds every live activation
+    const mo_gpt_shard *sh = m->shard;
+    // One micro-batch in flight (no pipeline), or min(P - stage, M) on a pipeline stage.
+    int nslots = 1;
+    if (sh && sh->pp > 1) nslots = sh->pp - sh->stage < c->accum ? sh->pp - sh->stage : c->accum;
+    step_state *slot = calloc((size_t)nslots, sizeof *slot);
+    if (!slot) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
+    mo_status st = MO_OK;
+    for (int i = 0; i < nslots; i++) {
+        slot[i].m = m;
+        slot[i].Bm = c->batch / c->accum;
+        slot[i].N = slot[i].Bm * c->seq;
+        slot[i].acts = calloc((size_t)layers_of(m), sizeof *slot[i].acts);
+        if (!slot[i].acts) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
     }
-    m->recompute_ms = s.recompute_ms;
-    free(s.acts);
+    if (st == MO_OK) st = mo_memset_zero(x, m->grads, m->num_params * sizeof(float));
+    if (nslots == 1 && !(sh && sh->pp > 1)) {
+        step_state *s = &slot[0];
+        for (int k = 0; k < c->accum && st == MO_OK; k++) {
+            s->micro = k;
+            st = forward(s);
+            if (st == MO_OK) st = backward(s);
+            free_all(s); // a failure (out of memory) unwinds every live activation
+        }
+    } else if (st == MO_OK) {
+        st = pipeline(slot, nslots);
+    }
+    m->recompute_ms = 0;
+    for (int i = 0; i < nslots; i++) {
+        if (slot[i].acts) free_all(&slot[i]);
+        m->recompute_ms += slot[i].recompute_ms;
+        free(slot[i].acts);
+    }
+    free(slot);
     MO_TRY(st);
+    MO_TRY(tie_embedding(m));
     size_t BT = (size_t)c->batch * c->seq;
-    if (x->backend == MO_BACKEND_DRY) { m->last_loss = NAN; return MO_OK; }
+    if (x->backend == MO_BACKEND_DRY || !m->losses) { m->last_loss = NAN; return MO_OK; } // no loss before the last stage
     float *h = malloc(BT * sizeof(float));
     if (!h) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the losses");
     st = mo_memcpy_d2h(x, h, m->losses, BT * sizeof(float));
@@ -325,6 +522,42 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
     for (size_t i = 0; i < BT; i++) sum += h[i];
     free(h);
     m->last_loss = sum / (double)BT;
+    return st;
+}
+
+// The squared gradient norm of the whole split model, the same on every rank: each rank sums its
+// own tensors once (the tp-split ones on every rank, the replicated ones on tp rank 0, the tied wte
+// on the first stage), then every rank gathers all W partial sums (each as two floats, hi + lo, ~48
+// bits) and adds them in rank order.
+static mo_status split_sumsq(mo_gpt *m, double *ss) {
+    const mo_gpt_shard *sh = m->shard;
+    double local = 0;
+    for (int p = 0; p < GPT_NPARAMS; p++) {
+        if (!m->param_sizes[p]) continue;
+        if (!gpt_param_is_tp_split(p) && sh->tp_rank != 0) continue;
+        if (p == GPT_WTE && !sh->first) continue;
+        double v = 0;
+        OP_CTX(m->ctx, MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &v, m->grad_ptr[p], m->param_sizes[p]));
+        local += v;
+    }
+    if (sh->world == 1) { *ss = local; return MO_OK; }
+    int W = sh->world;
+    float *all = malloc((size_t)W * 2 * sizeof(float)), mine[2];
+    if (!all) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the gradient norm");
+    mine[0] = (float)local;
+    mine[1] = (float)(local - (double)mine[0]);
+    void *dev = NULL;
+    mo_status st = mo_scratch_alloc(m->ctx, (size_t)W * 2 * sizeof(float), &dev);
+    float *d = dev;
+    if (st == MO_OK) st = mo_memcpy_h2d(m->ctx, d + 2 * sh->rank, mine, sizeof mine);
+    if (st == MO_OK) st = gpt_sync_wait(sh->sync_world);
+    if (st == MO_OK) st = mo_comm_allgather(sh->world_comm, d + 2 * sh->rank, d, 2);
+    if (st == MO_OK) st = mo_memcpy_d2h(m->ctx, all, d, (size_t)W * 2 * sizeof(float));
+    if (dev) mo_scratch_free(m->ctx, dev);
+    double sum = 0;
+    for (int r = 0; r < W; r++) sum += (double)all[2 * r] + (double)all[2 * r + 1];
+    free(all);
+    *ss = sum;
     return st;
 }
 
@@ -358,7 +591,8 @@ mo_status mo_gpt_update(mo_gpt *m) {
     m->last_skipped = skip;
     if (skip) { m->last_grad_norm = NAN; return MO_OK; }
     double ss = 0;
-    OP(MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &ss, m->grads, m->num_params));
+    if (m->shard) MO_TRY(split_sumsq(m, &ss));
+    else OP(MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &ss, m->grads, m->num_params));
     double norm = sqrt(ss) / scale_used;
     m->last_grad_norm = m->ctx->backend == MO_BACKEND_DRY ? NAN : norm;
     float scale = 1.0f / scale_used; // unscale, then clip
