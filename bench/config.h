@@ -16,6 +16,7 @@
 #include "kernels/status.h"
 #include "models/gpt.h" // mo_ckpt_kind
 #include "strategies/alloc.h"
+#include "strategies/comm.h" // mo_comm_kind
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,7 +54,7 @@ int mo_command_single(mo_command c);
 typedef enum mo_model_kind { MO_MODEL_GPT = 0 } mo_model_kind;
 typedef enum mo_attn_kind { MO_ATTN_MATERIALIZED = 0, MO_ATTN_FUSED } mo_attn_kind;
 typedef enum mo_precision { MO_PREC_FP32 = 0, MO_PREC_TF32, MO_PREC_FP16, MO_PREC_BF16 } mo_precision;
-typedef enum mo_comm_kind { MO_COMM_LOCAL = 0, MO_COMM_NCCL } mo_comm_kind;
+// mo_comm_kind (local | nccl) is the communicator's own: strategies/comm.h.
 typedef enum mo_on_oom { MO_ON_OOM_FAIL = 0, MO_ON_OOM_SHRINK } mo_on_oom;
 
 // --ckpt: kind, and K for every:K. full is kept as its own kind (it equals every:1 in effect).

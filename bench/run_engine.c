@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "models/gpt.h"
+#include "models/gpt_split.h"
 
 #ifdef MEMOPT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -93,10 +94,24 @@ static mo_status gpt_config_of(const mo_run_config *rc, mo_gpt_config *g) {
     g->loss_scaling = rc->precision == MO_PREC_FP16; // DESIGN.md: fp16 with the dynamic loss scaler
     g->lr = (float)rc->lr; g->beta1 = 0.9f; g->beta2 = 0.95f; g->eps = 1e-8f; g->weight_decay = 0.0f; g->grad_clip = 1.0f;
     g->seed = rc->seed;
-    if (rc->tp != 1 || rc->pp != 1)
-        return MO_FAIL(MO_ERR_UNSUPPORTED, "--tp %d --pp %d: model splitting is not built yet (tp 1, pp 1 are)", rc->tp, rc->pp);
     return mo_gpt_validate(g);
 }
+
+// The split of a --tp/--pp run (every rank with its own allocator under the same per-rank cap).
+static mo_gpt_split_config split_config_of(const mo_run_config *rc, mo_backend_kind be, uint64_t cap) {
+    mo_gpt_split_config sc;
+    memset(&sc, 0, sizeof sc);
+    sc.tp = rc->tp; sc.pp = rc->pp;
+    sc.comm = (int)rc->comm;
+    sc.backend = be;
+    sc.alloc = rc->alloc;
+    sc.cap_bytes = cap;
+    return sc;
+}
+
+// --comm nccl runs through the split even at tp 1 x pp 1 (one rank: NCCL initialized and used, the
+// issue's "runs with T = 1 and P = 1 on one GPU"); local at 1 x 1 is the plain model.
+static int is_split(const mo_run_config *rc) { return rc->tp * rc->pp > 1 || rc->comm == MO_COMM_NCCL; }
 
 static uint64_t used_device_bytes(void) {
 #ifdef MEMOPT_HAVE_CUDA
@@ -126,6 +141,9 @@ struct mo_run_session {
     mo_allocator *a;
     mo_ctx *x;
     mo_gpt *m;
+    mo_gpt_split *sp;        // --tp/--pp above 1: the ranks (then a, x, m are NULL)
+    mo_gpt_split_comm comm;  // taken when the split is released
+    int peak_rank;
     mo_timer t;
     int timer_ok;
     int steps_run, timed;
@@ -146,9 +164,28 @@ static mo_status session_fail(mo_run_session *s, mo_status st) {
     return st;
 }
 
+// A split run: the ranks' threads, allocators, contexts and shards (models/gpt_split.h).
+static mo_status session_build_split(mo_run_session *s) {
+    const mo_gpt_config *g = &s->g;
+    mo_gpt_split_config sc = split_config_of(&s->rc, s->be, s->cap);
+    MO_TRY(mo_gpt_split_create(&s->sp, g, &sc));
+    size_t BT = (size_t)g->batch * g->seq;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    mo_status st = MO_OK;
+    if (!tok || !tgt) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
+    if (st == MO_OK) {
+        mo_gpt_synthetic_batch(g, s->rc.seed, tok, tgt);
+        st = mo_gpt_split_set_batch(s->sp, tok, tgt);
+    }
+    free(tok);
+    free(tgt);
+    return st;
+}
+
 static mo_status session_build(mo_run_session *s) {
     const mo_gpt_config *g = &s->g;
     s->dev_used_before = s->be == MO_BACKEND_CUDA ? used_device_bytes() : 0;
+    if (s->sp || is_split(&s->rc)) return session_build_split(s);
     MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
     MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
     s->x->tf32 = g->tf32;
@@ -176,6 +213,26 @@ static mo_status session_build(mo_run_session *s) {
 
 // Gives back everything the run holds, keeping the allocator's final statistics.
 static void session_release(mo_run_session *s) {
+    if (s->sp) {
+        // The run's peak is its largest rank's (DESIGN.md); static bytes are that rank's at the end.
+        int r = s->peak_rank = mo_gpt_split_peak_rank(s->sp);
+        mo_allocator_stats(mo_gpt_split_allocator(s->sp, r), &s->stats);
+        s->static_bytes = s->stats.allocated_by_cat[MO_CAT_PARAM] + s->stats.allocated_by_cat[MO_CAT_GRAD] +
+                          s->stats.allocated_by_cat[MO_CAT_OPTIM] + s->stats.allocated_by_cat[MO_CAT_MASTER];
+        uint64_t ooms = 0, retries = 0;
+        for (int k = 0; k < mo_gpt_split_world(s->sp); k++) {
+            mo_alloc_stats a;
+            mo_allocator_stats(mo_gpt_split_allocator(s->sp, k), &a);
+            ooms += a.num_ooms;
+            retries += a.num_alloc_retries;
+        }
+        s->stats.num_ooms = ooms;
+        s->stats.num_alloc_retries = retries;
+        if (mo_gpt_split_comm_stats(s->sp, &s->comm) != MO_OK) memset(&s->comm, 0, sizeof s->comm);
+        mo_gpt_split_destroy(s->sp);
+        s->sp = NULL;
+        return;
+    }
     if (s->a) mo_allocator_stats(s->a, &s->stats);
     if (s->timer_ok) mo_timer_destroy(&s->t);
     s->timer_ok = 0;
@@ -198,6 +255,12 @@ static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo
     s->cap = mo_cap_resolve(&rc->cap, total);
     *res = s;
     mo_status st = gpt_config_of(rc, &s->g);
+    if (st == MO_OK && is_split(rc)) {
+        mo_gpt_split_config sc = split_config_of(rc, be, s->cap);
+        st = mo_gpt_split_validate(&s->g, &sc);
+        if (st == MO_OK && rc->profile)
+            st = MO_FAIL(MO_ERR_UNSUPPORTED, "--profile: not available with --tp/--pp above 1 (profile the unsplit model)");
+    }
     if (st != MO_OK) s->config_failed = 1;
     else st = session_build(s);
     if (st != MO_OK) {
@@ -215,15 +278,26 @@ mo_status mo_run_status(const mo_run_session *s) { return s->st; }
 
 void mo_run_mark_timed(mo_run_session *s) {
     if (s->a) mo_allocator_reset_peaks(s->a); // peaks over the timed steps
+    if (s->sp) {
+        mo_gpt_split_reset_peaks(s->sp);
+        mo_gpt_split_comm_reset(s->sp); // communication over the timed steps
+    }
     s->timed = 1;
 }
 
 mo_status mo_run_step(mo_run_session *s, double *ms_out) {
     if (s->st != MO_OK) return s->st;
     double ms = 0;
-    mo_status st = mo_timer_start(s->x, &s->t);
-    if (st == MO_OK) st = mo_gpt_step(s->m);
-    if (st == MO_OK) st = mo_timer_stop(s->x, &s->t, &ms);
+    mo_status st = MO_OK;
+    if (s->sp) {
+        // Each rank times itself on its own stream; the step takes as long as its slowest rank.
+        st = mo_gpt_split_step(s->sp);
+        ms = mo_gpt_split_step_ms(s->sp);
+    } else {
+        st = mo_timer_start(s->x, &s->t);
+        if (st == MO_OK) st = mo_gpt_step(s->m);
+        if (st == MO_OK) st = mo_timer_stop(s->x, &s->t, &ms);
+    }
     if (st != MO_OK) {
         session_fail(s, st);
         session_release(s); // an out-of-memory unwinds here: nothing stays allocated
@@ -235,10 +309,11 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
         if (s->timed)
             for (int k = 0; k < MO_PROF_COUNT; k++) s->prof_ms[k] += ms_cat[k];
     }
-    if (s->steps_run == 0) s->loss_first = s->m->last_loss;
-    s->loss_last = s->m->last_loss;
-    s->skipped_steps = s->m->skipped_steps;
-    s->loss_scale = s->m->loss_scale;
+    double loss = s->sp ? mo_gpt_split_last_loss(s->sp) : s->m->last_loss;
+    if (s->steps_run == 0) s->loss_first = loss;
+    s->loss_last = loss;
+    s->skipped_steps = s->sp ? 0 : s->m->skipped_steps; // the split refuses 16-bit: no loss scaler
+    s->loss_scale = s->sp ? 1.0 : s->m->loss_scale;
     s->steps_run++;
     if (s->timed) {
         if (s->n == s->cap_n) {
@@ -251,16 +326,17 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
             s->cap_n = nc;
         }
         s->times[s->n] = ms;
-        s->recompute[s->n] = s->m->recompute_ms;
+        s->recompute[s->n] = s->sp ? mo_gpt_split_recompute_ms(s->sp) : s->m->recompute_ms;
         s->n++;
     }
     if (s->rc.monitor > 0 && s->steps_run % s->rc.monitor == 0 && s->out) {
         mo_alloc_stats a;
-        mo_allocator_stats(s->a, &a);
+        // A split run shows its rank 0.
+        mo_allocator_stats(s->sp ? mo_gpt_split_allocator(s->sp, 0) : s->a, &a);
         char b1[32], b2[32], b3[32];
         uint64_t used = s->be == MO_BACKEND_CUDA ? used_device_bytes() - s->dev_used_before : 0;
         fprintf(s->out, "  step %4d  loss %.4f  %.2f ms  allocated %s  reserved %s  device used (since start) %s\n",
-                s->steps_run, s->m->last_loss, ms, mo_format_bytes(a.allocated_bytes, b1, 32),
+                s->steps_run, loss, ms, mo_format_bytes(a.allocated_bytes, b1, 32),
                 mo_format_bytes(a.reserved_bytes, b2, 32), s->be == MO_BACKEND_CUDA ? mo_format_bytes(used, b3, 32) : "n/a");
     }
     if (s->be == MO_BACKEND_CUDA) {
@@ -276,7 +352,11 @@ static int64_t predicted_peak(const mo_run_session *s) {
     if (s->be == MO_BACKEND_DRY) return (int64_t)s->stats.peak_allocated_bytes;
     mo_run_session *d = NULL;
     int64_t r = -1;
-    if (session_open(&s->rc, s->env, MO_BACKEND_DRY, NULL, &d) != MO_OK || !d) return -1;
+    mo_run_config rc = s->rc;
+    // nccl needs GPUs: the dry replay runs the same ranks over local (nccl's ordered sums take scratch
+    // from the rank's allocator that local does not, so a nccl row's prediction may differ).
+    rc.comm = MO_COMM_LOCAL;
+    if (session_open(&rc, s->env, MO_BACKEND_DRY, NULL, &d) != MO_OK || !d) return -1;
     int warm = s->steps_run - s->n;
     for (int i = 0; i < s->steps_run && d->st == MO_OK; i++) {
         if (i == warm) mo_run_mark_timed(d);
@@ -350,9 +430,16 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
         double tokens = (double)g->batch * g->seq;
         row->tokens_per_s = tokens / (med * 1e-3);
         row->model_tflops = mo_gpt_step_flops(g) / (med * 1e-3) / 1e12;
-        row->hw_tflops = (mo_gpt_step_flops(g) + mo_gpt_recompute_flops(g)) / (med * 1e-3) / 1e12;
+        double rflops = is_split(rc) ? mo_gpt_split_recompute_flops(g, rc->tp, rc->pp) : mo_gpt_recompute_flops(g);
+        row->hw_tflops = (mo_gpt_step_flops(g) + rflops) / (med * 1e-3) / 1e12;
         double peak = s->be == MO_BACKEND_CUDA ? mo_device_peak_tflops(env->dev.name, rc->precision) : 0;
+        // local ranks share the one GPU; nccl ranks each have one
+        if (is_split(rc) && rc->comm == MO_COMM_NCCL) peak *= rc->tp * rc->pp;
         row->mfu = peak > 0 ? row->model_tflops / peak : NAN;
+        if (is_split(rc)) {
+            row->comm_ms = s->n > 0 ? s->comm.ms_max_rank / s->n : NAN; // the busiest rank's, per step
+            row->comm_modelled = !s->comm.measured;
+        }
     }
 finish:
     if (s->out) print_summary(s, row, s->out);
@@ -385,6 +472,13 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     fprintf(out, "  strategy: precision %s, attn %s, ckpt %s, accum %d, alloc %s, cap %s\n", mo_precision_name(rc->precision),
             mo_attn_name(rc->attn), row->ckpt, g->accum, mo_alloc_kind_name(rc->alloc),
             s->cap ? mo_format_bytes(s->cap, b1, 32) : "none");
+    if (is_split(rc) && !s->config_failed)
+        fprintf(out, "  split: tp %d x pp %d = %d ranks (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest)\n",
+                rc->tp, rc->pp, rc->tp * rc->pp, mo_comm_kind_name(rc->comm), s->cap ? " and cap" : "", s->peak_rank);
+    if (is_split(rc) && !strcmp(row->status, "ok") && rc->backend != MO_BACKEND_DRY && s->n > 0)
+        fprintf(out, "  communication: %.3f ms per step on the busiest rank (%s), %llu bytes per step over all ranks\n",
+                row->comm_ms, row->comm_modelled ? "modelled: bytes / link bandwidth + latency" : "measured",
+                (unsigned long long)(s->comm.bytes / (uint64_t)s->n));
     if (!strcmp(row->status, "ok")) {
         if (rc->backend != MO_BACKEND_DRY && s->n > 0) {
             fprintf(out, "  step: median %.2f ms (p10 %.2f, p90 %.2f) over %d steps after %d warm-up\n", row->step_ms,

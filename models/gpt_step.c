@@ -148,7 +148,7 @@ static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a, i
     OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->qkv, NULL, a->ln1, W(m, GPT_QKVW, l, 3 * CC), W(m, GPT_QKVB, l, 3 * Cl),
                                     N, C, 3 * Cl));
     MO_TRY(act_alloc(m, NCl, &a->atty));
-    MO_TRY(attention_fwd(m, s, a));
+    OP(MO_PROF_ATTENTION, attention_fwd(m, s, a));
     // resid2 = in + proj(atty): the GEMM writes resid2 (tp: a partial sum, all-reduced), the residual
     // add adds in place.
     MO_TRY(act_alloc(m, NC, &a->resid2));

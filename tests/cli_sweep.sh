@@ -109,5 +109,15 @@ else
   has "$tmp/out" "no figure: gnuplot not found"
 fi
 
+# ---- --tp/--pp through the engine: the split's loss is the unsplit model's (within fp32 rounding;
+# printed to 4 decimals here), communication is modelled on local, the dry prediction is exact
+run 0 run --backend cpu $TINY --layers 4 --steps 2 --warmup 1 --accum 2 --csv "$tmp/split.csv"
+run 0 run --backend cpu $TINY --layers 4 --steps 2 --warmup 1 --accum 2 --tp 2 --pp 2 --csv "$tmp/split.csv"
+has "$tmp/out" "split: tp 2 x pp 2 = 4 ranks \(comm local\)"
+has "$tmp/out" "dry-backend prediction of the peak: .* \(exact\)"
+eq "$(col "$tmp/split.csv" loss_last | sed -n 1p | cut -c1-8)" "$(col "$tmp/split.csv" loss_last | sed -n 2p | cut -c1-8)" "split loss_last vs unsplit"
+eq "$(col "$tmp/split.csv" comm_modelled | sed -n 2p)" 1 "split comm_modelled"
+eq "$(col "$tmp/split.csv" status | tr '\n' ' ')" "ok ok " "split rows' status"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, GPU tests, benchmarks, the PyTorch peer side by side.
 # Usage: tools/gpu_session.sh OUTDIR [stages...]
-#   stages: build test alloc gpt peer claims sweep (default: all)
+#   stages: build test alloc gpt split peer claims sweep (default: all); "gputest" runs only the GPU tests
+#   of the model, the split and the attention kernels (their timing lines kept in gputest.log)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
 OUT="${1:?usage: tools/gpu_session.sh OUTDIR [stages]}"
 shift
-stages="${*:-build test alloc gpt peer claims sweep}"
+stages="${*:-build test alloc gpt split peer claims sweep}"
 mkdir -p "$OUT"
 log="$OUT/session.log"
 R=/tmp/memopt-results
@@ -32,6 +33,13 @@ if has test; then
   ctest --test-dir $B --output-on-failure -j 4 --timeout 300 >"$R/ctest.log" 2>&1
   echo "ctest exit $?"; grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$R/ctest.log" | tail -40
 fi
+if has gputest; then
+  for t in gpu_gpt_split gpu_gpt gpu_gpt_mixed gpu_attention_chunks gpu_attention_fused_mixed; do
+    (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")")
+  done
+  grep -hiE "median|ms \(|TFLOP" $R/gpu_attention_chunks.log $R/gpu_attention_fused_mixed.log | head -40
+  grep -hE "^ *(tp|pp|nccl|local|split|activation|Korthikanti|attn)" $R/gpu_gpt_split.log | head -30
+fi
 if has alloc && [ -x $B/memopt_bench_alloc ]; then
   $B/memopt_bench_alloc --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$R/bench_alloc.json" --benchmark_out_format=json 2>&1 | tail -40
@@ -50,6 +58,12 @@ if has gpt; then
   r --precision fp32 --cap 8GiB
   for prec in tf32 bf16; do $M run --preset gpt2-124m --precision $prec --profile --steps 10 --warmup 3 | grep -E "step:|profile"; done
   $M run --preset gpt2-124m --precision bf16 --attn fused --profile --steps 10 --warmup 3 | grep -E "step:|profile"
+fi
+if has split; then
+  csv="$R/h200-gpt2-124m-split.csv"
+  r() { $M run --preset gpt2-124m --precision fp32 --steps 10 --warmup 3 --csv "$csv" "$@" | grep -E "split:|communication|step:|peak alloc|error" || echo "(exit $?: run $*)"; }
+  r --tp 1 --pp 1 --accum 4; r --tp 2; r --tp 4; r --pp 2 --accum 4; r --pp 4 --accum 4; r --tp 2 --pp 2 --accum 4
+  r --comm nccl
 fi
 if has peer; then
   P() { PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-gpt2-124m.csv" "$@"; }
