@@ -438,7 +438,7 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
         row->mfu = peak > 0 ? row->model_tflops / peak : NAN;
         if (is_split(rc)) {
             row->comm_ms = s->n > 0 ? s->comm.ms_max_rank / s->n : NAN; // the busiest rank's, per step
-            row->comm_modelled = !s->comm.measured;
+            row->comm_modelled = rc->comm == MO_COMM_NCCL ? 0 : 1; // nccl: CUDA events; local: the model
         }
     }
 finish:
