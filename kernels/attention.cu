@@ -202,7 +202,7 @@ mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float 
     const size_t n = (size_t)B * T * C;
     float *q = (float *)scratch, *k = q + n, *v = k + n; // (B, NH, T, HS) each
     const float scale = 1.0f / sqrtf((float)HS);
-    const int L = mo_attn_chunk_rows(c, T, 4);
+    const int L = mo_attn_chunk_rows(c, T, 4, B * NH);
 
     att_permute_kernel<<<att_blocks(n, ATT_THREADS), ATT_THREADS, 0, s>>>(q, k, v, qkv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();
@@ -231,7 +231,7 @@ mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, con
     float *dq = v + n, *dk = dq + n, *dv = dk + n;          // (B, NH, T, HS)
     float *datt = (float *)scratch + attention_backward_datt_offset(B, T, C); // (B, NH, T, T)
     const float scale = 1.0f / sqrtf((float)HS);
-    const int L = mo_attn_chunk_rows(c, T, 4);
+    const int L = mo_attn_chunk_rows(c, T, 4, B * NH);
 
     att_permute_kernel<<<att_blocks(n, ATT_THREADS), ATT_THREADS, 0, s>>>(q, k, v, qkv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();

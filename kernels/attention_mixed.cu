@@ -196,7 +196,7 @@ static mo_status am_forward(mo_ctx *c, cudaDataType_t ty, E *out, E *att, const 
     MO_TRY(am_cublas_setup(c));
     const int HS = C / NH, BH = B * NH;
     const size_t n = (size_t)B * T * C;
-    const int L = mo_attn_chunk_rows(c, T, 2);
+    const int L = mo_attn_chunk_rows(c, T, 2, B * NH);
     const size_t esz = sizeof(E);
     E *q = scratch, *k = q + n, *v = k + n;
     am_permute_kernel<E><<<am_blocks(n, AM_THREADS), AM_THREADS, 0, s>>>(q, k, v, qkv, n, T, NH, HS);
@@ -223,7 +223,7 @@ static mo_status am_backward(mo_ctx *c, cudaDataType_t ty, E *dqkv, const E *dou
     E *q = scratch, *k = q + n, *v = k + n, *dq = v + n, *dk = dq + n, *dv = dk + n;
     E *datt = scratch + attention_mixed_datt_offset(B, T, C);
     const float scale = 1.0f / sqrtf((float)HS);
-    const int L = mo_attn_chunk_rows(c, T, 2);
+    const int L = mo_attn_chunk_rows(c, T, 2, B * NH);
     const size_t esz = sizeof(E);
     am_permute_kernel<E><<<am_blocks(n, AM_THREADS), AM_THREADS, 0, s>>>(q, k, v, qkv, n, T, NH, HS);
     CUDA_CHECK_LAUNCH();

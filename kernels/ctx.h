@@ -50,6 +50,10 @@ typedef struct mo_ctx {
 // gpu_attention_chunks.c, B 8, T 1024, NH 12, HS 64; forward + backward per layer, medians of 7):
 // fp32 1 chunk 2.63 ms, 2: 2.33, 4: 2.12, 8: 2.44, 16: 2.82; bf16 1: 0.868, 2: 0.817, 4: 0.843,
 // 8: 0.912, 16: 1.152. Fewer FLOPs with more chunks, but each chunk's batched GEMMs fill the GPU less.
+// Those counts are for B*NH = 96 matrices per batched GEMM; with fewer (a small micro-batch under
+// --accum, a tp rank's share of the heads) each chunk's GEMM fills the GPU less, so the count is scaled
+// by B*NH / 96 (rounded, at least 1: B 2 x NH 12 runs unchunked, as before chunking, where the
+// 8-chunk version had made the accum-4 step 10% slower: 185.7 -> 204.9 ms).
 // Build-time override: -DMO_ATTN_CAUSAL_CHUNKS_F32=N / _16=N in CMAKE_CUDA_FLAGS.
 #ifndef MO_ATTN_CAUSAL_CHUNKS_F32
 #define MO_ATTN_CAUSAL_CHUNKS_F32 4
@@ -58,12 +62,16 @@ typedef struct mo_ctx {
 #define MO_ATTN_CAUSAL_CHUNKS_16 2
 #endif
 #define MO_ATTN_CHUNK_ALIGN 64
-static inline int mo_attn_chunk_rows(const mo_ctx *c, int T, int elem_bytes) {
+#define MO_ATTN_CHUNK_REF_BATCH 96
+static inline int mo_attn_chunk_rows(const mo_ctx *c, int T, int elem_bytes, int batch) {
     int r;
     if (c->attn_chunk_rows > 0) {
         r = c->attn_chunk_rows;
     } else {
-        const int n = elem_bytes == 4 ? MO_ATTN_CAUSAL_CHUNKS_F32 : MO_ATTN_CAUSAL_CHUNKS_16;
+        int n = elem_bytes == 4 ? MO_ATTN_CAUSAL_CHUNKS_F32 : MO_ATTN_CAUSAL_CHUNKS_16;
+        n = (int)(((long long)n * batch + MO_ATTN_CHUNK_REF_BATCH / 2) / MO_ATTN_CHUNK_REF_BATCH);
+        if (n < 1) n = 1;
+        if (n > T) n = T;
         r = (T + n - 1) / n;
         r = (r + MO_ATTN_CHUNK_ALIGN - 1) / MO_ATTN_CHUNK_ALIGN * MO_ATTN_CHUNK_ALIGN;
     }

@@ -129,8 +129,8 @@ static mo_status att_bwd(mo_ctx *c, mo_dtype dt, void *dqkv, const void *dout, c
     return mo_attention_backward_mixed(c, dt, dqkv, dout, qkv, att, B, T, C, NH);
 }
 
-static int nchunks(mo_dtype dt, int T) {
-    const int L = mo_attn_chunk_rows(gc, T, (int)esize(dt));
+static int nchunks(mo_dtype dt, int T, int BH) {
+    const int L = mo_attn_chunk_rows(gc, T, (int)esize(dt), BH);
     return (T + L - 1) / L;
 }
 
@@ -158,7 +158,7 @@ static void chunk_case(mo_dtype dt, const at_shape *s) {
     for (size_t i = 0; i < sizeof rows_list / sizeof rows_list[0]; i++) {
         if (rows_list[i] < 0 || (i > 0 && rows_list[i] == 0)) continue; // T - 1 = 0
         gc->attn_chunk_rows = rows_list[i];
-        const int L = mo_attn_chunk_rows(gc, T, (int)esize(dt)), nc = nchunks(dt, T);
+        const int L = mo_attn_chunk_rows(gc, T, (int)esize(dt), B * NH), nc = nchunks(dt, T, B * NH);
         for (int r = 0; r < 2; r++) {
             dpoison(dt, d_out, nout);
             dpoison(dt, d_att, natt);
@@ -201,7 +201,7 @@ static void chunk_timing(mo_dtype dt) {
     const char *pn = mo_dtype_name(dt);
     gc->attn_chunk_rows = 0;
     printf("attention chunks timing %s: B=%d T=%d C=%d NH=%d (default chunk rows %d)\n", pn, B, T, C, NH,
-           mo_attn_chunk_rows(gc, T, (int)esize(dt)));
+           mo_attn_chunk_rows(gc, T, (int)esize(dt), B * NH));
     void *qkv = hrand_dt(dt, nqkv, -2, 2), *dout = hrand_dt(dt, nout, -1, 1);
     void *d_qkv = dup_dev(qkv, nqkv * e), *d_dout = dup_dev(dout, nout * e);
     void *d_out = dnew(nout * e), *d_att = dnew(natt * e), *d_att_in = dnew(natt * e), *d_dqkv = dnew(nqkv * e);
@@ -232,7 +232,7 @@ static void chunk_timing(mo_dtype dt) {
         qsort(fwd, reps, sizeof fwd[0], cmp_double);
         qsort(bwd, reps, sizeof bwd[0], cmp_double);
         printf("  chunk rows %4d (%2d chunks): forward %.3f ms, backward %.3f ms (medians of %d)\n",
-               mo_attn_chunk_rows(gc, T, (int)esize(dt)), nchunks(dt, T), fwd[reps / 2], bwd[reps / 2], reps);
+               mo_attn_chunk_rows(gc, T, (int)esize(dt), B * NH), nchunks(dt, T, B * NH), fwd[reps / 2], bwd[reps / 2], reps);
         void *o = i == 0 ? base_out : got_out, *a = i == 0 ? base_att : got_att, *q = i == 0 ? base_dqkv : got_dqkv;
         d2h(o, d_out, nout * e);
         d2h(a, d_att, natt * e);
