@@ -3,6 +3,7 @@
 // checkpoint policy, the optimizer); each op's FLOPs and bytes come from its shapes. It is a model of
 // time only: memory is always the dry run's.
 #include "bench/planner.h"
+#include "kernels/ctx.h" // the attention's causal chunk counts
 
 #include <dirent.h>
 #include <math.h>
@@ -51,17 +52,31 @@ static void layernorm_fwd(acc *a, const shape *s) { op(a, 0, 8 * s->N * s->C, s-
 static void layernorm_bwd(acc *a, const shape *s) { op(a, 0, 12 * s->N * s->C, s->e * 4 * s->N * s->C + 8 * s->N); }
 static void residual(acc *a, const shape *s) { op(a, 0, s->N * s->C, s->e * 3 * s->N * s->C); }
 
+// The share of the T x T products the materialized attention's GEMMs compute: its queries run in n
+// chunks (kernels/ctx.h, mo_attn_chunk_rows: 4 in fp32, 2 in 16 bits, scaled by B*NH / 96), chunk i
+// over keys [0, (i+1) T / n): (n + 1) / (2n) of the full square.
+static double causal_share(const shape *s) {
+    double n = (s->e == 4 ? MO_ATTN_CAUSAL_CHUNKS_F32 : MO_ATTN_CAUSAL_CHUNKS_16) * s->Bm * s->NH / MO_ATTN_CHUNK_REF_BATCH;
+    n = floor(n + 0.5);
+    if (n < 1) n = 1;
+    if (n > s->T / MO_ATTN_CHUNK_ALIGN) n = fmax(1, floor(s->T / MO_ATTN_CHUNK_ALIGN));
+    return (n + 1) / (2 * n);
+}
+
 static void attention_fwd(acc *a, const shape *s) {
     double NC = s->N * s->C, S = s->Bm * s->NH * s->T * s->T, qk = 2 * s->Bm * s->T * s->T * s->C;
     if (s->fused) {
-        // One CUDA-core kernel over the causal tiles (about half of the T x T scores), keeping lse.
-        op(a, 0, 0.5 * 2 * qk, s->e * 4 * NC + 4 * s->Bm * s->NH * s->T);
+        // One kernel over the causal tiles (about half of the T x T scores), keeping lse: CUDA cores in
+        // fp32 (attention_fused.cu), tensor cores (mma.sync) in 16 bits (attention_fused_mixed.cu).
+        op(a, s->e < 4, 0.5 * 2 * qk, s->e * 4 * NC + 4 * s->Bm * s->NH * s->T);
         return;
     }
+    double f = causal_share(s);
+    qk *= f;
     op(a, 0, 0, s->e * 6 * NC);                     // permute qkv to per-head q, k, v
-    op(a, 1, qk, s->e * (2 * NC + S));              // scores q k^T (full T x T)
+    op(a, 1, qk, s->e * (2 * NC + f * S));          // scores q k^T (the chunks' keys)
     op(a, 0, 5 * S, s->e * 2 * S);                  // scale, mask, softmax in place
-    op(a, 1, qk, s->e * (S + 2 * NC));              // att v
+    op(a, 1, qk, s->e * (f * S + 2 * NC));          // att v
     op(a, 0, 0, s->e * 2 * NC);                     // heads side by side
 }
 
@@ -70,16 +85,18 @@ static void attention_bwd(acc *a, const shape *s) {
     if (s->fused) {
         op(a, 0, 2 * NC, s->e * 2 * NC);            // D = rowsum(dout * out)
         // dk/dv kernel and dq kernel each recompute the scores and dP: 8 products of the forward's 2.
-        op(a, 0, 0.5 * 4 * qk, s->e * 6 * NC);
-        op(a, 0, 0.5 * 4 * qk, s->e * 6 * NC);
+        op(a, s->e < 4, 0.5 * 4 * qk, s->e * 6 * NC);
+        op(a, s->e < 4, 0.5 * 4 * qk, s->e * 6 * NC);
         return;
     }
+    double f = causal_share(s);
+    qk *= f;
     op(a, 0, 0, s->e * 8 * NC);                     // permute q, k, v and dout
-    op(a, 1, qk, s->e * (2 * NC + S));              // datt = dy v^T
-    op(a, 1, qk, s->e * (S + 2 * NC));              // dv = att^T dy
+    op(a, 1, qk, s->e * (2 * NC + f * S));          // datt = dy v^T
+    op(a, 1, qk, s->e * (f * S + 2 * NC));          // dv = att^T dy
     op(a, 0, 4 * S, s->e * 3 * S);                  // softmax backward in place
-    op(a, 1, qk, s->e * (S + 2 * NC));              // dq
-    op(a, 1, qk, s->e * (S + 2 * NC));              // dk
+    op(a, 1, qk, s->e * (f * S + 2 * NC));          // dq
+    op(a, 1, qk, s->e * (f * S + 2 * NC));          // dk
     op(a, 0, 0, s->e * 6 * NC);                     // back to (B, T, 3C)
 }
 

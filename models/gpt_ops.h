@@ -8,21 +8,7 @@
 #include "kernels/ops.h"
 #include "kernels/ops_mixed.h"
 #include "kernels/ops_mixed_gemm.h"
-#if __has_include("kernels/attention_fused_mixed.h") // TEMP until the 16-bit fused kernel lands
 #include "kernels/attention_fused_mixed.h"
-#else
-static inline mo_status mo_attention_fused_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, float *lse, const void *qkv,
-                                                         int B, int T, int C, int NH) {
-    (void)c; (void)dt; (void)out; (void)lse; (void)qkv; (void)B; (void)T; (void)C; (void)NH;
-    return MO_FAIL(MO_ERR_UNSUPPORTED, "--attn fused: no 16-bit fused attention yet");
-}
-static inline mo_status mo_attention_fused_backward_mixed(mo_ctx *c, mo_dtype dt, void *dqkv, const void *dout,
-                                                          const void *qkv, const void *out, const float *lse, int B,
-                                                          int T, int C, int NH) {
-    (void)c; (void)dt; (void)dqkv; (void)dout; (void)qkv; (void)out; (void)lse; (void)B; (void)T; (void)C; (void)NH;
-    return MO_FAIL(MO_ERR_UNSUPPORTED, "--attn fused: no 16-bit fused attention yet");
-}
-#endif
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias; gelu_out = gelu(out) when non-NULL
 static inline mo_status gpt_matmul_fwd(mo_ctx *x, mo_dtype dt, void *out, void *gelu_out, const void *inp,
