@@ -25,9 +25,11 @@ typedef struct vrow {
 } vrow;
 
 static void short_config(const mo_csv_row *r, char *buf, size_t n) {
-    snprintf(buf, n, "%s L%lld C%lld T%lld B%lld %s %s %s a%lld %s", r->backend, (long long)r->layers, (long long)r->hidden,
+    char split[32] = "";
+    if (r->tp * r->pp > 1) snprintf(split, sizeof split, " tp%lld pp%lld", (long long)r->tp, (long long)r->pp);
+    snprintf(buf, n, "%s L%lld C%lld T%lld B%lld %s %s %s a%lld %s%s", r->backend, (long long)r->layers, (long long)r->hidden,
              (long long)r->seq, (long long)r->batch, r->precision, !strcmp(r->attn, "fused") ? "fused" : "mat", r->ckpt,
-             (long long)r->accum, r->alloc);
+             (long long)r->accum, r->alloc, split);
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -101,7 +103,7 @@ mo_status mo_plan_validate(const mo_config *cfg) {
     double t0 = mo_plan_now();
     printf("memopt plan --validate %s: %zu rows; peaks re-run on the dry backend, times from the roofline calibrated leave-one-out\n",
            path, n);
-    printf("  %4s  %-52s %15s %15s %10s  %9s %9s %7s\n", "row", "configuration", "peak measured", "peak predicted", "diff B",
+    printf("  %4s  %-62s %15s %15s %10s  %9s %9s %7s\n", "row", "configuration", "peak measured", "peak predicted", "diff B",
            "ms meas", "ms pred", "error");
     for (size_t i = 0; i < n && st == MO_OK; i++) {
         const mo_csv_row *r = &rows[i];
@@ -125,7 +127,9 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             snprintf(x->why, sizeof x->why, "status %s: no peak to compare", r->status);
         }
         const mo_gpu_spec *g = have_cat ? mo_gpu_catalog_match_device(&cat, r->device_name) : NULL;
-        if (x->why[0] == '\0' && !strcmp(r->backend, "cuda") && !strcmp(r->status, "ok") && r->step_ms > 0 && g) {
+        if (x->why[0] == '\0' && r->tp * r->pp > 1) {
+            snprintf(x->why, sizeof x->why, "split run: the roofline models the unsplit step (peak compared only)");
+        } else if (x->why[0] == '\0' && !strcmp(r->backend, "cuda") && !strcmp(r->status, "ok") && r->step_ms > 0 && g) {
             mo_plan_calib cal;
             mo_plan_calib_fit(&cal, g, rows, n, (long)i);
             mo_roofline roof;
@@ -150,7 +154,7 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             snprintf(ms2, sizeof ms2, "%.2f", x->pred_ms);
             snprintf(er, sizeof er, "%+.1f%%", 100 * x->err);
         }
-        printf("  %4zu  %-52.52s %15s %15s %10s  %9s %9s %7s%s%s\n", i + 1, conf, p1, p2, df, ms1, ms2, er, x->why[0] ? "  " : "", x->why);
+        printf("  %4zu  %-62.62s %15s %15s %10s  %9s %9s %7s%s%s\n", i + 1, conf, p1, p2, df, ms1, ms2, er, x->why[0] ? "  " : "", x->why);
     }
     int nm = 0, exact = 0, nt = 0, within = 0;
     int64_t worst = 0;

@@ -52,15 +52,19 @@ static void layernorm_fwd(acc *a, const shape *s) { op(a, 0, 8 * s->N * s->C, s-
 static void layernorm_bwd(acc *a, const shape *s) { op(a, 0, 12 * s->N * s->C, s->e * 4 * s->N * s->C + 8 * s->N); }
 static void residual(acc *a, const shape *s) { op(a, 0, s->N * s->C, s->e * 3 * s->N * s->C); }
 
-// The share of the T x T products the materialized attention's GEMMs compute: its queries run in n
-// chunks (kernels/ctx.h, mo_attn_chunk_rows: 4 in fp32, 2 in 16 bits, scaled by B*NH / 96), chunk i
-// over keys [0, (i+1) T / n): (n + 1) / (2n) of the full square.
+// The share of the T x T products the materialized attention's GEMMs compute: the queries run in
+// chunks of mo_attn_chunk_rows rows (kernels/ctx.h: 4 chunks in fp32, 2 in 16 bits, scaled by
+// B*NH / 96, rounded up to 64 rows), the chunk [i0, i1) over keys [0, i1): sum of rows * i1 over T^2.
 static double causal_share(const shape *s) {
-    double n = (s->e == 4 ? MO_ATTN_CAUSAL_CHUNKS_F32 : MO_ATTN_CAUSAL_CHUNKS_16) * s->Bm * s->NH / MO_ATTN_CHUNK_REF_BATCH;
-    n = floor(n + 0.5);
-    if (n < 1) n = 1;
-    if (n > s->T / MO_ATTN_CHUNK_ALIGN) n = fmax(1, floor(s->T / MO_ATTN_CHUNK_ALIGN));
-    return (n + 1) / (2 * n);
+    mo_ctx c;
+    memset(&c, 0, sizeof c); // attn_chunk_rows 0: the default
+    int T = (int)s->T, r = mo_attn_chunk_rows(&c, T, (int)s->e, (int)(s->Bm * s->NH));
+    double sum = 0;
+    for (int i0 = 0; i0 < T; i0 += r) {
+        int i1 = i0 + r < T ? i0 + r : T;
+        sum += (double)(i1 - i0) * i1;
+    }
+    return T > 0 ? sum / ((double)T * T) : 1.0;
 }
 
 static void attention_fwd(acc *a, const shape *s) {
@@ -194,6 +198,7 @@ static int cmp_double(const void *x, const void *y) {
 
 static int usable_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_catalog *one) {
     if (strcmp(r->backend, "cuda") || strcmp(r->status, "ok") || !(r->step_ms > 0) || !isfinite(r->step_ms)) return 0;
+    if (r->tp * r->pp > 1) return 0; // the roofline models the unsplit step only
     return mo_gpu_catalog_match_device(one, r->device_name) == g;
 }
 

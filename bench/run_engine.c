@@ -109,9 +109,9 @@ static mo_gpt_split_config split_config_of(const mo_run_config *rc, mo_backend_k
     return sc;
 }
 
-// --comm nccl runs through the split even at tp 1 x pp 1 (one rank: NCCL initialized and used, the
-// issue's "runs with T = 1 and P = 1 on one GPU"); local at 1 x 1 is the plain model.
-static int is_split(const mo_run_config *rc) { return rc->tp * rc->pp > 1 || rc->comm == MO_COMM_NCCL; }
+// tp 1 x pp 1 is the plain model whatever --comm says: one rank has nothing to communicate (the NCCL
+// path itself at one rank is tests/gpu_comm.c's).
+static int is_split(const mo_run_config *rc) { return rc->tp * rc->pp > 1; }
 
 static uint64_t used_device_bytes(void) {
 #ifdef MEMOPT_HAVE_CUDA
@@ -168,7 +168,10 @@ static mo_status session_fail(mo_run_session *s, mo_status st) {
 static mo_status session_build_split(mo_run_session *s) {
     const mo_gpt_config *g = &s->g;
     mo_gpt_split_config sc = split_config_of(&s->rc, s->be, s->cap);
-    MO_TRY(mo_gpt_split_create(&s->sp, g, &sc));
+    mo_status cs = mo_gpt_split_create(&s->sp, g, &sc);
+    // A create that ran out of memory gave every rank back: its statistics are gone, but an OOM happened.
+    if (cs == MO_ERR_OOM) s->stats.num_ooms = 1;
+    MO_TRY(cs);
     size_t BT = (size_t)g->batch * g->seq;
     int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
     mo_status st = MO_OK;
@@ -219,13 +222,15 @@ static void session_release(mo_run_session *s) {
         mo_allocator_stats(mo_gpt_split_allocator(s->sp, r), &s->stats);
         s->static_bytes = s->stats.allocated_by_cat[MO_CAT_PARAM] + s->stats.allocated_by_cat[MO_CAT_GRAD] +
                           s->stats.allocated_by_cat[MO_CAT_OPTIM] + s->stats.allocated_by_cat[MO_CAT_MASTER];
-        uint64_t ooms = 0, retries = 0;
+        uint64_t ooms = 0, retries = 0, reserved = 0;
         for (int k = 0; k < mo_gpt_split_world(s->sp); k++) {
             mo_alloc_stats a;
             mo_allocator_stats(mo_gpt_split_allocator(s->sp, k), &a);
             ooms += a.num_ooms;
             retries += a.num_alloc_retries;
+            if (a.peak_reserved_bytes > reserved) reserved = a.peak_reserved_bytes; // the cap counts reserved
         }
+        s->stats.peak_reserved_bytes = reserved;
         s->stats.num_ooms = ooms;
         s->stats.num_alloc_retries = retries;
         if (mo_gpt_split_comm_stats(s->sp, &s->comm) != MO_OK) memset(&s->comm, 0, sizeof s->comm);
@@ -259,7 +264,7 @@ static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo
         mo_gpt_split_config sc = split_config_of(rc, be, s->cap);
         st = mo_gpt_split_validate(&s->g, &sc);
         if (st == MO_OK && rc->profile)
-            st = MO_FAIL(MO_ERR_UNSUPPORTED, "--profile: not available with --tp/--pp above 1 (profile the unsplit model)");
+            st = MO_FAIL(MO_ERR_INVALID, "--profile: not available on split runs (--tp/--pp above 1); profile the unsplit model");
     }
     if (st != MO_OK) s->config_failed = 1;
     else st = session_build(s);
@@ -473,7 +478,7 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
             mo_attn_name(rc->attn), row->ckpt, g->accum, mo_alloc_kind_name(rc->alloc),
             s->cap ? mo_format_bytes(s->cap, b1, 32) : "none");
     if (is_split(rc) && !s->config_failed)
-        fprintf(out, "  split: tp %d x pp %d = %d ranks (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest)\n",
+        fprintf(out, "  split: tp %d x pp %d = %d ranks (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
                 rc->tp, rc->pp, rc->tp * rc->pp, mo_comm_kind_name(rc->comm), s->cap ? " and cap" : "", s->peak_rank);
     if (is_split(rc) && !strcmp(row->status, "ok") && rc->backend != MO_BACKEND_DRY && s->n > 0)
         fprintf(out, "  communication: %.3f ms per step on the busiest rank (%s), %llu bytes per step over all ranks\n",

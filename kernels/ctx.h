@@ -46,8 +46,9 @@ typedef struct mo_ctx {
 // (the probabilities of later keys are exact zeros). Default: MO_ATTN_CAUSAL_CHUNKS_F32 chunks for
 // fp32 (elem_bytes 4), MO_ATTN_CAUSAL_CHUNKS_16 for fp16/bf16, their length rounded up to a multiple of
 // MO_ATTN_CHUNK_ALIGN rows (so every sub-matrix pointer stays 16-byte aligned and the chunks match
-// cuBLAS's 64/128 tiles; T <= 64 is one chunk, as before). Measured on the H200 (tests/
-// gpu_attention_chunks.c, B 8, T 1024, NH 12, HS 64; forward + backward per layer, medians of 7):
+// cuBLAS's 64/128 tiles; T <= 64 is one chunk, as before). Measured on the H200 at 5951f35bc59c (tests/
+// gpu_attention_chunks.c, B 8, T 1024, NH 12, HS 64; forward + backward per layer, medians of 7;
+// results/h200-gputest.log):
 // fp32 1 chunk 2.63 ms, 2: 2.33, 4: 2.12, 8: 2.44, 16: 2.82; bf16 1: 0.868, 2: 0.817, 4: 0.843,
 // 8: 0.912, 16: 1.152. Fewer FLOPs with more chunks, but each chunk's batched GEMMs fill the GPU less.
 // Those counts are for B*NH = 96 matrices per batched GEMM; with fewer (a small micro-batch under

@@ -27,6 +27,9 @@ mo_status mo_gpt_validate(const mo_gpt_config *c) {
         return MO_FAIL(MO_ERR_INVALID, "--precision: tf32 applies to fp32 only, not %s", mo_dtype_name(c->dtype));
     if (c->loss_scaling && c->loss_scale_init < 0)
         return MO_FAIL(MO_ERR_INVALID, "loss scale: initial scale %g is not positive", (double)c->loss_scale_init);
+    if (c->attn_fused && c->dtype != MO_F32 && (c->hidden / c->heads) % 8)
+        return MO_FAIL(MO_ERR_INVALID, "--attn fused: the 16-bit kernel needs a head size that is a multiple of 8 (got %d)",
+                       c->hidden / c->heads);
     if (c->hidden / c->heads > 128 && c->attn_fused)
         return MO_FAIL(MO_ERR_INVALID, "--attn fused: head size %d is above the kernel's 128", c->hidden / c->heads);
     return MO_OK;

@@ -270,11 +270,19 @@ mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_confi
                        pp, c->layers);
     if (sc->comm == MO_COMM_NCCL && sc->backend != MO_BACKEND_CUDA)
         return MO_FAIL(MO_ERR_INVALID, "--comm nccl: needs --backend cuda (--comm local runs on every backend)");
+    if (sc->comm == MO_COMM_NCCL) {
+        // One GPU per rank: checked here, before anything is built, so the run says "invalid" (exit 2).
+        int n = 0;
+        MO_TRY(mo_device_count(&n));
+        if (n < tp * pp)
+            return MO_FAIL(MO_ERR_INVALID, "--comm nccl: %d ranks need %d GPUs (one each), this machine has %d; "
+                           "--comm local runs every rank on one GPU", tp * pp, tp * pp, n);
+    }
     if (tp * pp > 1 && c->dtype != MO_F32)
-        return MO_FAIL(MO_ERR_UNSUPPORTED, "--tp %d --pp %d: split runs need --precision fp32 or tf32 (the communicator sums fp32), not %s",
+        return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: split runs need --precision fp32 or tf32 (the communicator sums fp32), not %s",
                        tp, pp, mo_dtype_name(c->dtype));
     if (tp * pp > 1 && c->loss_scaling)
-        return MO_FAIL(MO_ERR_UNSUPPORTED, "--tp %d --pp %d: loss scaling is not supported on split runs", tp, pp);
+        return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: loss scaling is not supported on split runs", tp, pp);
     return MO_OK;
 }
 

@@ -27,7 +27,7 @@
 //       embedding group) before the update.
 //   norm the global gradient norm (clipping): each rank's share gathered from every rank (all-gather).
 // Precision: fp32 and tf32 only when W > 1 (the communicator sums fp32): fp16/bf16 and the loss scaler
-// are refused with MO_ERR_UNSUPPORTED. W = 1 (tp 1, pp 1) is the plain model, unchanged.
+// are refused with MO_ERR_INVALID (bad input, exit 2). W = 1 (tp 1, pp 1) is the plain model, unchanged.
 //
 // Numerics: the split sums the same terms as the unsplit model in other groupings (a GEMM over C/tp
 // inputs, then the all-reduce; wte's two halves; the norm's partial sums), so loss and gradients agree
@@ -63,7 +63,7 @@ typedef struct mo_gpt_split_config {
 } mo_gpt_split_config;
 
 // Bad shapes or combinations: MO_ERR_INVALID naming --tp, --pp or --comm; 16-bit or loss scaling with
-// W > 1: MO_ERR_UNSUPPORTED. Includes mo_gpt_validate(cfg).
+// W > 1, or nccl with fewer GPUs than ranks: MO_ERR_INVALID as well. Includes mo_gpt_validate(cfg).
 mo_status mo_gpt_split_validate(const mo_gpt_config *cfg, const mo_gpt_split_config *sc);
 
 // Makes the W rank threads' allocators, contexts, communicators and shards (initialized as the

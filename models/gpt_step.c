@@ -206,11 +206,12 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     if (!a->att) {
         // Selective checkpointing dropped the probabilities: recompute them (the attention forward
         // again, its output into scratch), timed as recompute.
-        mo_timer t;
-        MO_TRY(mo_timer_init(x, &t));
-        MO_TRY(mo_timer_start(x, &t));
         void *scratch_out = NULL;
-        MO_TRY(act_alloc(m, NCl, &scratch_out));
+        MO_TRY(act_alloc(m, NCl, &scratch_out)); // before the timer: an out-of-memory leaks no events
+        mo_timer t;
+        mo_status ts = mo_timer_init(x, &t);
+        if (ts != MO_OK) { act_free(m, &scratch_out); return ts; }
+        if ((ts = mo_timer_start(x, &t)) != MO_OK) { mo_timer_destroy(&t); act_free(m, &scratch_out); return ts; }
         void *keep = a->atty;
         a->atty = scratch_out;
         mo_status st = attention_fwd(m, s, a);
@@ -422,9 +423,11 @@ static mo_status send_grad_recv_input(step_state *b, step_state *f) {
     mo_gpt *m = b->m;
     const mo_gpt_shard *sh = m->shard;
     if (sh->first) return MO_OK; // the embedding took d(input)
+    // Allocate before the barrier, as the other stage helpers do: an out-of-memory after it would leave
+    // the previous stage waiting in its sendrecv forever.
+    if (f) MO_TRY(act_alloc(m, (size_t)f->N * m->cfg.hidden, &f->enc));
     MO_TRY(gpt_sync_wait(sh->sync_prev));
     if (f) {
-        MO_TRY(act_alloc(m, (size_t)f->N * m->cfg.hidden, &f->enc));
         MO_TRY(mo_comm_sendrecv(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage - 1, f->enc, stage_bytes(f),
                                 sh->stage - 1));
     } else {

@@ -448,10 +448,10 @@ static void test_bad_input(void) {
     expect_bad(c, 2, 1, 1, MO_BACKEND_CPU, MO_ERR_INVALID, "--comm nccl");
     mo_gpt_config h = c;
     h.dtype = MO_BF16;
-    expect_bad(h, 2, 1, 0, MO_BACKEND_CPU, MO_ERR_UNSUPPORTED, "--precision");
+    expect_bad(h, 2, 1, 0, MO_BACKEND_CPU, MO_ERR_INVALID, "--precision");
     h.dtype = MO_F16;
     h.loss_scaling = 1;
-    expect_bad(h, 1, 2, 0, MO_BACKEND_DRY, MO_ERR_UNSUPPORTED, "--pp 2");
+    expect_bad(h, 1, 2, 0, MO_BACKEND_DRY, MO_ERR_INVALID, "--pp 2");
     // 16-bit without a split is the plain model: accepted.
     mo_gpt_split *s = NULL;
     mo_gpt_split_config sc = split_sc(1, 1, MO_BACKEND_DRY);
