@@ -1,4 +1,5 @@
 #include "bench/run_engine.h"
+#include "bench/planner.h" // the GPU catalog
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,21 +13,22 @@
 #endif
 
 double mo_device_peak_tflops(const char *name, mo_precision p) {
-    // Dense (no sparsity) datasheet figures of the SXM parts; sources in docs/gpus.md.
-    static const struct { const char *match; double fp32, tf32, half; } t[] = {
-        {"H200", 67.0, 494.7, 989.4},
-        {"H100", 67.0, 494.7, 989.4},
-        {"A100", 19.5, 156.0, 312.0},
-    };
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        if (!strstr(name, t[i].match)) continue;
+    // The dense datasheet figures of the planner's catalog (bench/gpus.txt, sources in docs/gpus.md):
+    // one table of GPUs for the MFU of a run and for the plan.
+    mo_gpu_catalog cat;
+    if (mo_gpu_catalog_load(NULL, &cat) != MO_OK) { mo_clear_error(); return 0; }
+    const mo_gpu_spec *g = mo_gpu_catalog_match_device(&cat, name);
+    double r = 0;
+    if (g) {
         switch (p) {
-        case MO_PREC_FP32: return t[i].fp32;
-        case MO_PREC_TF32: return t[i].tf32;
-        default: return t[i].half;
+        case MO_PREC_FP32: r = g->fp32; break;
+        case MO_PREC_TF32: r = g->tf32; break;
+        case MO_PREC_FP16: r = g->fp16; break;
+        case MO_PREC_BF16: r = g->bf16; break;
         }
     }
-    return 0;
+    mo_gpu_catalog_free(&cat);
+    return r;
 }
 
 static void git_rev(char *buf, size_t n) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include "bench/cli.h"
 #include "bench/planner.h"
+#include "bench/run_engine.h"
 #include "tests/testlib.h"
 
 static mo_run_config base_config(void) {
@@ -276,7 +277,24 @@ static void time_plan(const char *label, int argc, char **argv) {
     free(cli);
 }
 
+// The MFU of a run divides by the catalog's dense figure for the device (one table of GPUs).
+static void test_mfu_peak_from_catalog(void) {
+    mo_gpu_catalog cat;
+    if (!CHECK_OK(mo_gpu_catalog_load(NULL, &cat))) return;
+    const mo_gpu_spec *g = mo_gpu_catalog_find(&cat, "h200");
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(mo_device_peak_tflops("NVIDIA H200", MO_PREC_FP32) == g->fp32);
+        CHECK(mo_device_peak_tflops("NVIDIA H200", MO_PREC_TF32) == g->tf32);
+        CHECK(mo_device_peak_tflops("NVIDIA H200", MO_PREC_BF16) == g->bf16 && g->bf16 > 0);
+        CHECK(mo_device_peak_tflops("NVIDIA H200", MO_PREC_FP16) == g->fp16 && g->fp16 > 0);
+    }
+    CHECK(mo_device_peak_tflops("Some Unknown Accelerator", MO_PREC_BF16) == 0);
+    mo_gpu_catalog_free(&cat);
+}
+
 int main(void) {
+    test_mfu_peak_from_catalog();
     mo_run_env env;
     if (!CHECK_OK(mo_plan_env_init(&env))) return test_finish();
     test_plan_equals_runs(&env);
