@@ -319,8 +319,10 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
     double loss = s->sp ? mo_gpt_split_last_loss(s->sp) : s->m->last_loss;
     if (s->steps_run == 0) s->loss_first = loss;
     s->loss_last = loss;
-    s->skipped_steps = s->sp ? 0 : s->m->skipped_steps; // the split refuses 16-bit: no loss scaler
-    s->loss_scale = s->sp ? 1.0 : s->m->loss_scale;
+    // A split's ranks share one loss-scaler verdict: rank 0's figures are every rank's.
+    const mo_gpt *sm = s->sp ? mo_gpt_split_model(s->sp, 0) : s->m;
+    s->skipped_steps = sm->skipped_steps;
+    s->loss_scale = sm->loss_scale;
     s->steps_run++;
     if (s->timed) {
         if (s->n == s->cap_n) {

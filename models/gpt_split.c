@@ -278,11 +278,6 @@ mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_confi
             return MO_FAIL(MO_ERR_INVALID, "--comm nccl: %d ranks need %d GPUs (one each), this machine has %d; "
                            "--comm local runs every rank on one GPU", tp * pp, tp * pp, n);
     }
-    if (tp * pp > 1 && c->dtype != MO_F32)
-        return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: split runs need --precision fp32 or tf32 (the communicator sums fp32), not %s",
-                       tp, pp, mo_dtype_name(c->dtype));
-    if (tp * pp > 1 && c->loss_scaling)
-        return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: loss scaling is not supported on split runs", tp, pp);
     return MO_OK;
 }
 

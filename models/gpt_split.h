@@ -26,8 +26,11 @@
 //   wte the first and last stage's wte gradients are summed (all-reduce of the two; Megatron's
 //       embedding group) before the update.
 //   norm the global gradient norm (clipping): each rank's share gathered from every rank (all-gather).
-// Precision: fp32 and tf32 only when W > 1 (the communicator sums fp32): fp16/bf16 and the loss scaler
-// are refused with MO_ERR_INVALID (bad input, exit 2). W = 1 (tp 1, pp 1) is the plain model, unchanged.
+// Precision: every one. In fp16/bf16 the tp all-reduces widen the 16-bit partial sums to fp32, sum
+// them in rank order and round back once (so a 16-bit split differs from the unsplit model by about one
+// ulp of the 16-bit type per all-reduce, not by fp32 rounding; pp alone moves 16-bit activations
+// exactly); fp16's loss scaler takes one verdict for all ranks (inf/nan on any rank skips the step on
+// every rank), so the scale stays the same everywhere. W = 1 (tp 1, pp 1) is the plain model, unchanged.
 //
 // Numerics: the split sums the same terms as the unsplit model in other groupings (a GEMM over C/tp
 // inputs, then the all-reduce; wte's two halves; the norm's partial sums), so loss and gradients agree
@@ -62,8 +65,8 @@ typedef struct mo_gpt_split_config {
     double link_gbps;         // local kind's modelled link bandwidth (0: MO_COMM_DEFAULT_LINK_GBPS)
 } mo_gpt_split_config;
 
-// Bad shapes or combinations: MO_ERR_INVALID naming --tp, --pp or --comm; 16-bit or loss scaling with
-// W > 1, or nccl with fewer GPUs than ranks: MO_ERR_INVALID as well. Includes mo_gpt_validate(cfg).
+// Bad shapes or combinations: MO_ERR_INVALID naming --tp, --pp or --comm (nccl with fewer GPUs than
+// ranks too). Includes mo_gpt_validate(cfg).
 mo_status mo_gpt_split_validate(const mo_gpt_config *cfg, const mo_gpt_split_config *sc);
 
 // Makes the W rank threads' allocators, contexts, communicators and shards (initialized as the

@@ -83,12 +83,25 @@ static int segment_len(const mo_gpt *m) {
     return mo_gpt_segment_len(&t);
 }
 
-// Sum of the tp ranks' partial results (fp32; the split refuses 16-bit), the same bits on each.
+// Sum of the tp ranks' partial results (n elements of dt), the same bits on each. The communicator sums
+// fp32: a 16-bit buffer is widened into fp32 scratch (exact), summed in rank order, and rounded back
+// once. So a 16-bit split rounds each rank's partial GEMM output to dt before the sum, where the
+// unsplit GEMM rounds the whole sum once: about one ulp of dt per all-reduce, not fp32 rounding.
 static mo_status tp_allreduce(mo_gpt *m, void *buf, size_t n) {
     const mo_gpt_shard *sh = m->shard;
     if (!sh || sh->tp == 1) return MO_OK;
-    MO_TRY(gpt_sync_wait(sh->sync_tp));
-    return mo_comm_allreduce_sum(sh->tp_comm, (float *)buf, n);
+    if (DT == MO_F32) {
+        MO_TRY(gpt_sync_wait(sh->sync_tp));
+        return mo_comm_allreduce_sum(sh->tp_comm, (float *)buf, n);
+    }
+    void *f = NULL; // (n) fp32; taken before the barrier (an out-of-memory after it would hang the peers)
+    MO_TRY(mo_scratch_alloc(m->ctx, n * sizeof(float), &f));
+    mo_status st = mo_cast_mixed(m->ctx, MO_F32, f, DT, buf, n);
+    if (st == MO_OK) st = gpt_sync_wait(sh->sync_tp);
+    if (st == MO_OK) st = mo_comm_allreduce_sum(sh->tp_comm, (float *)f, n);
+    if (st == MO_OK) st = mo_cast_mixed(m->ctx, DT, buf, MO_F32, f, n);
+    mo_status st2 = mo_scratch_free(m->ctx, f);
+    return st != MO_OK ? st : st2;
 }
 
 // n elements of the activation dtype
@@ -564,6 +577,23 @@ static mo_status split_sumsq(mo_gpt *m, double *ss) {
     return st;
 }
 
+// *flag := 1 on every rank if it is non-zero on any rank (a world all-reduce of 0/1 as fp32): the loss
+// scaler of a split must skip, halve and grow on all ranks together, or their scales and weights part.
+static mo_status split_any(mo_gpt *m, int *flag) {
+    const mo_gpt_shard *sh = m->shard;
+    void *dev = NULL;
+    float v = *flag ? 1.0f : 0.0f;
+    MO_TRY(mo_scratch_alloc(m->ctx, sizeof(float), &dev));
+    mo_status st = mo_memcpy_h2d(m->ctx, dev, &v, sizeof v);
+    if (st == MO_OK) st = gpt_sync_wait(sh->sync_world);
+    if (st == MO_OK) st = mo_comm_allreduce_sum(sh->world_comm, (float *)dev, 1);
+    if (st == MO_OK && m->ctx->backend != MO_BACKEND_DRY) st = mo_memcpy_d2h(m->ctx, &v, dev, sizeof v);
+    mo_status st2 = mo_scratch_free(m->ctx, dev);
+    if (st != MO_OK) return st;
+    *flag = v > 0;
+    return st2;
+}
+
 // The loss scaler's verdict on the gradients of this step (fp16): 1 when the update must be skipped.
 // An inf or NaN anywhere halves the scale; scaler_interval clean steps in a row double it.
 static mo_status scaler_check(mo_gpt *m, int *skip) {
@@ -572,6 +602,7 @@ static mo_status scaler_check(mo_gpt *m, int *skip) {
     int bad = 0;
     OP_CTX(m->ctx, MO_PROF_OPTIMIZER, mo_nonfinite(m->ctx, m->grads, m->num_params, &bad));
     if (m->inject_nonfinite) { bad = 1; m->inject_nonfinite = 0; }
+    if (m->shard && m->shard->world > 1) MO_TRY(split_any(m, &bad)); // one verdict for every rank
     if (bad) {
         m->loss_scale *= 0.5f;
         m->scaler_clean = 0;

@@ -73,7 +73,6 @@ bad "--batch" sweep --batch 4,,8
 bad "--tp 5" run --tp 5
 bad "--pp 5" run --pp 5
 bad "--comm nccl" run --comm nccl --backend cpu
-bad "split runs need --precision fp32 or tf32" run --backend dry --tp 2 --precision bf16
 bad "--profile: not available on split runs" run --backend dry --tp 2 --profile
 bad "--attn fused: the 16-bit kernel needs a head size that is a multiple of 8" run --backend dry --heads 64 --precision bf16 --attn fused
 bad "--gpu" run --gpu h200

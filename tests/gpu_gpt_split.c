@@ -71,6 +71,30 @@ static void test_tf32(uint64_t seed) {
     split_ref_free(&got);
 }
 
+// 16-bit splits on the GPU against the cuda unsplit model of the same precision (tolerances and why:
+// test_gpt_split.c, test_mixed_split: one 16-bit ulp per tp all-reduce), plus the same bits twice.
+static void test_mixed(uint64_t seed) {
+    const mo_dtype dts[2] = {MO_BF16, MO_F16};
+    for (int d = 0; d < 2; d++) {
+        mo_gpt_config c = gpu_config();
+        c.dtype = dts[d];
+        c.loss_scaling = dts[d] == MO_F16;
+        c.accum = 2;
+        split_ref gpu, got, again;
+        int rep = 0, rep2 = 0;
+        if (!split_ref_run(MO_BACKEND_CUDA, c, seed, 0, &gpu)) return;
+        if (!split_run(c, split_sc(2, 2, MO_BACKEND_CUDA), seed, 0, &got, &rep)) return;
+        if (!split_run(c, split_sc(2, 2, MO_BACKEND_CUDA), seed, 0, &again, &rep2)) return;
+        char what[96];
+        snprintf(what, sizeof what, "%s tp 2 pp 2 accum 2 vs cuda unsplit", mo_dtype_name(dts[d]));
+        compare(what, &c, &got, &gpu, dts[d] == MO_BF16 ? 5e-2 : 1e-2, dts[d] == MO_BF16 ? 2e-3 : 5e-4);
+        CHECK(rep && rep2);
+        CHECK_MSG(got.loss == again.loss && !memcmp(got.grads, again.grads, got.n * sizeof(float)),
+                  "%s tp 2 pp 2: two GPU split runs differ", mo_dtype_name(dts[d]));
+        split_ref_free(&gpu); split_ref_free(&got); split_ref_free(&again);
+    }
+}
+
 static void test_dry_equals_cuda(void) {
     int grid[][5] = {{2, 1, 1, MO_CKPT_NONE, 0}, {1, 2, 2, MO_CKPT_FULL, 0}, {2, 2, 4, MO_CKPT_SELECTIVE, 0},
                      {4, 1, 2, MO_CKPT_SQRT, 1}};
@@ -188,6 +212,7 @@ int main(void) {
     uint64_t seed = test_seed_from_time();
     test_split_equals_unsplit(seed);
     test_tf32(seed + 1);
+    test_mixed(seed + 3);
     test_dry_equals_cuda();
     test_oom_unwinds();
     test_nccl(seed + 2);

@@ -198,11 +198,16 @@ static void test_dry_equals_cpu(void) {
         {4, 1, 2, MO_CKPT_SQRT, 0, 1, "tp 4, accum 2, ckpt sqrt, attn fused"},
         {1, 4, 4, MO_CKPT_EVERY, 1, 0, "pp 4, accum 4, ckpt every:1"},
         {2, 4, 8, MO_CKPT_NONE, 0, 0, "tp 2 pp 4, accum 8"},
+        {2, 2, 2, MO_CKPT_SELECTIVE, 0, 0, "bf16 tp 2 pp 2, accum 2, ckpt selective"},
+        {2, 1, 1, MO_CKPT_NONE, 0, 1, "fp16 tp 2, attn fused"},
     };
+    const mo_dtype gdt[] = {MO_F32, MO_F32, MO_F32, MO_F32, MO_F32, MO_F32, MO_BF16, MO_F16};
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
         const split_case *k = &grid[i];
         mo_gpt_config c = split_config();
         c.accum = k->accum; c.ckpt = k->ckpt; c.ckpt_every = k->every; c.attn_fused = k->fused;
+        c.dtype = gdt[i];
+        c.loss_scaling = gdt[i] == MO_F16;
         c.grad_clip = 1.0f;
         int W = k->tp * k->pp, same = 1;
         mo_alloc_stats st[2][8];
@@ -446,17 +451,96 @@ static void test_bad_input(void) {
     expect_bad(c, 1, 3, 0, MO_BACKEND_CPU, MO_ERR_INVALID, "--pp 3");
     expect_bad(c, 1, 0, 0, MO_BACKEND_CPU, MO_ERR_INVALID, "--pp 0");
     expect_bad(c, 2, 1, 1, MO_BACKEND_CPU, MO_ERR_INVALID, "--comm nccl");
+    // 16-bit splits, with fp16's loss scaler, are accepted (test_mixed_split checks them).
     mo_gpt_config h = c;
-    h.dtype = MO_BF16;
-    expect_bad(h, 2, 1, 0, MO_BACKEND_CPU, MO_ERR_INVALID, "--precision");
     h.dtype = MO_F16;
     h.loss_scaling = 1;
-    expect_bad(h, 1, 2, 0, MO_BACKEND_DRY, MO_ERR_INVALID, "--pp 2");
-    // 16-bit without a split is the plain model: accepted.
     mo_gpt_split *s = NULL;
-    mo_gpt_split_config sc = split_sc(1, 1, MO_BACKEND_DRY);
+    mo_gpt_split_config sc = split_sc(2, 2, MO_BACKEND_DRY);
+    CHECK_OK(mo_gpt_split_validate(&h, &sc));
     CHECK_OK(mo_gpt_split_create(&s, &h, &sc));
     mo_gpt_split_destroy(s);
+}
+
+// fp16 and bf16 splits against the unsplit model of the same precision. pp alone passes 16-bit
+// activations between stages unchanged and only regroups fp32 sums (wte's two halves): fp32 rounding,
+// 1e-5 as in fp32. tp rounds each rank's partial proj/fcproj output (and partial d ln1, d ln2) to the
+// 16-bit type before the all-reduce, where the unsplit GEMM rounds the full sum once: one ulp (2^-8
+// bf16, 2^-11 fp16) on those tensors, compounded over 4 layers forward and back. Tolerances per
+// gradient tensor: bf16 5e-2, fp16 1e-2 (the GPU-vs-CPU 16-bit model test measured 3e-3..6e-3 bf16 and
+// 6e-4..8e-4 fp16 for the same kind of one-ulp flips); loss 2e-3 / 5e-4 relative. Measured here: bf16
+// tp worst 7.8e-3, fp16 1.0e-3; pp alone 3e-8 (fp32 rounding), losses within 4e-5 / 8e-6. A wrong conversion
+// (no widening, a sum in 16 bits, a missing round back) or a dropped partial gives O(1). fp16's scaler:
+// an inf injected on one rank only must skip the step on every rank and halve every rank's scale.
+static void test_mixed_split(void) {
+    const mo_dtype dts[2] = {MO_BF16, MO_F16};
+    split_case cases[] = {
+        {1, 2, 2, MO_CKPT_NONE, 0, 0, "pp 2, accum 2"},
+        {2, 1, 1, MO_CKPT_NONE, 0, 0, "tp 2"},
+        {2, 2, 2, MO_CKPT_FULL, 0, 0, "tp 2 pp 2, accum 2, ckpt full"},
+        {4, 1, 1, MO_CKPT_NONE, 0, 1, "tp 4, attn fused"},
+    };
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const split_case *k = &cases[i];
+            mo_gpt_config c = split_config();
+            c.hidden = 64; // head size 16: the 16-bit fused kernel takes multiples of 8
+            c.dtype = dts[d];
+            c.loss_scaling = dts[d] == MO_F16;
+            c.accum = k->accum; c.ckpt = k->ckpt; c.attn_fused = k->fused;
+            mo_gpt_config plain = c;
+            plain.ckpt = MO_CKPT_NONE;
+            split_ref ref, got;
+            int rep = 0;
+            if (!split_ref_run(MO_BACKEND_CPU, plain, 11, 0, &ref)) return;
+            if (!split_run(c, split_sc(k->tp, k->pp, MO_BACKEND_CPU), 11, 0, &got, &rep)) { split_ref_free(&ref); continue; }
+            int wp = 0;
+            double e = split_worst_tensor(&c, got.grads, ref.grads, &wp);
+            double le = fabs(got.loss - ref.loss) / fabs(ref.loss);
+            int bf = dts[d] == MO_BF16, tp_only_pp = k->tp == 1;
+            double gt = tp_only_pp ? GRAD_TOL : bf ? 5e-2 : 1e-2, lt = tp_only_pp ? LOSS_TOL : bf ? 2e-3 : 5e-4;
+            printf("  %s %-40s loss %.7f (unsplit %.7f, rel %.1e), worst gradient %s rel %.2e (tol %.0e)\n",
+                   mo_dtype_name(dts[d]), k->what, got.loss, ref.loss, le, split_pname[wp], e, gt);
+            CHECK_MSG(e <= gt, "%s %s: gradient of %s off by %.3e", mo_dtype_name(dts[d]), k->what, split_pname[wp], e);
+            CHECK_MSG(le <= lt, "%s %s: loss %.9g vs unsplit %.9g", mo_dtype_name(dts[d]), k->what, got.loss, ref.loss);
+            CHECK_MSG(rep, "%s %s: a replicated tensor differs between ranks", mo_dtype_name(dts[d]), k->what);
+            split_ref_free(&ref);
+            split_ref_free(&got);
+        }
+    // The scaler's one verdict: inject an inf on the last rank only.
+    mo_gpt_config c = split_config();
+    c.hidden = 64;
+    c.dtype = MO_F16;
+    c.loss_scaling = 1;
+    c.loss_scale_init = 1024.0f;
+    c.scaler_interval = 2;
+    mo_gpt_split *s = NULL;
+    mo_gpt_split_config sc = split_sc(2, 2, MO_BACKEND_CPU);
+    if (!CHECK_OK(split_open(&s, &c, &sc, 3))) return;
+    int W = mo_gpt_split_world(s);
+    CHECK_OK(mo_gpt_split_step(s));
+    mo_gpt_split_model(s, W - 1)->inject_nonfinite = 1;
+    CHECK_OK(mo_gpt_split_step(s));
+    int same = 1;
+    for (int r = 0; r < W; r++) {
+        mo_gpt *m = mo_gpt_split_model(s, r);
+        same &= m->skipped_steps == 1 && m->loss_scale == 512.0f && m->step == 1 && m->last_skipped == 1;
+    }
+    CHECK_MSG(same, "an inf on rank %d did not skip the step and halve the scale on every rank", W - 1);
+    CHECK_OK(mo_gpt_split_step(s));
+    CHECK_OK(mo_gpt_split_step(s));
+    for (int r = 0; r < W; r++) {
+        mo_gpt *m = mo_gpt_split_model(s, r);
+        CHECK_MSG(m->loss_scale == 1024.0f && m->step == 3, "rank %d: scale %g after 2 clean steps (want 1024), %d updates",
+                  r, (double)m->loss_scale, m->step);
+    }
+    float *p = malloc(mo_gpt_num_params(&c) * sizeof(float));
+    int rep = 0;
+    CHECK_OK(mo_gpt_split_gather(s, 0, p, &rep));
+    CHECK_MSG(rep, "fp16 split: replicas differ after a skipped step");
+    free(p);
+    mo_gpt_split_destroy(s);
+    printf("  fp16 tp 2 pp 2: an inf on rank %d skipped the step on all %d ranks (scale 1024 -> 512 -> 1024)\n", W - 1, W);
 }
 
 int main(void) {
@@ -472,5 +556,6 @@ int main(void) {
     test_pipeline_memory();
     test_oom_unwinds();
     test_create_oom();
+    test_mixed_split();
     return test_finish();
 }
