@@ -68,7 +68,7 @@ fi
 if has peer; then
   P() { PYTHONUNBUFFERED=1 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-gpt2-124m.csv" "$@"; }
   P --attn materialized,fused --precision fp32,tf32,bf16,fp16
-  P --attn materialized --precision fp32,bf16 --ckpt full
+  P --attn materialized --precision fp32,bf16 --ckpt full,sqrt,selective,every:2
   P --attn materialized --precision fp32,bf16 --accum 4
 fi
 if has claims; then

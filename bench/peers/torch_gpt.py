@@ -19,13 +19,22 @@ from torch.utils.checkpoint import checkpoint
 PRESETS = {"gpt2-124m": (12, 768, 12), "gpt2-350m": (24, 1024, 16), "gpt2-774m": (36, 1280, 20), "gpt2-1558m": (48, 1600, 25)}
 
 
+def attention_core(q, k, v):
+    """softmax(q k^T / sqrt(HS), causal) v, materialized: the (B, NH, T, T) scores and probabilities."""
+    T = q.size(-2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, NH, T, T)
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    return F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+
 class Block(nn.Module):
-    def __init__(self, C, NH, fused):
+    def __init__(self, C, NH, fused, selective=False):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
         self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
         self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
         self.NH, self.fused = NH, fused
+        self.selective = selective  # --ckpt selective: recompute only the attention core (Korthikanti et al.)
 
     def attn(self, x):
         B, T, C = x.shape
@@ -33,11 +42,10 @@ class Block(nn.Module):
         q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))  # (B, NH, T, HS)
         if self.fused:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.selective:
+            y = checkpoint(attention_core, q, k, v, use_reentrant=False)
         else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, NH, T, T)
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-            y = att @ v
+            y = attention_core(q, k, v)
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
     def forward(self, x):
@@ -45,11 +53,28 @@ class Block(nn.Module):
         return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
+def segment_len(ckpt, L):
+    """Blocks per checkpoint segment, as memopt's mo_gpt_segment_len: full 1, every:K K, sqrt ceil(sqrt L)."""
+    if ckpt == "full":
+        return 1
+    if ckpt.startswith("every:"):
+        return int(ckpt.split(":", 1)[1])
+    if ckpt == "sqrt":
+        return max(1, math.ceil(math.sqrt(L)))
+    return 0  # none, selective
+
+
+def run_blocks(blocks, x):
+    for b in blocks:
+        x = b(x)
+    return x
+
+
 class GPT(nn.Module):
     def __init__(self, L, C, NH, T, V, fused, ckpt):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        self.blocks = nn.ModuleList(Block(C, NH, fused) for _ in range(L))
+        self.blocks = nn.ModuleList(Block(C, NH, fused, ckpt == "selective") for _ in range(L))
         self.lnf = nn.LayerNorm(C)
         self.ckpt = ckpt
         for n, p in self.named_parameters():
@@ -61,8 +86,15 @@ class GPT(nn.Module):
     def forward(self, idx, targets):
         B, T = idx.shape
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-        for b in self.blocks:
-            x = checkpoint(b, x, use_reentrant=False) if self.ckpt == "full" else b(x)
+        K = segment_len(self.ckpt, len(self.blocks))
+        if K == 0:
+            for b in self.blocks:
+                x = b(x)
+        else:
+            # memopt's policies: keep each segment's input, recompute the segment in backward
+            for i in range(0, len(self.blocks), K):
+                seg = self.blocks[i:i + K]
+                x = checkpoint(lambda t, seg=seg: run_blocks(seg, t), x, use_reentrant=False)
         logits = self.lnf(x) @ self.wte.weight.t()  # (B, T, V), tied
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
@@ -120,7 +152,7 @@ def run(a):
                vocab=a.vocab, attn=a.attn, precision=a.precision, ckpt=a.ckpt, accum=a.accum,
                step_ms=statistics.median(times), step_ms_p10=q(0.1), step_ms_p90=q(0.9), peak_allocated_bytes=peak,
                static_bytes=static, activation_peak_bytes=peak - static, loss_first=losses[0], loss_last=losses[-1])
-    print(f"pytorch {a.precision:4s} attn {a.attn:12s} ckpt {a.ckpt:4s} accum {a.accum}: step {row['step_ms']:.2f} ms "
+    print(f"pytorch {a.precision:4s} attn {a.attn:12s} ckpt {a.ckpt:9s} accum {a.accum}: step {row['step_ms']:.2f} ms "
           f"(p10 {row['step_ms_p10']:.2f}, p90 {row['step_ms_p90']:.2f}), peak {peak / 2**20:.0f} MiB, "
           f"activations {(peak - static) / 2**20:.0f} MiB, loss {losses[0]:.3f} -> {losses[-1]:.3f}", flush=True)
     if a.csv:
@@ -145,7 +177,7 @@ def main():
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--attn", default="materialized", help="comma list of materialized, fused")
     p.add_argument("--precision", default="fp32", help="comma list of fp32, tf32, fp16, bf16")
-    p.add_argument("--ckpt", default="none", help="comma list of none, full")
+    p.add_argument("--ckpt", default="none", help="comma list of none, full, every:K, sqrt, selective")
     p.add_argument("--accum", default="1", help="comma list of micro-batch counts")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
