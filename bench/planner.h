@@ -124,6 +124,11 @@ typedef struct mo_roofline {
     double flops;                  // every op's flops (recompute included)
     double gemm_s, mem_s;          // floors at the datasheet peaks: GEMM ops, memory-bound ops
     int kernels;                   // ops counted
+    // Split runs (--tp/--pp above 1), per rank on its own GPU of the plan: compute divided by tp*pp,
+    // times the 1F1B bubble (accum + pp - 1) / accum; comm_s the rank's all-reduce / send volume at the
+    // GPU's per-direction link rate (not scaled by any fitted efficiency). 0 for unsplit runs.
+    double comm_s;
+    double bubble;                 // the factor applied (1 unsplit)
 } mo_roofline;
 
 // The step's ops (forward, backward, recompute, optimizer) of rc on GPU g. GEMMs (the linear layers,

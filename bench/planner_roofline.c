@@ -130,6 +130,27 @@ static void block_bwd(acc *a, const shape *s, int recompute_attention) {
     layernorm_bwd(a, s);
 }
 
+// A split's time per rank, first order (models/gpt_split.h for what moves): each rank does 1/(tp*pp)
+// of the compute (the replicated LayerNorms, embeddings and LM head of tp ranks are not counted
+// twice: an optimistic simplification), the 1F1B pipeline idles (pp - 1) of (accum + pp - 1) slots,
+// and the link carries per micro-batch, per block of the stage: 4 tp all-reduces of (B/accum, T, C)
+// activations (2 forward, 2 backward; a ring moves 2 (tp-1)/tp of each), and per stage boundary one
+// activation forward and one gradient back; recompute's extra forward all-reduces are ignored.
+static void split_step(const mo_run_config *rc, const mo_gpu_spec *g, const shape *s, mo_roofline *out) {
+    int tp = rc->tp, pp = rc->pp, W = tp * pp;
+    if (W <= 1) return;
+    double bubble = (double)(rc->accum + pp - 1) / rc->accum;
+    out->gemm_s = out->gemm_s / W * bubble;
+    out->mem_s = out->mem_s / W * bubble;
+    out->bubble = bubble;
+    double act = s->N * s->C * s->e; // one (B/accum, T, C) activation, bytes
+    double bytes = 0;
+    if (tp > 1) bytes += rc->accum * (double)(rc->layers / pp) * 4 * act * 2.0 * (tp - 1) / tp;
+    if (pp > 1) bytes += rc->accum * 2 * act;
+    double link = g->link_gbs > 0 ? 0.5e9 * g->link_gbs : 0; // the vendor states both directions together
+    out->comm_s = link > 0 ? bytes / link : 0;
+}
+
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
     memset(out, 0, sizeof *out);
     acc a = {out, 1e12 * mo_gpu_gemm_tflops(g, rc->precision, NULL), 1e12 * g->fp32, 1e9 * g->mem_bw_gbs};
@@ -174,6 +195,8 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
     op(&a, 0, 0, 4.0 * P);
     op(&a, 0, 2.0 * P, 4.0 * P);
     op(&a, 0, 12.0 * P, 28.0 * P + (half ? 6.0 * P : 0)); // p, g, m, v read; p, m, v written (+16-bit copy)
+    out->bubble = 1.0;
+    split_step(rc, g, &s, out);
 }
 
 // ---------------------------------------------------------------- calibration
@@ -188,7 +211,7 @@ void mo_plan_calib_defaults(mo_plan_calib *c) {
 }
 
 double mo_plan_step_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p) {
-    return 1e3 * (r->gemm_s / c->eff_gemm[p] + r->mem_s / c->eff_mem[p]);
+    return 1e3 * (r->gemm_s / c->eff_gemm[p] + r->mem_s / c->eff_mem[p] + r->comm_s);
 }
 
 static int cmp_double(const void *x, const void *y) {

@@ -293,8 +293,34 @@ static void test_mfu_peak_from_catalog(void) {
     mo_gpu_catalog_free(&cat);
 }
 
+// A split's roofline: compute / (tp*pp) times the 1F1B bubble (accum + pp - 1) / accum, plus the link
+// time of the stated volume; an unsplit run has no communication term.
+static void test_split_roofline(void) {
+    mo_gpu_catalog cat;
+    if (!CHECK_OK(mo_gpu_catalog_load(NULL, &cat))) return;
+    const mo_gpu_spec *g = mo_gpu_catalog_find(&cat, "h100-sxm");
+    if (!g) { mo_gpu_catalog_free(&cat); return; }
+    mo_run_config rc = base_config(); // gpt2-124m, B 8 x T 1024
+    rc.layers = 12; rc.hidden = 768; rc.heads = 12; rc.seq = 1024; rc.batch = 8; rc.vocab = 50304;
+    rc.accum = 4;
+    mo_roofline u, sp;
+    mo_roofline_step(&rc, g, &u);
+    CHECK(u.comm_s == 0 && u.bubble == 1.0);
+    rc.tp = 2; rc.pp = 2;
+    mo_roofline_step(&rc, g, &sp);
+    double bubble = (4.0 + 2 - 1) / 4;
+    CHECK_MSG(fabs(sp.gemm_s - u.gemm_s / 4 * bubble) < 1e-12 && fabs(sp.mem_s - u.mem_s / 4 * bubble) < 1e-12,
+              "split compute %g/%g, want %g/%g", sp.gemm_s, sp.mem_s, u.gemm_s / 4 * bubble, u.mem_s / 4 * bubble);
+    // tp: 4 all-reduces per block of the stage (6 of 12), ring 2(t-1)/t = 1; pp: 2 transfers; per micro-batch
+    double act = 2.0 * 1024 * 768 * 4, bytes = 4 * (6 * 4 * act * 1.0 + 2 * act);
+    CHECK_MSG(fabs(sp.comm_s - bytes / (0.5e9 * g->link_gbs)) < 1e-12, "comm %g s, want %g", sp.comm_s,
+              bytes / (0.5e9 * g->link_gbs));
+    mo_gpu_catalog_free(&cat);
+}
+
 int main(void) {
     test_mfu_peak_from_catalog();
+    test_split_roofline();
     mo_run_env env;
     if (!CHECK_OK(mo_plan_env_init(&env))) return test_finish();
     test_plan_equals_runs(&env);
