@@ -130,23 +130,35 @@ static void block_bwd(acc *a, const shape *s, int recompute_attention) {
     layernorm_bwd(a, s);
 }
 
-// A split's time per rank, first order (models/gpt_split.h for what moves): each rank does 1/(tp*pp)
-// of the compute (the replicated LayerNorms, embeddings and LM head of tp ranks are not counted
-// twice: an optimistic simplification), the 1F1B pipeline idles (pp - 1) of (accum + pp - 1) slots,
-// and the link carries per micro-batch, per block of the stage: 4 tp all-reduces of (B/accum, T, C)
-// activations (2 forward, 2 backward; a ring moves 2 (tp-1)/tp of each), and per stage boundary one
-// activation forward and one gradient back; recompute's extra forward all-reduces are ignored.
-static void split_step(const mo_run_config *rc, const mo_gpu_spec *g, const shape *s, mo_roofline *out) {
+// The parts of the step a split does not divide evenly (seconds at the datasheet rates).
+typedef struct split_part {
+    double head_gemm, head_mem; // lnf, LM head, loss and their backward: all micro-batches
+    double opt_gemm, opt_mem;   // the optimizer, once per step
+} split_part;
+
+// A split's time per rank, first order, for the critical rank: a tp rank of the last stage (it runs
+// the LM head, replicated on every tp rank, besides its share of the blocks). Per micro-batch its
+// compute is the blocks / (tp*pp) plus the whole head; the 1F1B pipeline stretches the micro-batch
+// part by (accum + pp - 1) / accum; the optimizer (not pipelined) is divided by tp*pp (optimistic: the
+// replicated LayerNorms and the tied wte copies are updated on several ranks). The link carries, per
+// micro-batch and block of the stage, 4 tp all-reduces of (B/accum, T, C) in fp32 (16-bit runs widen
+// to fp32 before the sum; a ring moves 2 (tp-1)/tp of each), one activation forward and one gradient
+// back per stage boundary (16 bits when mixed), and once per step the tied wte gradient's all-reduce
+// between the first and last stage (V*C fp32); recompute's extra forward all-reduces are ignored.
+static void split_step(const mo_run_config *rc, const mo_gpu_spec *g, const shape *s, const split_part *pt,
+                       mo_roofline *out) {
     int tp = rc->tp, pp = rc->pp, W = tp * pp;
     if (W <= 1) return;
     double bubble = (double)(rc->accum + pp - 1) / rc->accum;
-    out->gemm_s = out->gemm_s / W * bubble;
-    out->mem_s = out->mem_s / W * bubble;
+    double blocks_gemm = out->gemm_s - pt->head_gemm - pt->opt_gemm, blocks_mem = out->mem_s - pt->head_mem - pt->opt_mem;
+    // the head is on one stage, in full on each of its tp ranks: not divided
+    out->gemm_s = (blocks_gemm / W + pt->head_gemm) * bubble + pt->opt_gemm / W;
+    out->mem_s = (blocks_mem / W + pt->head_mem) * bubble + pt->opt_mem / W;
     out->bubble = bubble;
-    double act = s->N * s->C * s->e; // one (B/accum, T, C) activation, bytes
+    double act32 = s->N * s->C * 4, act = s->N * s->C * s->e; // one (B/accum, T, C) activation, bytes
     double bytes = 0;
-    if (tp > 1) bytes += rc->accum * (double)(rc->layers / pp) * 4 * act * 2.0 * (tp - 1) / tp;
-    if (pp > 1) bytes += rc->accum * 2 * act;
+    if (tp > 1) bytes += rc->accum * (double)(rc->layers / pp) * 4 * act32 * 2.0 * (tp - 1) / tp;
+    if (pp > 1) bytes += rc->accum * 2 * act + s->V * s->C * 4.0; // boundaries; the wte tie (2 ranks: ring factor 1)
     double link = g->link_gbs > 0 ? 0.5e9 * g->link_gbs : 0; // the vendor states both directions together
     out->comm_s = link > 0 ? bytes / link : 0;
 }
@@ -168,15 +180,19 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
     double NC = s.N * s.C, NV = s.N * s.V;
     int recompute_blocks = rc->ckpt.kind == MO_CKPT_FULL || rc->ckpt.kind == MO_CKPT_EVERY || rc->ckpt.kind == MO_CKPT_SQRT;
     int recompute_attention = rc->ckpt.kind == MO_CKPT_SELECTIVE && !s.fused;
+    double head_gemm = 0, head_mem = 0;
     for (int micro = 0; micro < rc->accum; micro++) {
         op(&a, 0, 0, s.e * NC + 8 * NC);                 // embedding: wte and wpe rows (fp32) to the stream
         for (int l = 0; l < L; l++) block_fwd(&a, &s);
+        double g0 = out->gemm_s, m0 = out->mem_s;        // the head: on every tp rank of the last stage
         layernorm_fwd(&a, &s);
         linear_fwd(&a, &s, s.C, s.V, 0);                  // logits
         op(&a, 0, 5 * NV, s.e * 2 * NV);                  // softmax cross-entropy, dlogits in place
         linear_bwd(&a, &s, s.C, s.V, 0);
         op(&a, 0, 0, s.e * NC);                           // zero the residual gradient
         layernorm_bwd(&a, &s);
+        head_gemm += out->gemm_s - g0;
+        head_mem += out->mem_s - m0;
         for (int l = L - 1; l >= 0; l--) {
             if (recompute_blocks) block_fwd(&a, &s);      // every block's forward once more, by segments
             block_bwd(&a, &s, recompute_attention);
@@ -192,11 +208,13 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
         gc.batch = rc->batch; gc.vocab = rc->vocab; gc.accum = rc->accum;
         P = mo_gpt_num_params(&gc);
     }
+    double og0 = out->gemm_s, om0 = out->mem_s;
     op(&a, 0, 0, 4.0 * P);
     op(&a, 0, 2.0 * P, 4.0 * P);
     op(&a, 0, 12.0 * P, 28.0 * P + (half ? 6.0 * P : 0)); // p, g, m, v read; p, m, v written (+16-bit copy)
     out->bubble = 1.0;
-    split_step(rc, g, &s, out);
+    split_part parts = {head_gemm, head_mem, out->gemm_s - og0, out->mem_s - om0};
+    split_step(rc, g, &s, &parts, out);
 }
 
 // ---------------------------------------------------------------- calibration

@@ -6,6 +6,8 @@
 //     unsplit model on the GPU; replicated tensors bit-identical across the ranks;
 //   - two split runs give the same bits (the local kind sums in rank order on the device too);
 //   - tf32 split runs within tf32's tolerance of the fp32 unsplit CPU model;
+//   - bf16 and fp16 tp 2 x pp 2 against the cuda unsplit model of the same precision (one 16-bit ulp
+//     per tp all-reduce: tolerances of test_gpt_split.c), the same bits twice;
 //   - every rank's dry-backend peaks equal its cuda peaks (allocated and reserved, to the byte);
 //   - an out-of-memory on one rank (a cap between the stages' peaks) unwinds every rank, no hang;
 //   - nccl: the same bits as local (both sum in rank order), times measured, not modelled.
@@ -82,9 +84,12 @@ static void test_mixed(uint64_t seed) {
         c.accum = 2;
         split_ref gpu, got, again;
         int rep = 0, rep2 = 0;
-        if (!split_ref_run(MO_BACKEND_CUDA, c, seed, 0, &gpu)) return;
-        if (!split_run(c, split_sc(2, 2, MO_BACKEND_CUDA), seed, 0, &got, &rep)) return;
-        if (!split_run(c, split_sc(2, 2, MO_BACKEND_CUDA), seed, 0, &again, &rep2)) return;
+        memset(&got, 0, sizeof got);
+        memset(&again, 0, sizeof again);
+        int ok = split_ref_run(MO_BACKEND_CUDA, c, seed, 0, &gpu) &&
+                 split_run(c, split_sc(2, 2, MO_BACKEND_CUDA), seed, 0, &got, &rep) &&
+                 split_run(c, split_sc(2, 2, MO_BACKEND_CUDA), seed, 0, &again, &rep2);
+        if (!ok) { split_ref_free(&gpu); split_ref_free(&got); split_ref_free(&again); return; }
         char what[96];
         snprintf(what, sizeof what, "%s tp 2 pp 2 accum 2 vs cuda unsplit", mo_dtype_name(dts[d]));
         compare(what, &c, &got, &gpu, dts[d] == MO_BF16 ? 5e-2 : 1e-2, dts[d] == MO_BF16 ? 2e-3 : 5e-4);

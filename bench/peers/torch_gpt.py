@@ -58,10 +58,15 @@ def segment_len(ckpt, L):
     if ckpt == "full":
         return 1
     if ckpt.startswith("every:"):
-        return int(ckpt.split(":", 1)[1])
+        k = int(ckpt.split(":", 1)[1])
+        if not 1 <= k <= L:
+            raise SystemExit(f"torch_gpt.py: --ckpt {ckpt}: K must be in 1..{L}")
+        return k
     if ckpt == "sqrt":
         return max(1, math.ceil(math.sqrt(L)))
-    return 0  # none, selective
+    if ckpt in ("none", "selective"):
+        return 0
+    raise SystemExit(f"torch_gpt.py: --ckpt {ckpt}: accepted: none, full, every:K, sqrt, selective")
 
 
 def run_blocks(blocks, x):
