@@ -59,25 +59,7 @@ static uint16_t *hrand16(mo_dtype dt, size_t n, float lo, float hi) {
     free(f);
     return h;
 }
-static void *dnew(size_t bytes) {
-    void *p = NULL;
-    if (!CHECK_OK(mo_alloc(ga, bytes ? bytes : 1, MO_CAT_ACTIVATION, &p))) exit(test_finish());
-    return p;
-}
-static void dfree(void *p) {
-    if (p && mo_free(ga, p) != MO_OK) CHECK_MSG(0, "mo_free: %s", mo_errmsg());
-}
-static void h2d(void *d, const void *h, size_t bytes) {
-    if (!CHECK_OK(mo_memcpy_h2d(gc, d, h, bytes))) exit(test_finish());
-}
-static void d2h(void *h, const void *d, size_t bytes) {
-    if (!CHECK_OK(mo_memcpy_d2h(gc, h, d, bytes))) exit(test_finish());
-}
-static void *dup_dev(const void *h, size_t bytes) {
-    void *d = dnew(bytes);
-    h2d(d, h, bytes);
-    return d;
-}
+#include "tests/devmem.h" // dnew, dfree, h2d, d2h, dup_dev (on gc)
 static uint16_t nan16(mo_dtype dt) { return dt == MO_BF16 ? 0x7FC0 : 0x7E00; }
 static void dpoison16(mo_dtype dt, void *d, size_t n) {
     uint16_t *h = hnew16(n);
