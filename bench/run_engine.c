@@ -166,6 +166,28 @@ static mo_status session_fail(mo_run_session *s, mo_status st) {
     return st;
 }
 
+// The run's batch (the same synthetic tokens every step), given to the model or to every rank.
+static mo_status set_synthetic_batch(mo_run_session *s) {
+    const mo_gpt_config *g = &s->g;
+    size_t BT = (size_t)g->batch * g->seq;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    mo_status st = MO_OK;
+    if (!tok || !tgt) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
+    if (st == MO_OK) {
+        mo_gpt_synthetic_batch(g, s->rc.seed, tok, tgt);
+        st = s->sp ? mo_gpt_split_set_batch(s->sp, tok, tgt) : mo_gpt_set_batch(s->m, tok, tgt);
+    }
+    free(tok);
+    free(tgt);
+    return st;
+}
+
+// static_bytes (DESIGN.md): params + grads + optimizer + master, as allocated.
+static uint64_t static_of(const mo_alloc_stats *a) {
+    return a->allocated_by_cat[MO_CAT_PARAM] + a->allocated_by_cat[MO_CAT_GRAD] + a->allocated_by_cat[MO_CAT_OPTIM] +
+           a->allocated_by_cat[MO_CAT_MASTER];
+}
+
 // A split run: the ranks' threads, allocators, contexts and shards (models/gpt_split.h).
 static mo_status session_build_split(mo_run_session *s) {
     const mo_gpt_config *g = &s->g;
@@ -174,42 +196,21 @@ static mo_status session_build_split(mo_run_session *s) {
     // A create that ran out of memory gave every rank back: its statistics are gone, but an OOM happened.
     if (cs == MO_ERR_OOM) s->stats.num_ooms = 1;
     MO_TRY(cs);
-    size_t BT = (size_t)g->batch * g->seq;
-    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
-    mo_status st = MO_OK;
-    if (!tok || !tgt) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
-    if (st == MO_OK) {
-        mo_gpt_synthetic_batch(g, s->rc.seed, tok, tgt);
-        st = mo_gpt_split_set_batch(s->sp, tok, tgt);
-    }
-    free(tok);
-    free(tgt);
-    return st;
+    return set_synthetic_batch(s);
 }
 
 static mo_status session_build(mo_run_session *s) {
     const mo_gpt_config *g = &s->g;
     s->dev_used_before = s->be == MO_BACKEND_CUDA ? used_device_bytes() : 0;
-    if (s->sp || is_split(&s->rc)) return session_build_split(s);
+    if (is_split(&s->rc)) return session_build_split(s);
     MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
     MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
     s->x->tf32 = g->tf32;
     MO_TRY(mo_gpt_create(&s->m, g, s->x));
-    size_t BT = (size_t)g->batch * g->seq;
-    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
-    mo_status st = MO_OK;
-    if (!tok || !tgt) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
-    if (st == MO_OK) {
-        mo_gpt_synthetic_batch(g, s->rc.seed, tok, tgt);
-        st = mo_gpt_set_batch(s->m, tok, tgt);
-    }
-    free(tok);
-    free(tgt);
-    MO_TRY(st);
+    MO_TRY(set_synthetic_batch(s));
     mo_alloc_stats s0;
     mo_allocator_stats(s->a, &s0);
-    s->static_bytes = s0.allocated_by_cat[MO_CAT_PARAM] + s0.allocated_by_cat[MO_CAT_GRAD] +
-                      s0.allocated_by_cat[MO_CAT_OPTIM] + s0.allocated_by_cat[MO_CAT_MASTER];
+    s->static_bytes = static_of(&s0);
     if (s->rc.profile) MO_TRY(mo_prof_enable(s->x));
     MO_TRY(mo_timer_init(s->x, &s->t));
     s->timer_ok = 1;
@@ -222,8 +223,7 @@ static void session_release(mo_run_session *s) {
         // The run's peak is its largest rank's (DESIGN.md); static bytes are that rank's at the end.
         int r = s->peak_rank = mo_gpt_split_peak_rank(s->sp);
         mo_allocator_stats(mo_gpt_split_allocator(s->sp, r), &s->stats);
-        s->static_bytes = s->stats.allocated_by_cat[MO_CAT_PARAM] + s->stats.allocated_by_cat[MO_CAT_GRAD] +
-                          s->stats.allocated_by_cat[MO_CAT_OPTIM] + s->stats.allocated_by_cat[MO_CAT_MASTER];
+        s->static_bytes = static_of(&s->stats);
         uint64_t ooms = 0, retries = 0, reserved = 0;
         for (int k = 0; k < mo_gpt_split_world(s->sp); k++) {
             mo_alloc_stats a;
