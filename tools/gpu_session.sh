@@ -2,7 +2,9 @@
 # One call on the GPU machine: build, GPU tests, benchmarks, the PyTorch peer side by side.
 # Usage: tools/gpu_session.sh OUTDIR [stages...]
 #   stages: build test alloc gpt split peer claims sweep (default: all); "gputest" runs only the GPU tests
-#   of the model, the split and the attention kernels (their timing lines kept in gputest.log)
+#   of the model, the split and the attention kernels (their timing lines kept in gputest.log); "gpu" runs
+#   ctest -L gpu; "probe" runs bench/probes (GEMM algorithms) and ncu's per-kernel times of one fp32 and
+#   one bf16 step (ncu-*.csv; summed per kernel by tools/ncu_sum.py)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -32,6 +34,20 @@ M=$B/memopt
 if has test; then
   ctest --test-dir $B --output-on-failure -j 4 --timeout 300 >"$R/ctest.log" 2>&1
   echo "ctest exit $?"; grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$R/ctest.log" | tail -40
+fi
+if has gpu; then
+  ctest --test-dir $B -L gpu --output-on-failure --timeout 300 >"$R/ctest-gpu.log" 2>&1
+  echo "ctest -L gpu exit $?"; grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$R/ctest-gpu.log" | tail -20
+fi
+if has probe; then
+  [ -x $B/memopt_probe_gemm_algos ] && timeout 240 $B/memopt_probe_gemm_algos fp32 bf16 2>&1 | tee "$R/probe-gemm-algos.log"
+  for prec in fp32 bf16; do
+    timeout 200 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base --log-file "$R/ncu-$prec.csv" \
+      $B/memopt run --preset gpt2-124m --precision $prec --steps 1 --warmup 0 >"$R/ncu-$prec.out" 2>&1
+    echo "ncu $prec exit $?: $(wc -l <"$R/ncu-$prec.csv") lines"
+    python3 tools/ncu_sum.py "$R/ncu-$prec.csv" 2>&1 | head -45
+    $B/memopt run --preset gpt2-124m --precision $prec --profile --steps 10 --warmup 3 | grep -E "step:|profile"
+  done
 fi
 if has gputest; then
   for t in gpu_gpt_split gpu_gpt gpu_gpt_mixed gpu_attention_chunks gpu_attention_fused_mixed; do
