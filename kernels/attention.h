@@ -31,7 +31,8 @@ mo_status attention_forward_cpu(float *out, float *att, const float *qkv, int B,
 mo_status attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                  const float *att, int B, int T, int C, int NH);
 
-// cuda (attention.cu), on c->stream; batched GEMMs on c->cublas (math mode set from c->tf32 per call).
+// cuda (attention_materialized.cu, shared with the 16-bit path), on c->stream; batched GEMMs on c->cublas
+// (TF32 when c->tf32).
 mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float *qkv, void *scratch, int B,
                                  int T, int C, int NH);
 mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv,

@@ -29,7 +29,7 @@ mo_status attention_forward_mixed_cpu(mo_dtype dt, void *out, void *att, const v
 mo_status attention_backward_mixed_cpu(mo_dtype dt, void *dqkv, void *scratch, const void *dout, const void *qkv,
                                        const void *att, int B, int T, int C, int NH);
 
-// cuda (attention_mixed.cu): batched GEMMs on c->cublas (cublasGemmStridedBatchedEx, 16-bit A/B/C,
+// cuda (attention_materialized.cu, shared with fp32): batched GEMMs on c->cublas (cublasGemmStridedBatchedEx, 16-bit A/B/C,
 // CUBLAS_COMPUTE_32F), kernels on c->stream.
 mo_status attention_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *att, const void *qkv,
                                        void *scratch, int B, int T, int C, int NH);

@@ -41,7 +41,7 @@ typedef struct mo_ctx {
                                   // 0 = the default of mo_attn_chunk_rows (tests set others)
 } mo_ctx;
 
-// Causal skipping in the materialized attention (attention.cu, attention_mixed.cu): the T queries are
+// Causal skipping in the materialized attention (attention_materialized.cu): the T queries are
 // cut into chunks of mo_attn_chunk_rows(c, T) rows, and the chunk [i0, i1) computes only keys [0, i1)
 // (the probabilities of later keys are exact zeros). Default: MO_ATTN_CAUSAL_CHUNKS_F32 chunks for
 // fp32 (elem_bytes 4), MO_ATTN_CAUSAL_CHUNKS_16 for fp16/bf16, their length rounded up to a multiple of

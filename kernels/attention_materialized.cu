@@ -1,0 +1,470 @@
+// Materialized causal attention on CUDA, one implementation for fp32, fp16 and bf16 (element type E),
+// as karpathy/llm.c train_gpt2_fp32.cu (attention_forward / attention_backward): permute qkv into
+// per-head q, k, v, strided-batched cuBLAS GEMMs for the scores and for att @ v, a fused causal mask +
+// softmax kernel, and back. The CPU references are attention.c (fp32) and attention_mixed.c (16-bit).
+//
+// GEMMs: cublasGemmStridedBatchedEx, A/B/C of type E, fp32 accumulation and alpha/beta
+// (CUBLAS_COMPUTE_32F; CUBLAS_COMPUTE_32F_FAST_TF32 for fp32 when c->tf32), math mode
+// CUBLAS_DEFAULT_MATH with reduced-precision split-K reductions disallowed, set on every call
+// (c->cublas is shared). The score GEMM applies alpha = 1/sqrt(HS), so the stored scores are the scaled
+// ones (in 16 bits they stay far from fp16's range limit). Rounding points: attention_mixed.h.
+//
+// Row kernels (one warp per row of T, butterfly shuffles in a fixed order: deterministic; fp32 inside):
+// with T % V == 0 and T <= 32 * V * 8, V = 16 / sizeof(E) elements per 16-byte access, a lane keeps its
+// part of the row in registers, so the row is read once and written once (vector loads and stores);
+// other T take the loop kernels, which read it again per pass. The masked upper triangle is written as
+// exact zeros, so att is a complete tensor.
+// Permutes: 16-byte vectors with 32-bit index arithmetic when HS % V == 0, the pointers 16-byte aligned
+// and the element count below 2^31; element by element otherwise.
+//
+// Causal skipping: the queries are cut into chunks of L = mo_attn_chunk_rows(c, T) rows (ctx.h) and
+// every batched GEMM runs once per chunk on the part the causal mask leaves nonzero:
+//   scores / datt   query rows [i0, i1), keys [0, i1)            (am_gemm_xyT_rows)
+//   y = P v, dq     query rows [i0, i1), sum over keys [0, i1)   (am_gemm_px_rows)
+//   dv, dk          key rows [j0, j1), sum over queries [j0, T)  (am_gemm_pTx_rows)
+// The terms left out are products with exact zeros of P (keys after the query), so each output is the
+// same sum without zero terms, still one GEMM per output element (no accumulation across chunks) and
+// so deterministic. The score GEMM leaves columns [i1, T) of a chunk's rows unwritten; the softmax
+// reads only columns <= t < i1 and writes every column (zeros above the diagonal), so the stored att
+// is complete, exactly as without chunks. The datt GEMM likewise; the softmax backward then writes
+// dpreatt only up to the end of the row's chunk (zeros from t+1), which covers every element the dq
+// and dk GEMMs read (dq: columns < i1 of rows in the chunk; dk: key chunk [j0, j1) of rows t >= j0,
+// whose chunk ends at or after j1). L >= T (T <= 64 by default) is the unchunked computation.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "attention.h"
+#include "attention_mixed.h"
+#include "cuda_check.h"
+
+#define AM_THREADS 256
+#define AM_ROW_WARPS 8 // rows per block in the softmax kernels (one warp each)
+#define AM_ROW_MAX_IT 8 // register kernels: up to 8 vectors per lane (T <= 1024 fp32, 2048 16-bit)
+
+static __device__ __forceinline__ float am_f(float v) { return v; }
+static __device__ __forceinline__ float am_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+static __device__ __forceinline__ float am_f(__half v) { return __half2float(v); }
+template <typename E> static __device__ __forceinline__ E am_e(float v);
+template <> __device__ __forceinline__ float am_e<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 am_e<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half am_e<__half>(float v) { return __float2half_rn(v); }
+
+// The cuBLAS type of E
+template <typename E> struct am_cuda_type;
+template <> struct am_cuda_type<float> { static constexpr cudaDataType_t value = CUDA_R_32F; };
+template <> struct am_cuda_type<__nv_bfloat16> { static constexpr cudaDataType_t value = CUDA_R_16BF; };
+template <> struct am_cuda_type<__half> { static constexpr cudaDataType_t value = CUDA_R_16F; };
+
+// 16 bytes = V elements of E, to and from fp32 registers
+template <typename E> struct am_vec { static constexpr int V = 16 / sizeof(E); };
+template <typename E> static __device__ __forceinline__ void am_load16(const E *p, float *out) {
+    const int4 raw = *reinterpret_cast<const int4 *>(p);
+    const E *e = reinterpret_cast<const E *>(&raw);
+#pragma unroll
+    for (int j = 0; j < am_vec<E>::V; j++) out[j] = am_f(e[j]);
+}
+template <typename E> static __device__ __forceinline__ void am_store16(E *p, const float *in) {
+    int4 raw;
+    E *e = reinterpret_cast<E *>(&raw);
+#pragma unroll
+    for (int j = 0; j < am_vec<E>::V; j++) e[j] = am_e<E>(in[j]);
+    *reinterpret_cast<int4 *>(p) = raw;
+}
+
+static __device__ __forceinline__ float am_warp_sum(float v) {
+    // xor butterfly: every lane ends with the same bits
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float am_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// ---- permutes: qkv (B, T, 3C) <-> q, k, v (B, NH, T, HS); out (B, T, C) <-> y (B, NH, T, HS) ----
+// dir 0: head-major <- row layout (gather); dir 1: row layout <- head-major (scatter). The row layout has
+// row stride ld (3C for qkv, C for out); parts 3 (q, k, v at column offsets 0, C, 2C) or 1.
+
+// Vector version: thread i moves the 16-byte vector i of the head-major tensors (nv = n / V of them).
+template <typename E, int PARTS, int DIR>
+__global__ void am_permute_vec_kernel(E *__restrict__ rowl, E *__restrict__ h0, E *__restrict__ h1,
+                                      E *__restrict__ h2, unsigned nv, unsigned T, unsigned NH, unsigned HS) {
+    constexpr unsigned V = am_vec<E>::V;
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nv) return;
+    const unsigned hv = HS / V;               // vectors per head row
+    const unsigned dv = i % hv;               // (b, h, t, dv) of the head-major vector
+    const unsigned t = (i / hv) % T;
+    const unsigned bh = i / (hv * T);
+    const unsigned h = bh % NH, b = bh / NH;
+    const size_t C = (size_t)NH * HS;
+    const size_t r = ((size_t)b * T + t) * (PARTS * C) + (size_t)h * HS + (size_t)dv * V; // row-layout element
+    const size_t hm = (size_t)i * V;                                                      // head-major element
+    E *hp[3] = {h0, h1, h2};
+#pragma unroll
+    for (int p = 0; p < PARTS; p++) {
+        int4 *dst = reinterpret_cast<int4 *>(DIR == 0 ? hp[p] + hm : rowl + r + p * C);
+        const int4 *src = reinterpret_cast<const int4 *>(DIR == 0 ? rowl + r + p * C : hp[p] + hm);
+        *dst = *src;
+    }
+}
+
+// Element version (any HS, alignment or size), the same mapping one element per thread.
+template <typename E, int PARTS, int DIR>
+__global__ void am_permute_elem_kernel(E *__restrict__ rowl, E *__restrict__ h0, E *__restrict__ h1,
+                                       E *__restrict__ h2, size_t n, int T, int NH, int HS) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    const size_t C = (size_t)NH * HS;
+    const size_t d = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH;
+    const size_t b = idx / ((size_t)HS * T * NH);
+    const size_t r = (b * T + t) * (PARTS * C) + h * HS + d;
+    E *hp[3] = {h0, h1, h2};
+#pragma unroll
+    for (int p = 0; p < PARTS; p++) {
+        if (DIR == 0) hp[p][idx] = rowl[r + p * C];
+        else rowl[r + p * C] = hp[p][idx];
+    }
+}
+
+static unsigned am_blocks(size_t n, unsigned per_block) { return (unsigned)((n + per_block - 1) / per_block); }
+static int am_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+// n = B*T*C elements per head-major tensor; h1, h2 unused (NULL) when PARTS is 1.
+template <typename E, int PARTS, int DIR>
+static mo_status am_permute(cudaStream_t s, E *rowl, E *h0, E *h1, E *h2, size_t n, int T, int NH, int HS) {
+    constexpr int V = am_vec<E>::V;
+    const int vec = HS % V == 0 && n / V < (1u << 31) && am_aligned16(rowl) && am_aligned16(h0) &&
+                    (PARTS == 1 || (am_aligned16(h1) && am_aligned16(h2)));
+    if (vec) {
+        const unsigned nv = (unsigned)(n / V);
+        am_permute_vec_kernel<E, PARTS, DIR><<<am_blocks(nv, AM_THREADS), AM_THREADS, 0, s>>>(rowl, h0, h1, h2, nv, T,
+                                                                                              NH, HS);
+    } else {
+        am_permute_elem_kernel<E, PARTS, DIR><<<am_blocks(n, AM_THREADS), AM_THREADS, 0, s>>>(rowl, h0, h1, h2, n, T,
+                                                                                              NH, HS);
+    }
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+// ---- softmax over the causal part of each row ----
+// In place on att (rows = B*NH*T rows of length T; row r is query t = r % T): scaled scores in,
+// softmax over columns 0..t out, exact zeros in columns t+1..T-1.
+template <typename E, int IT>
+__global__ void am_softmax_forward_reg_kernel(E *att, int rows, int T) {
+    constexpr int V = am_vec<E>::V;
+    const int row = blockIdx.x * AM_ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return; // whole warps leave together
+    const int t = row % T;
+    E *x = att + (size_t)row * T;
+    float v[IT][V];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int i0 = (it * 32 + lane) * V;
+#pragma unroll
+        for (int j = 0; j < V; j++) v[it][j] = 0.0f;
+        if (i0 <= t) am_load16(x + i0, v[it]); // columns past t were never written by the GEMM
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            if (i0 + j <= t) mx = fmaxf(mx, v[it][j]);
+    }
+    mx = am_warp_max(mx); // finite: column 0 is always unmasked
+    float sum = 0.0f;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int i0 = (it * 32 + lane) * V;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const float e = i0 + j <= t ? expf(v[it][j] - mx) : 0.0f;
+            v[it][j] = e;
+            sum += e;
+        }
+    }
+    sum = am_warp_sum(sum);
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int i0 = (it * 32 + lane) * V;
+        if (i0 >= T) break;
+#pragma unroll
+        for (int j = 0; j < V; j++) v[it][j] *= inv;
+        am_store16(x + i0, v[it]);
+    }
+}
+
+template <typename E>
+__global__ void am_softmax_forward_loop_kernel(E *att, int rows, int T) {
+    const int row = blockIdx.x * AM_ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const int t = row % T;
+    E *x = att + (size_t)row * T;
+    float mx = -INFINITY;
+    for (int i = lane; i <= t; i += 32) mx = fmaxf(mx, am_f(x[i]));
+    mx = am_warp_max(mx);
+    float sum = 0.0f;
+    for (int i = lane; i <= t; i += 32) sum += expf(am_f(x[i]) - mx);
+    sum = am_warp_sum(sum);
+    const float inv = 1.0f / sum;
+    // each lane rewrites only the elements it read
+    for (int i = lane; i < T; i += 32) x[i] = am_e<E>(i <= t ? expf(am_f(x[i]) - mx) * inv : 0.0f);
+}
+
+// In place on datt (same rows): dpreatt = scale * att * (datt - sum_j att_j datt_j) on the causal part,
+// exact zeros above it up to the end of the row's query chunk (chunk rows L): the dq and dk GEMMs that
+// follow read no further (see the top of this file); datt is scratch.
+template <typename E, int IT>
+__global__ void am_softmax_backward_reg_kernel(E *datt, const E *__restrict__ att, float scale, int rows, int T,
+                                               int L) {
+    constexpr int V = am_vec<E>::V;
+    const int row = blockIdx.x * AM_ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const int t = row % T;
+    const int end = (t / L + 1) * L < T ? (t / L + 1) * L : T;
+    const E *a = att + (size_t)row * T;
+    E *g = datt + (size_t)row * T;
+    float av[IT][V], gv[IT][V];
+    float s = 0.0f;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int i0 = (it * 32 + lane) * V;
+#pragma unroll
+        for (int j = 0; j < V; j++) av[it][j] = gv[it][j] = 0.0f;
+        if (i0 <= t) {
+            am_load16(a + i0, av[it]);
+            am_load16(g + i0, gv[it]);
+        }
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            if (i0 + j <= t) s += av[it][j] * gv[it][j];
+    }
+    s = am_warp_sum(s);
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int i0 = (it * 32 + lane) * V;
+        if (i0 >= end) break;
+#pragma unroll
+        for (int j = 0; j < V; j++) gv[it][j] = i0 + j <= t ? scale * av[it][j] * (gv[it][j] - s) : 0.0f;
+        am_store16(g + i0, gv[it]);
+    }
+}
+
+template <typename E>
+__global__ void am_softmax_backward_loop_kernel(E *datt, const E *__restrict__ att, float scale, int rows, int T,
+                                                int L) {
+    const int row = blockIdx.x * AM_ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const int t = row % T;
+    const int end = (t / L + 1) * L < T ? (t / L + 1) * L : T;
+    const E *a = att + (size_t)row * T;
+    E *g = datt + (size_t)row * T;
+    float s = 0.0f;
+    for (int i = lane; i <= t; i += 32) s += am_f(a[i]) * am_f(g[i]);
+    s = am_warp_sum(s);
+    for (int i = lane; i < end; i += 32) g[i] = am_e<E>(i <= t ? scale * am_f(a[i]) * (am_f(g[i]) - s) : 0.0f);
+}
+
+// Vectors per lane the register kernels need for T (a power of two up to AM_ROW_MAX_IT), 0 when T
+// takes the loop kernels.
+template <typename E> static int am_row_it(int T, const void *p0, const void *p1) {
+    constexpr int V = am_vec<E>::V;
+    if (T % V != 0 || !am_aligned16(p0) || !am_aligned16(p1)) return 0;
+    for (int it = 1; it <= AM_ROW_MAX_IT; it *= 2)
+        if (T <= 32 * V * it) return it;
+    return 0;
+}
+
+template <typename E> static mo_status am_softmax_forward(cudaStream_t s, E *att, int rows, int T) {
+    const unsigned g = am_blocks((size_t)rows, AM_ROW_WARPS), b = AM_ROW_WARPS * 32;
+    switch (am_row_it<E>(T, att, att)) {
+    case 1: am_softmax_forward_reg_kernel<E, 1><<<g, b, 0, s>>>(att, rows, T); break;
+    case 2: am_softmax_forward_reg_kernel<E, 2><<<g, b, 0, s>>>(att, rows, T); break;
+    case 4: am_softmax_forward_reg_kernel<E, 4><<<g, b, 0, s>>>(att, rows, T); break;
+    case 8: am_softmax_forward_reg_kernel<E, 8><<<g, b, 0, s>>>(att, rows, T); break;
+    default: am_softmax_forward_loop_kernel<E><<<g, b, 0, s>>>(att, rows, T); break;
+    }
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+template <typename E>
+static mo_status am_softmax_backward(cudaStream_t s, E *datt, const E *att, float scale, int rows, int T, int L) {
+    const unsigned g = am_blocks((size_t)rows, AM_ROW_WARPS), b = AM_ROW_WARPS * 32;
+    switch (am_row_it<E>(T, att, datt)) {
+    case 1: am_softmax_backward_reg_kernel<E, 1><<<g, b, 0, s>>>(datt, att, scale, rows, T, L); break;
+    case 2: am_softmax_backward_reg_kernel<E, 2><<<g, b, 0, s>>>(datt, att, scale, rows, T, L); break;
+    case 4: am_softmax_backward_reg_kernel<E, 4><<<g, b, 0, s>>>(datt, att, scale, rows, T, L); break;
+    case 8: am_softmax_backward_reg_kernel<E, 8><<<g, b, 0, s>>>(datt, att, scale, rows, T, L); break;
+    default: am_softmax_backward_loop_kernel<E><<<g, b, 0, s>>>(datt, att, scale, rows, T, L); break;
+    }
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+// ---- batched GEMMs over the B*NH heads ----
+// Every matrix column-major with the row-major (T, HS) / (T, T) data seen transposed (so each call
+// computes the transpose of the row-major product in its comment). A row-major (T, T) matrix P is the
+// column-major (T, T) matrix P^T with ld T: element (col t2, row t) at t * T + t2; a row-major (T, HS)
+// matrix is column-major (HS, T) with ld HS. Strides are those of whole heads, so the sub-matrix of
+// every head starts at the same offset from its head. Element offsets are in E units.
+typedef struct am_gemm {
+    cublasHandle_t h;
+    cudaDataType_t ty;
+    cublasComputeType_t compute;
+    size_t esz;
+    int T, HS, n; // n: batch (heads)
+} am_gemm;
+
+static inline const void *am_off(const void *p, size_t elems, size_t esz) { return (const char *)p + elems * esz; }
+static inline void *am_off(void *p, size_t elems, size_t esz) { return (char *)p + elems * esz; }
+
+// S[t][t2] = alpha * X[t] . Y[t2] for query rows t in [i0, i1), keys t2 in [0, i1): the column-major
+// (i1, i1 - i0) block of S^T starting at column i0 (offset i0 * T), = op_T(Y^T (HS, i1)) @ X^T (HS, rows).
+static mo_status am_gemm_xyT_rows(const am_gemm *g, void *out, const void *x, const void *y, float alpha, int i0,
+                                  int i1) {
+    const float zero = 0.0f;
+    const int T = g->T, HS = g->HS;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, i1, i1 - i0, HS, &alpha, y, g->ty, HS,
+                                            (long long)T * HS, am_off(x, (size_t)i0 * HS, g->esz), g->ty, HS,
+                                            (long long)T * HS, &zero, am_off(out, (size_t)i0 * T, g->esz), g->ty, T,
+                                            (long long)T * T, g->n, g->compute, CUBLAS_GEMM_DEFAULT));
+    return MO_OK;
+}
+// out[t] = sum_{t2 < i1} P[t][t2] X[t2] for rows t in [i0, i1) (the keys t2 >= i1 > t have P = 0):
+// out^T (HS, rows) = X^T (HS, i1) @ P^T block (i1, rows) starting at column i0 of P^T (offset i0 * T).
+static mo_status am_gemm_px_rows(const am_gemm *g, void *out, const void *p, const void *x, int i0, int i1) {
+    const float one = 1.0f, zero = 0.0f;
+    const int T = g->T, HS = g->HS;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(g->h, CUBLAS_OP_N, CUBLAS_OP_N, HS, i1 - i0, i1, &one, x, g->ty, HS,
+                                            (long long)T * HS, am_off(p, (size_t)i0 * T, g->esz), g->ty, T,
+                                            (long long)T * T, &zero, am_off(out, (size_t)i0 * HS, g->esz), g->ty, HS,
+                                            (long long)T * HS, g->n, g->compute, CUBLAS_GEMM_DEFAULT));
+    return MO_OK;
+}
+// out[t2] = sum_{t >= j0} P[t][t2] X[t] for rows t2 in [j0, j1) (P[t][t2] = 0 for t < t2, so t < j0
+// adds nothing): out^T (HS, cols) = X^T (HS, T - j0) from row j0 @ op_T(B), B the column-major
+// (j1 - j0, T - j0) block of P^T at (row j0, column j0), offset j0 * T + j0: B(a, b) = P[j0 + b][j0 + a].
+static mo_status am_gemm_pTx_rows(const am_gemm *g, void *out, const void *p, const void *x, int j0, int j1) {
+    const float one = 1.0f, zero = 0.0f;
+    const int T = g->T, HS = g->HS;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(g->h, CUBLAS_OP_N, CUBLAS_OP_T, HS, j1 - j0, T - j0, &one,
+                                            am_off(x, (size_t)j0 * HS, g->esz), g->ty, HS, (long long)T * HS,
+                                            am_off(p, (size_t)j0 * T + j0, g->esz), g->ty, T, (long long)T * T, &zero,
+                                            am_off(out, (size_t)j0 * HS, g->esz), g->ty, HS, (long long)T * HS, g->n,
+                                            g->compute, CUBLAS_GEMM_DEFAULT));
+    return MO_OK;
+}
+
+// The per-chunk loops (chunk rows L; the last chunk may be shorter). With L >= T each is the single
+// full-size GEMM of the unchunked computation.
+static mo_status am_gemm_xyT(const am_gemm *g, void *out, const void *x, const void *y, float alpha, int L) {
+    for (int i0 = 0; i0 < g->T; i0 += L) MO_TRY(am_gemm_xyT_rows(g, out, x, y, alpha, i0, g->T - i0 > L ? i0 + L : g->T));
+    return MO_OK;
+}
+static mo_status am_gemm_px(const am_gemm *g, void *out, const void *p, const void *x, int L) {
+    for (int i0 = 0; i0 < g->T; i0 += L) MO_TRY(am_gemm_px_rows(g, out, p, x, i0, g->T - i0 > L ? i0 + L : g->T));
+    return MO_OK;
+}
+static mo_status am_gemm_pTx(const am_gemm *g, void *out, const void *p, const void *x, int L) {
+    for (int j0 = 0; j0 < g->T; j0 += L) MO_TRY(am_gemm_pTx_rows(g, out, p, x, j0, g->T - j0 > L ? j0 + L : g->T));
+    return MO_OK;
+}
+
+// c->cublas is shared: set what these GEMMs rely on, every call.
+template <typename E>
+static mo_status am_setup(mo_ctx *c, am_gemm *g, int B, int T, int C, int NH) {
+    g->h = (cublasHandle_t)c->cublas;
+    CUBLAS_CHECK(cublasSetMathMode(g->h, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    CUBLAS_CHECK(cublasSetPointerMode(g->h, CUBLAS_POINTER_MODE_HOST));
+    g->esz = sizeof(E);
+    g->ty = am_cuda_type<E>::value;
+    // TF32 tensor cores only for fp32 data and only when asked for
+    g->compute = g->ty == CUDA_R_32F && c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    g->T = T;
+    g->HS = C / NH;
+    g->n = B * NH;
+    return MO_OK;
+}
+
+template <typename E>
+static mo_status am_forward(mo_ctx *c, E *out, E *att, const E *qkv, E *scratch, int B, int T, int C, int NH) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    am_gemm g;
+    MO_TRY(am_setup<E>(c, &g, B, T, C, NH));
+    const int HS = g.HS;
+    const size_t n = (size_t)B * T * C;
+    const int L = mo_attn_chunk_rows(c, T, (int)sizeof(E), B * NH);
+    E *q = scratch, *k = q + n, *v = k + n; // (B, NH, T, HS) each
+    MO_TRY((am_permute<E, 3, 0>(s, (E *)qkv, q, k, v, n, T, NH, HS)));
+    // scaled scores q k^T / sqrt(HS) (B, NH, T, T) into att (the causal part of each chunk), softmax in place
+    MO_TRY(am_gemm_xyT(&g, att, q, k, 1.0f / sqrtf((float)HS), L));
+    MO_TRY(am_softmax_forward<E>(s, att, B * NH * T, T));
+    // y = att @ v (B, NH, T, HS) into q's slot (q is no longer needed), then heads side by side
+    E *y = q;
+    MO_TRY(am_gemm_px(&g, y, att, v, L));
+    MO_TRY((am_permute<E, 1, 1>(s, out, y, NULL, NULL, n, T, NH, HS)));
+    return MO_OK;
+}
+
+template <typename E>
+static mo_status am_backward(mo_ctx *c, E *dqkv, const E *dout, const E *qkv, const E *att, E *scratch, int B, int T,
+                             int C, int NH) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    am_gemm g;
+    MO_TRY(am_setup<E>(c, &g, B, T, C, NH));
+    const int HS = g.HS;
+    const size_t n = (size_t)B * T * C;
+    E *q = scratch, *k = q + n, *v = k + n, *dq = v + n, *dk = dq + n, *dv = dk + n; // (B, NH, T, HS)
+    // (B, NH, T, T); the fp32 layout (attention_backward_datt_offset) is the same 6*B*T*C elements
+    E *datt = scratch + attention_mixed_datt_offset(B, T, C);
+    const float scale = 1.0f / sqrtf((float)HS);
+    const int L = mo_attn_chunk_rows(c, T, (int)sizeof(E), B * NH);
+    MO_TRY((am_permute<E, 3, 0>(s, (E *)qkv, q, k, v, n, T, NH, HS)));
+    E *dy = dq; // dout per head, in dq's slot until dq is computed
+    MO_TRY((am_permute<E, 1, 0>(s, (E *)dout, dy, NULL, NULL, n, T, NH, HS)));
+    MO_TRY(am_gemm_xyT(&g, datt, dy, v, 1.0f, L)); // datt = dy @ v^T (causal part of each chunk)
+    MO_TRY(am_gemm_pTx(&g, dv, att, dy, L));       // dv = att^T @ dy
+    MO_TRY(am_softmax_backward<E>(s, datt, att, scale, B * NH * T, T, L)); // datt -> dpreatt in place
+    MO_TRY(am_gemm_px(&g, dq, datt, k, L));  // dq = dpreatt @ k (overwrites dy, used above)
+    MO_TRY(am_gemm_pTx(&g, dk, datt, q, L)); // dk = dpreatt^T @ q
+    MO_TRY((am_permute<E, 3, 1>(s, dqkv, dq, dk, dv, n, T, NH, HS)));
+    return MO_OK;
+}
+
+mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float *qkv, void *scratch, int B, int T,
+                                 int C, int NH) {
+    return am_forward<float>(c, out, att, qkv, (float *)scratch, B, T, C, NH);
+}
+
+mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv, const float *att,
+                                  void *scratch, int B, int T, int C, int NH) {
+    return am_backward<float>(c, dqkv, dout, qkv, att, (float *)scratch, B, T, C, NH);
+}
+
+mo_status attention_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *att, const void *qkv, void *scratch,
+                                       int B, int T, int C, int NH) {
+    if (dt == MO_BF16)
+        return am_forward<__nv_bfloat16>(c, (__nv_bfloat16 *)out, (__nv_bfloat16 *)att, (const __nv_bfloat16 *)qkv,
+                                         (__nv_bfloat16 *)scratch, B, T, C, NH);
+    return am_forward<__half>(c, (__half *)out, (__half *)att, (const __half *)qkv, (__half *)scratch, B, T, C, NH);
+}
+
+mo_status attention_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dqkv, const void *dout, const void *qkv,
+                                        const void *att, void *scratch, int B, int T, int C, int NH) {
+    if (dt == MO_BF16)
+        return am_backward<__nv_bfloat16>(c, (__nv_bfloat16 *)dqkv, (const __nv_bfloat16 *)dout,
+                                          (const __nv_bfloat16 *)qkv, (const __nv_bfloat16 *)att,
+                                          (__nv_bfloat16 *)scratch, B, T, C, NH);
+    return am_backward<__half>(c, (__half *)dqkv, (const __half *)dout, (const __half *)qkv, (const __half *)att,
+                               (__half *)scratch, B, T, C, NH);
+}
