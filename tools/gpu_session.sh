@@ -36,8 +36,9 @@ if has test; then
   echo "ctest exit $?"; grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$R/ctest.log" | tail -40
 fi
 if has gpu; then
-  ctest --test-dir $B -L gpu --output-on-failure --timeout 300 >"$R/ctest-gpu.log" 2>&1
+  ctest --test-dir $B -L gpu -V --timeout 300 >"$R/ctest-gpu.log" 2>&1
   echo "ctest -L gpu exit $?"; grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$R/ctest-gpu.log" | tail -20
+  grep -hE "attention chunks timing|chunk rows .*forward|median|ms \(" "$R/ctest-gpu.log" | head -40
 fi
 if has probe; then
   [ -x $B/memopt_probe_gemm_algos ] && timeout 240 $B/memopt_probe_gemm_algos fp32 bf16 2>&1 | tee "$R/probe-gemm-algos.log"
