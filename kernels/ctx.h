@@ -39,6 +39,9 @@ typedef struct mo_ctx {
     void *stage_event;            // cudaEvent_t recorded after the last upload out of stage_host
     int attn_chunk_rows;          // materialized attention, causal skipping: query rows per chunk;
                                   // 0 = the default of mo_attn_chunk_rows (tests set others)
+    int fuse_epilogues;           // the GPT step fuses the residual adds and the GELU backward into its
+                                  // GEMMs (ops.h's mo_matmul_forward_add / _backward_dgelu): 1 by default,
+                                  // 0 with MEMOPT_FUSE_EPILOGUES=0 in the environment (to measure the gain)
 } mo_ctx;
 
 // Causal skipping in the materialized attention (attention_materialized.cu): the T queries are

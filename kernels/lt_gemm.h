@@ -1,5 +1,6 @@
 // One cuBLASLt GEMM, shared by the fp32 (matmul_cuda.c) and 16-bit (matmul_mixed_cuda.c) paths.
-// Column-major: D (m, n) = op(A) (m, k) @ op(B) (k, n) + beta * D, then the epilogue; fp32 scale
+// Column-major: D (m, n) = op(A) (m, k) @ op(B) (k, n) + beta * C, then the epilogue, C = Cin when set
+// (same type and layout as D: a residual added in the GEMM), else D itself; fp32 scale
 // and accumulation (TF32 tensor cores when tf32 is set). Workspace c->gemm_ws, stream c->stream.
 #ifndef MEMOPT_LT_GEMM_H
 #define MEMOPT_LT_GEMM_H
@@ -28,6 +29,7 @@ typedef struct mo_lt_gemm {
     void *aux;        // GELU_AUX*: the pre-activation output (m, n), ld aux_ld, type d_type
     int64_t aux_ld;
     int tf32;         // CUBLAS_COMPUTE_32F_FAST_TF32 instead of CUBLAS_COMPUTE_32F
+    const void *Cin;  // beta's input when not D (NULL: D, in place); layout and type of D
 } mo_lt_gemm;
 
 // Runs g with the heuristic's best algorithm. *no_algo = 1 (and nothing runs) when cuBLASLt has no
@@ -36,8 +38,8 @@ typedef struct mo_lt_gemm {
 // Plans are cached per context (c->lt_cache, created on first use, freed by mo_ctx_destroy): the
 // matmul descriptor, the three layouts and the heuristic's algorithm (or its "no algorithm" answer)
 // are kept per plan key, which is every field of g but the data pointers and beta's value: ops, m, n,
-// k, lda, ldb, ldd, ab/d types, epilogue, aux_ld, tf32, beta == 0 or not, bias / aux present or not,
-// the alignment class (largest power of two <= 256 dividing the address) of A, B, D, bias and aux,
+// k, lda, ldb, ldd, ab/d types, epilogue, aux_ld, tf32, beta == 0 or not, bias / aux / Cin present or
+// not, the alignment class (largest power of two <= 256 dividing the address) of A, B, C, D, bias and aux,
 // and the workspace size. A repeated GEMM then costs the per-call attribute sets of the bias and aux
 // pointers and cublasLtMatmul itself: no descriptor creation, no heuristic query.
 // Not thread-safe: a context is used by one thread at a time (see ctx.h).

@@ -25,8 +25,8 @@ typedef struct lt_key {
     int64_t lda, ldb, ldd, aux_ld;
     cudaDataType_t ab_type, d_type;
     cublasLtEpilogue_t epilogue;
-    int tf32, beta_zero, has_bias, has_aux;
-    uint32_t al_a, al_b, al_d, al_bias, al_aux;
+    int tf32, beta_zero, has_bias, has_aux, has_c;
+    uint32_t al_a, al_b, al_c, al_d, al_bias, al_aux;
     size_t ws_bytes;
 } lt_key;
 
@@ -73,6 +73,8 @@ static lt_key make_key(const mo_ctx *c, const mo_lt_gemm *g) {
     k.tf32 = g->tf32 != 0;
     k.beta_zero = g->beta == 0.0f;
     k.has_bias = g->bias != NULL;
+    k.has_c = g->Cin != NULL;
+    k.al_c = ptr_alignment(g->Cin);
     k.al_a = ptr_alignment(g->A);
     k.al_b = ptr_alignment(g->B);
     k.al_d = ptr_alignment(g->D);
@@ -88,7 +90,8 @@ static int key_eq(const lt_key *x, const lt_key *y) {
            x->ldb == y->ldb && x->ldd == y->ldd && x->aux_ld == y->aux_ld && x->ab_type == y->ab_type &&
            x->d_type == y->d_type && x->epilogue == y->epilogue && x->tf32 == y->tf32 &&
            x->beta_zero == y->beta_zero && x->has_bias == y->has_bias && x->has_aux == y->has_aux &&
-           x->al_a == y->al_a && x->al_b == y->al_b && x->al_d == y->al_d && x->al_bias == y->al_bias &&
+           x->has_c == y->has_c && x->al_c == y->al_c && x->al_a == y->al_a && x->al_b == y->al_b &&
+           x->al_d == y->al_d && x->al_bias == y->al_bias &&
            x->al_aux == y->al_aux && x->ws_bytes == y->ws_bytes;
 }
 
@@ -149,8 +152,8 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
         e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al_b,
                                                  sizeof k->al_b);
     if (e == CUBLAS_STATUS_SUCCESS)
-        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_d,
-                                                 sizeof k->al_d);
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 k->has_c ? &k->al_c : &k->al_d, sizeof k->al_d);
     if (e == CUBLAS_STATUS_SUCCESS)
         e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_d,
                                                  sizeof k->al_d);
@@ -233,7 +236,8 @@ mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
                                                     sizeof g->aux));
     const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)c->cublaslt, p->op, &alpha, g->A, p->a, g->B, p->b, &g->beta, g->D,
+    const void *cin = g->Cin ? g->Cin : g->D;
+    CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)c->cublaslt, p->op, &alpha, g->A, p->a, g->B, p->b, &g->beta, cin,
                                 p->d, g->D, p->d, &p->algo, c->gemm_ws, c->gemm_ws_bytes, (cudaStream_t)c->stream));
     return MO_OK;
 }

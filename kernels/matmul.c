@@ -4,7 +4,9 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include "gelu.h"
 #include "ops.h"
+#include "residual.h"
 
 size_t mo_matmul_backward_scratch_bytes(int N, int OC, int has_dbias) {
     if (!has_dbias || N <= 0 || OC <= 0) return 0;
@@ -105,7 +107,7 @@ mo_status mo_matmul_forward(mo_ctx *c, float *out, float *gelu_out, const float 
     case MO_BACKEND_CPU: return matmul_forward_cpu(out, gelu_out, inp, weight, bias, N, C, OC);
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        return matmul_forward_cuda(c, out, gelu_out, inp, weight, bias, N, C, OC);
+        return matmul_forward_cuda(c, out, gelu_out, inp, weight, bias, NULL, N, C, OC);
 #else
         return MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_forward: this build has no CUDA");
 #endif
@@ -124,13 +126,57 @@ mo_status mo_matmul_backward(mo_ctx *c, float *dinp, float *dweight, float *dbia
     case MO_BACKEND_CPU: st = matmul_backward_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC); break;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        st = matmul_backward_cuda(c, dinp, dweight, dbias, dout, inp, weight, scratch, N, C, OC);
+        st = matmul_backward_cuda(c, dinp, dweight, dbias, dout, inp, weight, NULL, scratch, N, C, OC);
 #else
         st = MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_backward: this build has no CUDA");
 #endif
         break;
     case MO_BACKEND_DRY: st = MO_OK; break;
     default: st = MO_FAIL(MO_ERR_INTERNAL, "matmul_backward: unknown backend %d", (int)c->backend); break;
+    }
+    mo_status st2 = mo_scratch_free(c, scratch);
+    return st != MO_OK ? st : st2;
+}
+
+mo_status mo_matmul_forward_add(mo_ctx *c, float *out, const float *inp, const float *weight, const float *bias,
+                                const float *add, int N, int C, int OC) {
+    MO_TRY(check_shape("matmul_forward_add", N, C, OC));
+    switch (c->backend) {
+    case MO_BACKEND_CPU:
+        MO_TRY(matmul_forward_cpu(out, NULL, inp, weight, bias, N, C, OC));
+        return residual_forward_cpu(out, out, add, (size_t)N * OC);
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        return matmul_forward_cuda(c, out, NULL, inp, weight, bias, add, N, C, OC);
+#else
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_forward_add: this build has no CUDA");
+#endif
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "matmul_forward_add: unknown backend %d", (int)c->backend);
+}
+
+mo_status mo_matmul_backward_dgelu(mo_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, const float *gelu_pre, int N, int C, int OC) {
+    MO_TRY(check_shape("matmul_backward_dgelu", N, C, OC));
+    if (!dinp || !gelu_pre) return MO_FAIL(MO_ERR_INVALID, "matmul_backward_dgelu: dinp and gelu_pre are required");
+    void *scratch = NULL;
+    MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_scratch_bytes(N, OC, dbias != NULL), &scratch));
+    mo_status st;
+    switch (c->backend) {
+    case MO_BACKEND_CPU:
+        st = matmul_backward_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        if (st == MO_OK) st = gelu_backward_cpu(dinp, gelu_pre, dinp, (size_t)N * C);
+        break;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        st = matmul_backward_cuda(c, dinp, dweight, dbias, dout, inp, weight, gelu_pre, scratch, N, C, OC);
+#else
+        st = MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_backward_dgelu: this build has no CUDA");
+#endif
+        break;
+    case MO_BACKEND_DRY: st = MO_OK; break;
+    default: st = MO_FAIL(MO_ERR_INTERNAL, "matmul_backward_dgelu: unknown backend %d", (int)c->backend); break;
     }
     mo_status st2 = mo_scratch_free(c, scratch);
     return st != MO_OK ? st : st2;

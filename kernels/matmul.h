@@ -29,11 +29,16 @@ mo_status matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const f
                               const float *weight, int N, int C, int OC);
 
 // cuda (matmul_cuda.c), on c->stream with c->cublaslt and the workspace c->gemm_ws.
+// add (N,OC), when non-NULL (then gelu_out is NULL): out += add inside the GEMM (beta 1 on C = add), the
+// residual add of mo_matmul_forward_add; out must not alias add.
 mo_status matmul_forward_cuda(mo_ctx *c, float *out, float *gelu_out, const float *inp, const float *weight,
-                              const float *bias, int N, int C, int OC);
-// scratch: mo_matmul_backward_scratch_bytes(N, OC, dbias != NULL) device bytes.
+                              const float *bias, const float *add, int N, int C, int OC);
+// scratch: mo_matmul_backward_scratch_bytes(N, OC, dbias != NULL) device bytes. gelu_pre (N,C), when
+// non-NULL: dinp = gelu'(gelu_pre) * (dout @ weight) (cuBLASLt DGELU epilogue where it has an algorithm,
+// else the GEMM and then the GELU backward kernel), the fused op of mo_matmul_backward_dgelu.
 mo_status matmul_backward_cuda(mo_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, void *scratch, int N, int C, int OC);
+                               const float *inp, const float *weight, const float *gelu_pre, void *scratch, int N,
+                               int C, int OC);
 
 #ifdef __cplusplus
 }

@@ -33,11 +33,22 @@ static mo_status no_algo_error(const char *what, const mo_lt_gemm *g) {
 }
 
 mo_status matmul_forward_cuda(mo_ctx *c, float *out, float *gelu_out, const float *inp, const float *weight,
-                              const float *bias, int N, int C, int OC) {
+                              const float *bias, const float *add, int N, int C, int OC) {
     // D = out^T (OC, N): A = weight^T stored (C, OC), op T; B = inp^T (C, N)
     mo_lt_gemm g = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, CUDA_R_32F, CUDA_R_32F, 0.0f,
-                    bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, c->tf32};
+                    bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, c->tf32, NULL};
     int no_algo = 0;
+    if (add) {
+        // the residual as C (same (OC, N) layout as D), beta 1; else the GEMM, then the residual kernel
+        mo_lt_gemm fused = g;
+        fused.Cin = add;
+        fused.beta = 1.0f;
+        MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
+        if (!no_algo) return MO_OK;
+        MO_TRY(mo_lt_matmul(c, &g, &no_algo));
+        if (no_algo) return no_algo_error("matmul_forward_add", &g);
+        return mo_residual_forward(c, out, out, add, (size_t)N * OC);
+    }
     // GELU fused: pre-activation to aux = out, GELU to D = gelu_out (aux ld must be a multiple of 8)
     if (gelu_out && OC % 8 == 0) {
         mo_lt_gemm fused = g;
@@ -75,18 +86,31 @@ static mo_status dbias_gemv(mo_ctx *c, float *dbias, const float *dout, float *o
 }
 
 mo_status matmul_backward_cuda(mo_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, void *scratch, int N, int C, int OC) {
+                               const float *inp, const float *weight, const float *gelu_pre, void *scratch, int N,
+                               int C, int OC) {
     int no_algo = 0;
     if (dinp) {
         // D = dinp^T (C, N) = weight^T (C, OC) @ dout^T (OC, N), overwritten
         mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, CUDA_R_32F, CUDA_R_32F, 0.0f,
-                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, c->tf32};
-        MO_TRY(mo_lt_matmul(c, &g, &no_algo));
-        if (no_algo) return no_algo_error("matmul_backward (dinp)", &g);
+                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, c->tf32, NULL};
+        no_algo = 1;
+        if (gelu_pre && C % 8 == 0) {
+            // DGELU: D = gelu'(aux) * (A @ B), aux = the pre-activation (C, N) with ld C (a multiple of 8)
+            mo_lt_gemm fused = g;
+            fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
+            fused.aux = (void *)gelu_pre;
+            fused.aux_ld = C;
+            MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
+        }
+        if (no_algo) {
+            MO_TRY(mo_lt_matmul(c, &g, &no_algo));
+            if (no_algo) return no_algo_error("matmul_backward (dinp)", &g);
+            if (gelu_pre) MO_TRY(mo_gelu_backward(c, dinp, gelu_pre, dinp, (size_t)N * C));
+        }
     }
     // D = dweight^T (C, OC) += inp^T (C, N) @ op_T(dout^T (OC, N))
     mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, CUDA_R_32F, CUDA_R_32F, 1.0f,
-                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, c->tf32};
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, c->tf32, NULL};
     if (dbias) {
         // BGRADB overwrites its output: the column sums go to scratch (OC), then dbias += scratch
         float *bgrad = (float *)scratch;

@@ -3,6 +3,7 @@
 #include "matmul_mixed.h"
 
 #include <stdlib.h>
+#include "gelu.h"
 #include "matmul.h"
 #include "ops_mixed_gemm.h"
 
@@ -78,7 +79,7 @@ mo_status mo_matmul_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, void *gelu_
     case MO_BACKEND_CPU: return matmul_forward_mixed_cpu(dt, out, gelu_out, inp, weight, bias, N, C, OC);
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        return matmul_forward_mixed_cuda(c, dt, out, gelu_out, inp, weight, bias, N, C, OC);
+        return matmul_forward_mixed_cuda(c, dt, out, gelu_out, inp, weight, bias, NULL, N, C, OC);
 #else
         return MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_forward_mixed: this build has no CUDA");
 #endif
@@ -99,13 +100,95 @@ mo_status mo_matmul_backward_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dw
         break;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        st = matmul_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dout, inp, weight, scratch, N, C, OC);
+        st = matmul_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dout, inp, weight, NULL, scratch, N, C, OC);
 #else
         st = MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_backward_mixed: this build has no CUDA");
 #endif
         break;
     case MO_BACKEND_DRY: st = MO_OK; break;
     default: st = MO_FAIL(MO_ERR_INTERNAL, "matmul_backward_mixed: unknown backend %d", (int)c->backend); break;
+    }
+    mo_status st2 = mo_scratch_free(c, scratch);
+    return st != MO_OK ? st : st2;
+}
+
+// cpu: the fp32 GEMM, the add in fp32, one rounding
+static mo_status matmul_forward_add_mixed_cpu(mo_dtype dt, void *out, const void *inp, const void *weight,
+                                              const void *bias, const void *add, int N, int C, int OC) {
+    const size_t nout = (size_t)N * OC;
+    float *x = mo_mmg_to_f32_alloc(dt, inp, (size_t)N * C);
+    float *w = mo_mmg_to_f32_alloc(dt, weight, (size_t)OC * C);
+    float *b = bias ? mo_mmg_to_f32_alloc(dt, bias, (size_t)OC) : NULL;
+    float *r = mo_mmg_to_f32_alloc(dt, add, nout);
+    float *y = malloc(nout * sizeof *y);
+    mo_status st = MO_OK;
+    if (!x || !w || (bias && !b) || !r || !y) st = MO_FAIL(MO_ERR_OOM, "matmul_forward_add_mixed_cpu: host out of memory");
+    if (st == MO_OK) st = matmul_forward_cpu(y, NULL, x, w, b, N, C, OC);
+    if (st == MO_OK) {
+        for (size_t i = 0; i < nout; i++) y[i] += r[i];
+        mo_convert_from_f32(dt, out, y, nout);
+    }
+    free(x); free(w); free(b); free(r); free(y);
+    return st;
+}
+
+// cpu: the fp32 dinp, the GELU backward in fp32, one rounding
+static mo_status matmul_backward_dgelu_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                                 const void *dout, const void *inp, const void *weight,
+                                                 const void *gelu_pre, int N, int C, int OC) {
+    const size_t nin = (size_t)N * C;
+    float *dy = mo_mmg_to_f32_alloc(dt, dout, (size_t)N * OC);
+    float *x = mo_mmg_to_f32_alloc(dt, inp, nin);
+    float *w = mo_mmg_to_f32_alloc(dt, weight, (size_t)OC * C);
+    float *pre = mo_mmg_to_f32_alloc(dt, gelu_pre, nin);
+    float *dx = malloc(nin * sizeof *dx);
+    mo_status st = MO_OK;
+    if (!dy || !x || !w || !pre || !dx) st = MO_FAIL(MO_ERR_OOM, "matmul_backward_dgelu_mixed_cpu: host out of memory");
+    if (st == MO_OK) st = matmul_backward_cpu(dx, dweight, dbias, dy, x, w, N, C, OC);
+    if (st == MO_OK) st = gelu_backward_cpu(dx, pre, dx, nin);
+    if (st == MO_OK) mo_convert_from_f32(dt, dinp, dx, nin);
+    free(dy); free(x); free(w); free(pre); free(dx);
+    return st;
+}
+
+mo_status mo_matmul_forward_add_mixed(mo_ctx *c, mo_dtype dt, void *out, const void *inp, const void *weight,
+                                      const void *bias, const void *add, int N, int C, int OC) {
+    MO_TRY(check_args("matmul_forward_add_mixed", dt, N, C, OC));
+    switch (c->backend) {
+    case MO_BACKEND_CPU: return matmul_forward_add_mixed_cpu(dt, out, inp, weight, bias, add, N, C, OC);
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        return matmul_forward_mixed_cuda(c, dt, out, NULL, inp, weight, bias, add, N, C, OC);
+#else
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_forward_add_mixed: this build has no CUDA");
+#endif
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "matmul_forward_add_mixed: unknown backend %d", (int)c->backend);
+}
+
+mo_status mo_matmul_backward_dgelu_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                         const void *dout, const void *inp, const void *weight, const void *gelu_pre,
+                                         int N, int C, int OC) {
+    MO_TRY(check_args("matmul_backward_dgelu_mixed", dt, N, C, OC));
+    if (!dinp || !gelu_pre)
+        return MO_FAIL(MO_ERR_INVALID, "matmul_backward_dgelu_mixed: dinp and gelu_pre are required");
+    void *scratch = NULL;
+    MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_mixed_scratch_bytes(N, OC, dbias != NULL), &scratch));
+    mo_status st;
+    switch (c->backend) {
+    case MO_BACKEND_CPU:
+        st = matmul_backward_dgelu_mixed_cpu(dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);
+        break;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        st = matmul_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, scratch, N, C, OC);
+#else
+        st = MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_backward_dgelu_mixed: this build has no CUDA");
+#endif
+        break;
+    case MO_BACKEND_DRY: st = MO_OK; break;
+    default: st = MO_FAIL(MO_ERR_INTERNAL, "matmul_backward_dgelu_mixed: unknown backend %d", (int)c->backend); break;
     }
     mo_status st2 = mo_scratch_free(c, scratch);
     return st != MO_OK ? st : st2;

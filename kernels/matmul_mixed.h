@@ -31,12 +31,13 @@ mo_status matmul_forward_mixed_cpu(mo_dtype dt, void *out, void *gelu_out, const
 mo_status matmul_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, float *dbias, const void *dout,
                                     const void *inp, const void *weight, int N, int C, int OC);
 
-// cuda (matmul_mixed_cuda.c with the kernels of matmul_mixed.cu), on c->stream.
+// cuda (matmul_mixed_cuda.c with the kernels of matmul_mixed.cu), on c->stream. add / gelu_pre as
+// matmul.h's matmul_forward_cuda / matmul_backward_cuda (NULL: the plain GEMMs).
 mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gelu_out, const void *inp,
-                                    const void *weight, const void *bias, int N, int C, int OC);
+                                    const void *weight, const void *bias, const void *add, int N, int C, int OC);
 mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
-                                     const void *dout, const void *inp, const void *weight, void *scratch, int N,
-                                     int C, int OC);
+                                     const void *dout, const void *inp, const void *weight, const void *gelu_pre,
+                                     void *scratch, int N, int C, int OC);
 // kernels (matmul_mixed.cu): dbias (OC) += column sums of dout (N, OC) dt, via partial (chunks, OC) fp32;
 // gelu_out = gelu(out) elementwise in dt (used when the GELU epilogue is unavailable).
 mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const void *dout, float *partial, int N,

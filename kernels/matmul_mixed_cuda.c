@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include "cuda_check.h"
 #include "lt_gemm.h"
+#include "ops_mixed.h"
 
 static cudaDataType_t mx_cuda_type(mo_dtype dt) { return dt == MO_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
 
@@ -41,11 +42,22 @@ static mo_status mx_gemm_ex(mo_ctx *c, const mo_lt_gemm *g) {
 }
 
 mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gelu_out, const void *inp,
-                                    const void *weight, const void *bias, int N, int C, int OC) {
+                                    const void *weight, const void *bias, const void *add, int N, int C, int OC) {
     const cudaDataType_t t = mx_cuda_type(dt);
     mo_lt_gemm g = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, t, t, 0.0f,
-                 bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, 0};
+                 bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, 0, NULL};
     int no_algo = 0;
+    if (add) {
+        // the residual as C (dt, the layout of D), beta 1: added to the fp32 accumulator before the rounding
+        mo_lt_gemm fused = g;
+        fused.Cin = add;
+        fused.beta = 1.0f;
+        MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
+        if (!no_algo) return MO_OK;
+        // no algorithm: the plain GEMM, then the residual kernel (one more rounding)
+        MO_TRY(matmul_forward_mixed_cuda(c, dt, out, NULL, inp, weight, bias, NULL, N, C, OC));
+        return mo_residual_forward_mixed(c, dt, out, out, add, (size_t)N * OC);
+    }
     if (gelu_out && OC % 8 == 0) {
         mo_lt_gemm fused = g;
         fused.D = gelu_out;
@@ -70,18 +82,31 @@ mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gel
 }
 
 mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
-                                     const void *dout, const void *inp, const void *weight, void *scratch, int N,
-                                     int C, int OC) {
+                                     const void *dout, const void *inp, const void *weight, const void *gelu_pre,
+                                     void *scratch, int N, int C, int OC) {
     const cudaDataType_t t = mx_cuda_type(dt);
     int no_algo = 0;
     if (dinp) {
         mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, t, t, 0.0f,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0};
-        MO_TRY(mo_lt_matmul(c, &g, &no_algo));
-        if (no_algo) MO_TRY(mx_gemm_ex(c, &g));
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
+        no_algo = 1;
+        if (gelu_pre && C % 8 == 0) {
+            // DGELU: D = round(gelu'(aux) * acc), aux = the dt pre-activation (C, N), ld C
+            mo_lt_gemm fused = g;
+            fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
+            fused.aux = (void *)gelu_pre;
+            fused.aux_ld = C;
+            MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
+        }
+        if (no_algo) {
+            MO_TRY(mo_lt_matmul(c, &g, &no_algo));
+            if (no_algo) MO_TRY(mx_gemm_ex(c, &g));
+            // unfused: dinp rounded to dt, then the GELU backward (one more rounding)
+            if (gelu_pre) MO_TRY(mo_gelu_backward_mixed(c, dt, dinp, gelu_pre, dinp, (size_t)N * C));
+        }
     }
     mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, t, CUDA_R_32F, 1.0f,
-                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0};
+                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
     MO_TRY(mo_lt_matmul(c, &g, &no_algo));
     if (no_algo) MO_TRY(mx_gemm_ex(c, &g));
     if (dbias) MO_TRY(matmul_mixed_dbias_cuda(c, dt, dbias, dout, (float *)scratch, N, OC));

@@ -51,6 +51,17 @@ mo_status mo_matmul_forward(mo_ctx *c, float *out, float *gelu_out, const float 
 mo_status mo_matmul_backward(mo_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout,
                              const float *inp, const float *weight, int N, int C, int OC);
 
+// Epilogue fusions (cuBLASLt; the cpu reference runs the two ops in turn, so its results are those of
+// the unfused pair, bit for bit):
+// out (N,OC) = inp @ weight^T + bias + add (N,OC): the residual add in the GEMM (C = add, beta 1).
+// out must not alias add or inp.
+mo_status mo_matmul_forward_add(mo_ctx *c, float *out, const float *inp, const float *weight, const float *bias,
+                                const float *add, int N, int C, int OC);
+// mo_matmul_backward with dinp = gelu'(gelu_pre) * (dout @ weight): the GELU backward of the layer before
+// (gelu_pre (N,C) its pre-activation) in the dinp GEMM (DGELU epilogue); dinp is required.
+mo_status mo_matmul_backward_dgelu(mo_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, const float *gelu_pre, int N, int C, int OC);
+
 // ---- GELU (tanh approximation, as GPT-2) ----
 mo_status mo_gelu_forward(mo_ctx *c, float *out, const float *inp, size_t n);
 // dinp (n) = gelu'(inp) * dout   (overwritten; dinp may alias dout)

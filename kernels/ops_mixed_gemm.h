@@ -32,6 +32,17 @@ mo_status mo_matmul_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, void *gelu_
 mo_status mo_matmul_backward_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                    const void *dout, const void *inp, const void *weight, int N, int C, int OC);
 
+// Epilogue fusions, as ops.h's mo_matmul_forward_add / mo_matmul_backward_dgelu; the fp32 accumulator
+// goes through the fused step before its one rounding to dt (the cpu reference rounds at that point too):
+// out (N,OC) dt = round(inp @ weight^T + bias + add), add (N,OC) dt; out must not alias add or inp.
+mo_status mo_matmul_forward_add_mixed(mo_ctx *c, mo_dtype dt, void *out, const void *inp, const void *weight,
+                                      const void *bias, const void *add, int N, int C, int OC);
+// dinp (N,C) dt = round(gelu'(gelu_pre) * (dout @ weight)), gelu_pre (N,C) dt; dweight, dbias as
+// mo_matmul_backward_mixed. dinp is required.
+mo_status mo_matmul_backward_dgelu_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                         const void *dout, const void *inp, const void *weight, const void *gelu_pre,
+                                         int N, int C, int OC);
+
 // ---- causal self-attention, materialized ----
 // qkv (B,T,3C), out (B,T,C), att (B,NH,T,T) all dt. att = softmax(round(q k^T / sqrt(HS))) with the
 // softmax in fp32, stored rounded to dt (exact zeros above the diagonal).

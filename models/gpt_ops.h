@@ -24,6 +24,21 @@ static inline mo_status gpt_matmul_bwd(mo_ctx *x, mo_dtype dt, void *dinp, float
     return mo_matmul_backward_mixed(x, dt, dinp, dw, db, dout, inp, w, N, C, OC);
 }
 
+// out (N,OC) = inp @ weight^T + bias + add (the residual inside the GEMM)
+static inline mo_status gpt_matmul_fwd_add(mo_ctx *x, mo_dtype dt, void *out, const void *inp, const void *w,
+                                           const void *b, const void *add, int N, int C, int OC) {
+    if (dt == MO_F32) return mo_matmul_forward_add(x, out, inp, w, b, add, N, C, OC);
+    return mo_matmul_forward_add_mixed(x, dt, out, inp, w, b, add, N, C, OC);
+}
+
+// gpt_matmul_bwd with dinp = gelu'(pre) * (dout @ weight) (the GELU backward inside the GEMM)
+static inline mo_status gpt_matmul_bwd_dgelu(mo_ctx *x, mo_dtype dt, void *dinp, float *dw, float *db,
+                                             const void *dout, const void *inp, const void *w, const void *pre, int N,
+                                             int C, int OC) {
+    if (dt == MO_F32) return mo_matmul_backward_dgelu(x, dinp, dw, db, dout, inp, w, pre, N, C, OC);
+    return mo_matmul_backward_dgelu_mixed(x, dt, dinp, dw, db, dout, inp, w, pre, N, C, OC);
+}
+
 // Materialized: att (B,NH,T,T) dt. Fused: att is lse (B,NH,T) fp32.
 static inline mo_status gpt_attention_fwd(mo_ctx *x, mo_dtype dt, int fused, void *out, void *att, const void *qkv,
                                           int B, int T, int C, int NH) {

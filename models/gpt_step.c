@@ -162,13 +162,19 @@ static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a, i
                                     N, C, 3 * Cl));
     MO_TRY(act_alloc(m, NCl, &a->atty));
     OP(MO_PROF_ATTENTION, attention_fwd(m, s, a));
-    // resid2 = in + proj(atty): the GEMM writes resid2 (tp: a partial sum, all-reduced), the residual
-    // add adds in place.
+    // resid2 = in + proj(atty). Unsplit, the residual is the GEMM's C input (fuse_epilogues); else the
+    // GEMM writes resid2 (tp: a partial sum, all-reduced) and the residual add adds in place.
+    const int fuse_add = x->fuse_epilogues && tp_of(m) == 1;
     MO_TRY(act_alloc(m, NC, &a->resid2));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->resid2, NULL, a->atty, W(m, GPT_PROJW, l, CC),
-                                    bias0 ? W(m, GPT_PROJB, l, C) : NULL, N, Cl, C));
-    MO_TRY(tp_allreduce(m, a->resid2, NC));
-    OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->resid2, a->resid2, a->in, NC));
+    if (fuse_add) {
+        OP(MO_PROF_GEMM, gpt_matmul_fwd_add(x, DT, a->resid2, a->atty, W(m, GPT_PROJW, l, CC), W(m, GPT_PROJB, l, C),
+                                            a->in, N, Cl, C));
+    } else {
+        OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->resid2, NULL, a->atty, W(m, GPT_PROJW, l, CC),
+                                        bias0 ? W(m, GPT_PROJB, l, C) : NULL, N, Cl, C));
+        MO_TRY(tp_allreduce(m, a->resid2, NC));
+        OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->resid2, a->resid2, a->in, NC));
+    }
     MO_TRY(act_alloc(m, NC, &a->ln2));
     MO_TRY(stat_alloc(m, (size_t)N, &a->ln2_mean));
     MO_TRY(stat_alloc(m, (size_t)N, &a->ln2_rstd));
@@ -180,6 +186,11 @@ static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a, i
                                     W(m, GPT_FCB, l, Fl), N, C, Fl));
     if (!need_out) return MO_OK;
     MO_TRY(act_alloc(m, NC, &a->out));
+    if (fuse_add) {
+        OP(MO_PROF_GEMM, gpt_matmul_fwd_add(x, DT, a->out, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC),
+                                            W(m, GPT_FCPROJB, l, C), a->resid2, N, Fl, C));
+        return MO_OK;
+    }
     OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->out, NULL, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC),
                                     bias0 ? W(m, GPT_FCPROJB, l, C) : NULL, N, Fl, C));
     MO_TRY(tp_allreduce(m, a->out, NC));
@@ -199,10 +210,19 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl;
     float *const *G = m->grad_ptr;
     MO_TRY(act_alloc(m, NF, &a->d4));
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, G[GPT_FCPROJW] + (size_t)l * 4 * CC, G[GPT_FCPROJB] + (size_t)l * C,
-                                    dresid, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC), N, Fl, C));
-    act_free(m, &a->fch_gelu);
-    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, NF));
+    // d4 = d(fch): the GELU backward inside the fcproj dinp GEMM (fuse_epilogues), else after it
+    if (x->fuse_epilogues) {
+        OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu(x, DT, a->d4, G[GPT_FCPROJW] + (size_t)l * 4 * CC,
+                                              G[GPT_FCPROJB] + (size_t)l * C, dresid, a->fch_gelu,
+                                              W(m, GPT_FCPROJW, l, 4 * CC), a->fch, N, Fl, C));
+        act_free(m, &a->fch_gelu);
+    } else {
+        OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, G[GPT_FCPROJW] + (size_t)l * 4 * CC,
+                                        G[GPT_FCPROJB] + (size_t)l * C, dresid, a->fch_gelu,
+                                        W(m, GPT_FCPROJW, l, 4 * CC), N, Fl, C));
+        act_free(m, &a->fch_gelu);
+        OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, NF));
+    }
     act_free(m, &a->fch);
     MO_TRY(act_alloc(m, NC, &a->dC));
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_FCW] + (size_t)l * 4 * CC, G[GPT_FCB] + (size_t)l * Fl, a->d4,

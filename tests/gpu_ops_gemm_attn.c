@@ -172,6 +172,59 @@ static void gpu_matmul(const mm_shape *s) {
     free(dinp_ref); free(dw_ref); free(db_ref);
 }
 
+
+// The epilogue fusions of the GPT step: forward with the residual as the GEMM's C input, and the dinp
+// GEMM with the GELU backward (DGELU) of the layer before, against the cpu reference (the two unfused
+// ops in turn). C % 8 != 0 takes the unfused fallback inside the cuda op (aux ld rule); it must agree too.
+static void gpu_matmul_fused(const mm_shape *s) {
+    const int N = s->N, C = s->C, OC = s->OC;
+    const size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    printf("matmul fused %s: N=%d C=%d OC=%d\n", s->what, N, C, OC);
+    float *inp = hrand(nin, -1, 1), *w = hrand(nw, -1, 1), *b = hrand(OC, -1, 1), *add = hrand(nout, -2, 2);
+    float *dout = hrand(nout, -1, 1), *pre = hrand(nin, -3, 3), *dw0 = hrand(nw, -1, 1), *db0 = hrand(OC, -1, 1);
+    float *out_ref = hnew(nout), *dinp_ref = hnew(nin), *dw_ref = hdup(dw0, nw), *db_ref = hdup(db0, OC);
+    CHECK_OK(mo_matmul_forward_add(hc, out_ref, inp, w, b, add, N, C, OC));
+    CHECK_OK(mo_matmul_backward_dgelu(hc, dinp_ref, dw_ref, db_ref, dout, inp, w, pre, N, C, OC));
+    float *d_inp = dup_dev(inp, nin), *d_w = dup_dev(w, nw), *d_b = dup_dev(b, OC), *d_add = dup_dev(add, nout);
+    float *d_dout = dup_dev(dout, nout), *d_pre = dup_dev(pre, nin), *d_out = dnew(nout), *d_dinp = dnew(nin);
+    float *d_dw = dnew(nw), *d_db = dnew(OC);
+    float *got[2], *got_dinp[2], *got_dw = hnew(nw), *got_db = hnew(OC);
+    for (int r = 0; r < 2; r++) { got[r] = hnew(nout); got_dinp[r] = hnew(nin); }
+    char label[160];
+    for (int tf32 = 0; tf32 <= 1; tf32++) {
+        gc->tf32 = tf32;
+        const char *prec = tf32 ? "tf32" : "fp32";
+        for (int r = 0; r < 2; r++) {
+            dpoison(d_out, nout);
+            CHECK_OK(mo_matmul_forward_add(gc, d_out, d_inp, d_w, d_b, d_add, N, C, OC));
+            d2h(got[r], d_out, nout);
+            dpoison(d_dinp, nin);
+            h2d(d_dw, dw0, nw);
+            h2d(d_db, db0, OC);
+            CHECK_OK(mo_matmul_backward_dgelu(gc, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_pre, N, C, OC));
+            d2h(got_dinp[r], d_dinp, nin);
+        }
+        d2h(got_dw, d_dw, nw);
+        d2h(got_db, d_db, OC);
+        snprintf(label, sizeof label, "%s fwd + add (%s)", s->what, prec);
+        CHECK_REL_L(label, got[0], out_ref, nout, tf32 ? TF32_TOL : tol_fp32(C));
+        check_same(label, got[0], got[1], nout);
+        snprintf(label, sizeof label, "%s bwd dinp with dgelu (%s)", s->what, prec);
+        CHECK_REL_L(label, got_dinp[0], dinp_ref, nin, tf32 ? TF32_TOL : tol_fp32(OC));
+        check_same(label, got_dinp[0], got_dinp[1], nin);
+        snprintf(label, sizeof label, "%s bwd dweight, dbias with dgelu (%s)", s->what, prec);
+        CHECK_REL_L(label, got_dw, dw_ref, nw, tf32 ? TF32_TOL : tol_fp32(N));
+        CHECK_REL_L(label, got_db, db_ref, OC, tf32 ? TF32_TOL : tol_fp32(N));
+    }
+    gc->tf32 = 0;
+    for (int r = 0; r < 2; r++) { free(got[r]); free(got_dinp[r]); }
+    free(got_dw); free(got_db);
+    dfree(d_inp); dfree(d_w); dfree(d_b); dfree(d_add); dfree(d_dout); dfree(d_pre); dfree(d_out); dfree(d_dinp);
+    dfree(d_dw); dfree(d_db);
+    free(inp); free(w); free(b); free(add); free(dout); free(pre); free(dw0); free(db0);
+    free(out_ref); free(dinp_ref); free(dw_ref); free(db_ref);
+}
+
 // ---------------------------------------------------------------------------------------------
 typedef struct { int B, T, C, NH; const char *what; } at_shape;
 
@@ -305,6 +358,15 @@ int main(void) {
         {37, 100, 36, 0, 1, "odd gelu no bias"},
     };
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) gpu_matmul(&mm[i]);
+    // the step's fused GEMMs: attn proj (+ residual), fc proj (+ residual; dgelu with C = 3072), a
+    // tail with C % 8 == 0 and one without (the unfused fallback)
+    const mm_shape fz[] = {
+        {1024, 768, 768, 1, 0, "attn proj"},
+        {1024, 3072, 768, 1, 0, "fc proj"},
+        {74, 96, 100, 1, 0, "tail"},
+        {37, 100, 37, 1, 0, "odd (dgelu fallback)"},
+    };
+    for (size_t i = 0; i < sizeof fz / sizeof fz[0]; i++) gpu_matmul_fused(&fz[i]);
 
     const at_shape at[] = {
         {2, 1024, 768, 12, "gpt2 T=1024"},

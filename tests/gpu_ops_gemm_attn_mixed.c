@@ -181,6 +181,62 @@ static void gpu_matmul(mo_dtype dt, const mm_shape *s) {
     free(dw_ref); free(db_ref);
 }
 
+
+// The epilogue fusions (ops_mixed_gemm.h): the residual as the GEMM's C input and the dinp GEMM with
+// the GELU backward, each rounded once; against the cpu reference, which rounds at the same point.
+// C % 8 != 0 takes the unfused fallback (one more rounding): still within tol16.
+static void gpu_matmul_fused(mo_dtype dt, const mm_shape *s) {
+    const int N = s->N, C = s->C, OC = s->OC;
+    const size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    const size_t e = sizeof(uint16_t);
+    const char *pn = mo_dtype_name(dt);
+    printf("matmul_mixed fused %s %s: N=%d C=%d OC=%d\n", pn, s->what, N, C, OC);
+    uint16_t *inp = hrand16(dt, nin, -1, 1), *w = hrand16(dt, nw, -1, 1), *b = hrand16(dt, OC, -1, 1);
+    uint16_t *add = hrand16(dt, nout, -2, 2), *dout = hrand16(dt, nout, -1, 1), *pre = hrand16(dt, nin, -3, 3);
+    float *dw0 = frand(nw, -1, 1), *db0 = frand(OC, -1, 1);
+    uint16_t *out_ref = hnew16(nout), *dinp_ref = hnew16(nin);
+    float *dw_ref = fnew(nw), *db_ref = fnew(OC);
+    memcpy(dw_ref, dw0, nw * sizeof(float));
+    memcpy(db_ref, db0, OC * sizeof(float));
+    CHECK_OK(mo_matmul_forward_add_mixed(hc, dt, out_ref, inp, w, b, add, N, C, OC));
+    CHECK_OK(mo_matmul_backward_dgelu_mixed(hc, dt, dinp_ref, dw_ref, db_ref, dout, inp, w, pre, N, C, OC));
+    void *d_inp = dup_dev(inp, nin * e), *d_w = dup_dev(w, nw * e), *d_b = dup_dev(b, OC * e);
+    void *d_add = dup_dev(add, nout * e), *d_dout = dup_dev(dout, nout * e), *d_pre = dup_dev(pre, nin * e);
+    void *d_out = dnew(nout * e), *d_dinp = dnew(nin * e);
+    float *d_dw = dnew(nw * sizeof(float)), *d_db = dnew(OC * sizeof(float));
+    uint16_t *got[2], *got_dinp[2];
+    float *got_dw = fnew(nw), *got_db = fnew(OC);
+    for (int r = 0; r < 2; r++) { got[r] = hnew16(nout); got_dinp[r] = hnew16(nin); }
+    for (int r = 0; r < 2; r++) {
+        dpoison16(dt, d_out, nout);
+        CHECK_OK(mo_matmul_forward_add_mixed(gc, dt, d_out, d_inp, d_w, d_b, d_add, N, C, OC));
+        d2h(got[r], d_out, nout * e);
+        dpoison16(dt, d_dinp, nin);
+        h2d(d_dw, dw0, nw * sizeof(float));
+        h2d(d_db, db0, OC * sizeof(float));
+        CHECK_OK(mo_matmul_backward_dgelu_mixed(gc, dt, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_pre, N, C, OC));
+        d2h(got_dinp[r], d_dinp, nin * e);
+    }
+    d2h(got_dw, d_dw, nw * sizeof(float));
+    d2h(got_db, d_db, OC * sizeof(float));
+    char label[160];
+    snprintf(label, sizeof label, "%s %s fwd + add", pn, s->what);
+    CHECK16(label, dt, got[0], out_ref, nout, tol16(dt));
+    check_same(label, got[0], got[1], nout * e);
+    snprintf(label, sizeof label, "%s %s bwd dinp with dgelu", pn, s->what);
+    CHECK16(label, dt, got_dinp[0], dinp_ref, nin, tol16(dt));
+    check_same(label, got_dinp[0], got_dinp[1], nin * e);
+    snprintf(label, sizeof label, "%s %s bwd dweight, dbias with dgelu (fp32)", pn, s->what);
+    test_check_rel(got_dw, dw_ref, nw, DWEIGHT_TOL, __FILE__, __LINE__, label);
+    test_check_rel(got_db, db_ref, OC, tol_fp32(N), __FILE__, __LINE__, label);
+    for (int r = 0; r < 2; r++) { free(got[r]); free(got_dinp[r]); }
+    free(got_dw); free(got_db);
+    dfree(d_inp); dfree(d_w); dfree(d_b); dfree(d_add); dfree(d_dout); dfree(d_pre); dfree(d_out); dfree(d_dinp);
+    dfree(d_dw); dfree(d_db);
+    free(inp); free(w); free(b); free(add); free(dout); free(pre); free(dw0); free(db0);
+    free(out_ref); free(dinp_ref); free(dw_ref); free(db_ref);
+}
+
 // ---------------------------------------------------------------------------------------------
 typedef struct { int B, T, C, NH; const char *what; } at_shape;
 
@@ -270,9 +326,18 @@ int main(void) {
         {2, 130, 80, 2, "HS=40 T=130"},
         {1, 1, 64, 4, "T=1 HS=16"},
     };
+    // the step's fused GEMMs (attn proj and fc proj + residual, dgelu with C = 3072), a tail, and C % 8
+    // != 0 (the unfused fallback)
+    const mm_shape fz[] = {
+        {1024, 768, 768, 1, 0, "attn proj"},
+        {1024, 3072, 768, 1, 0, "fc proj"},
+        {74, 96, 100, 1, 0, "tail"},
+        {37, 100, 37, 1, 0, "odd (dgelu fallback)"},
+    };
     const mo_dtype dts[2] = {MO_BF16, MO_F16};
     for (int d = 0; d < 2; d++) {
         for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) gpu_matmul(dts[d], &mm[i]);
+        for (size_t i = 0; i < sizeof fz / sizeof fz[0]; i++) gpu_matmul_fused(dts[d], &fz[i]);
         for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) gpu_attention(dts[d], &at[i]);
     }
 
