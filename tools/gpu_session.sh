@@ -40,6 +40,27 @@ if has gpu; then
   echo "ctest -L gpu exit $?"; grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$R/ctest-gpu.log" | tail -20
   grep -hE "attention chunks timing|chunk rows .*forward|median|ms \(" "$R/ctest-gpu.log" | head -40
 fi
+if has gpufast; then
+  # every GPU test binary at once (their time is mostly the cpu references), then the chunk timings alone
+  t0=$(date +%s)
+  for t in $(cd $B && ls gpu_* | grep -v gpu_attention_chunks); do
+    (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
+  done
+  wait
+  (cd $B && timeout 300 ./gpu_attention_chunks >"$R/gpu_attention_chunks.log" 2>&1; echo "gpu_attention_chunks exit $?: $(tail -1 "$R/gpu_attention_chunks.log")")
+  echo "gpu tests: $(( $(date +%s) - t0 )) s"
+  grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -20
+  grep -hE "^(FAIL|  FAIL)|FAILED|failed" $R/gpu_*.log | head -20
+fi
+if has ab; then
+  # the epilogue fusions on and off (MEMOPT_FUSE_EPILOGUES), each precision and attention form
+  csv="$R/ab.csv"
+  for prec in fp32 bf16; do for attn in materialized fused; do for fe in 1 0; do
+    MEMOPT_FUSE_EPILOGUES=$fe $M run --preset gpt2-124m --precision $prec --attn $attn --steps 10 --warmup 3 --csv "$csv" \
+      | grep -E "^ *step" | sed "s/^/$prec $attn fuse=$fe: /"
+  done; done; done
+  for prec in fp32 bf16; do $M run --preset gpt2-124m --precision $prec --profile --steps 10 --warmup 3 | grep -E "step:|profile"; done
+fi
 if has probe; then
   [ -x $B/memopt_probe_gemm_algos ] && timeout 240 $B/memopt_probe_gemm_algos fp32 bf16 2>&1 | tee "$R/probe-gemm-algos.log"
   for prec in fp32 bf16; do
