@@ -273,6 +273,8 @@ __global__ void am_softmax_backward_loop_kernel(E *datt, const E *__restrict__ a
     for (int i = lane; i < end; i += 32) g[i] = am_e<E>(i <= t ? scale * am_f(a[i]) * (am_f(g[i]) - s) : 0.0f);
 }
 
+// Which kernel runs depends on T and on 16-byte alignment (the two kinds sum a row in different orders);
+// the allocator aligns every buffer to at least 256 bytes, so a given shape always takes the same one.
 // Vectors per lane the register kernels need for T (a power of two up to AM_ROW_MAX_IT), 0 when T
 // takes the loop kernels.
 template <typename E> static int am_row_it(int T, const void *p0, const void *p1) {

@@ -42,6 +42,8 @@ typedef struct mo_ctx {
     int fuse_epilogues;           // the GPT step fuses the residual adds and the GELU backward into its
                                   // GEMMs (ops.h's mo_matmul_forward_add / _backward_dgelu): 1 by default,
                                   // 0 with MEMOPT_FUSE_EPILOGUES=0 in the environment (to measure the gain)
+    long epilogue_fallbacks;      // fused GEMMs (residual C input, DGELU) that cuBLASLt had no algorithm
+                                  // for and that ran unfused (tests read it to see which path ran)
 } mo_ctx;
 
 // Causal skipping in the materialized attention (attention_materialized.cu): the T queries are

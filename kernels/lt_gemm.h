@@ -20,7 +20,7 @@ typedef struct mo_lt_gemm {
     int64_t lda;
     const void *B;
     int64_t ldb;
-    void *D; // also C: beta reads D in place (same layout)
+    void *D; // also C when Cin is NULL: beta then reads D in place (same layout)
     int64_t ldd;
     cudaDataType_t ab_type, d_type;
     float beta;

@@ -141,6 +141,7 @@ mo_status mo_matmul_backward(mo_ctx *c, float *dinp, float *dweight, float *dbia
 mo_status mo_matmul_forward_add(mo_ctx *c, float *out, const float *inp, const float *weight, const float *bias,
                                 const float *add, int N, int C, int OC) {
     MO_TRY(check_shape("matmul_forward_add", N, C, OC));
+    if (!add) return MO_FAIL(MO_ERR_INVALID, "matmul_forward_add: add is required");
     switch (c->backend) {
     case MO_BACKEND_CPU:
         MO_TRY(matmul_forward_cpu(out, NULL, inp, weight, bias, N, C, OC));

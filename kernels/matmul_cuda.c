@@ -38,6 +38,7 @@ mo_status matmul_forward_cuda(mo_ctx *c, float *out, float *gelu_out, const floa
     mo_lt_gemm g = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, CUDA_R_32F, CUDA_R_32F, 0.0f,
                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, c->tf32, NULL};
     int no_algo = 0;
+    if (add && gelu_out) return MO_FAIL(MO_ERR_INVALID, "matmul_forward: add and gelu_out together are not supported");
     if (add) {
         // the residual as C (same (OC, N) layout as D), beta 1; else the GEMM, then the residual kernel
         mo_lt_gemm fused = g;
@@ -45,6 +46,7 @@ mo_status matmul_forward_cuda(mo_ctx *c, float *out, float *gelu_out, const floa
         fused.beta = 1.0f;
         MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
         if (!no_algo) return MO_OK;
+        c->epilogue_fallbacks++;
         MO_TRY(mo_lt_matmul(c, &g, &no_algo));
         if (no_algo) return no_algo_error("matmul_forward_add", &g);
         return mo_residual_forward(c, out, out, add, (size_t)N * OC);
@@ -103,6 +105,7 @@ mo_status matmul_backward_cuda(mo_ctx *c, float *dinp, float *dweight, float *db
             MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
         }
         if (no_algo) {
+            if (gelu_pre) c->epilogue_fallbacks++;
             MO_TRY(mo_lt_matmul(c, &g, &no_algo));
             if (no_algo) return no_algo_error("matmul_backward (dinp)", &g);
             if (gelu_pre) MO_TRY(mo_gelu_backward(c, dinp, gelu_pre, dinp, (size_t)N * C));

@@ -154,6 +154,7 @@ static mo_status matmul_backward_dgelu_mixed_cpu(mo_dtype dt, void *dinp, float 
 mo_status mo_matmul_forward_add_mixed(mo_ctx *c, mo_dtype dt, void *out, const void *inp, const void *weight,
                                       const void *bias, const void *add, int N, int C, int OC) {
     MO_TRY(check_args("matmul_forward_add_mixed", dt, N, C, OC));
+    if (!add) return MO_FAIL(MO_ERR_INVALID, "matmul_forward_add_mixed: add is required");
     switch (c->backend) {
     case MO_BACKEND_CPU: return matmul_forward_add_mixed_cpu(dt, out, inp, weight, bias, add, N, C, OC);
     case MO_BACKEND_CUDA:

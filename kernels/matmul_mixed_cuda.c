@@ -47,6 +47,8 @@ mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gel
     mo_lt_gemm g = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, t, t, 0.0f,
                  bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, 0, NULL};
     int no_algo = 0;
+    if (add && gelu_out)
+        return MO_FAIL(MO_ERR_INVALID, "matmul_forward_mixed: add and gelu_out together are not supported");
     if (add) {
         // the residual as C (dt, the layout of D), beta 1: added to the fp32 accumulator before the rounding
         mo_lt_gemm fused = g;
@@ -54,6 +56,7 @@ mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gel
         fused.beta = 1.0f;
         MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
         if (!no_algo) return MO_OK;
+        c->epilogue_fallbacks++;
         // no algorithm: the plain GEMM, then the residual kernel (one more rounding)
         MO_TRY(matmul_forward_mixed_cuda(c, dt, out, NULL, inp, weight, bias, NULL, N, C, OC));
         return mo_residual_forward_mixed(c, dt, out, out, add, (size_t)N * OC);
@@ -99,6 +102,7 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
             MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
         }
         if (no_algo) {
+            if (gelu_pre) c->epilogue_fallbacks++;
             MO_TRY(mo_lt_matmul(c, &g, &no_algo));
             if (no_algo) MO_TRY(mx_gemm_ex(c, &g));
             // unfused: dinp rounded to dt, then the GELU backward (one more rounding)

@@ -194,6 +194,7 @@ static void gpu_matmul_fused(const mm_shape *s) {
     for (int tf32 = 0; tf32 <= 1; tf32++) {
         gc->tf32 = tf32;
         const char *prec = tf32 ? "tf32" : "fp32";
+        const long fb0 = gc->epilogue_fallbacks;
         for (int r = 0; r < 2; r++) {
             dpoison(d_out, nout);
             CHECK_OK(mo_matmul_forward_add(gc, d_out, d_inp, d_w, d_b, d_add, N, C, OC));
@@ -206,6 +207,7 @@ static void gpu_matmul_fused(const mm_shape *s) {
         }
         d2h(got_dw, d_dw, nw);
         d2h(got_db, d_db, OC);
+        printf("  %s: %ld of 4 fused calls ran unfused (no cuBLASLt algorithm)\n", prec, gc->epilogue_fallbacks - fb0);
         snprintf(label, sizeof label, "%s fwd + add (%s)", s->what, prec);
         CHECK_REL_L(label, got[0], out_ref, nout, tf32 ? TF32_TOL : tol_fp32(C));
         check_same(label, got[0], got[1], nout);
@@ -376,6 +378,9 @@ int main(void) {
         {1, 100, 256, 2, "HS=128 T=100"},
         {2, 130, 80, 2, "HS=40 T=130"},
         {1, 1, 64, 4, "T=1 HS=16"},
+        {2, 40, 90, 3, "HS=30 (element permutes)"},
+        {1, 512, 128, 2, "T=512 (4 or 2 vectors a lane)"},
+        {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},
     };
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) gpu_attention(&at[i]);
 

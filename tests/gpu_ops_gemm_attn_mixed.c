@@ -207,6 +207,7 @@ static void gpu_matmul_fused(mo_dtype dt, const mm_shape *s) {
     uint16_t *got[2], *got_dinp[2];
     float *got_dw = fnew(nw), *got_db = fnew(OC);
     for (int r = 0; r < 2; r++) { got[r] = hnew16(nout); got_dinp[r] = hnew16(nin); }
+    const long fb0 = gc->epilogue_fallbacks;
     for (int r = 0; r < 2; r++) {
         dpoison16(dt, d_out, nout);
         CHECK_OK(mo_matmul_forward_add_mixed(gc, dt, d_out, d_inp, d_w, d_b, d_add, N, C, OC));
@@ -219,6 +220,7 @@ static void gpu_matmul_fused(mo_dtype dt, const mm_shape *s) {
     }
     d2h(got_dw, d_dw, nw * sizeof(float));
     d2h(got_db, d_db, OC * sizeof(float));
+    printf("  %ld of 4 fused calls ran unfused (no cuBLASLt algorithm)\n", gc->epilogue_fallbacks - fb0);
     char label[160];
     snprintf(label, sizeof label, "%s %s fwd + add", pn, s->what);
     CHECK16(label, dt, got[0], out_ref, nout, tol16(dt));
@@ -325,6 +327,9 @@ int main(void) {
         {1, 100, 256, 2, "HS=128 T=100"},
         {2, 130, 80, 2, "HS=40 T=130"},
         {1, 1, 64, 4, "T=1 HS=16"},
+        {2, 40, 90, 3, "HS=30 (element permutes)"},
+        {1, 512, 128, 2, "T=512 (4 or 2 vectors a lane)"},
+        {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},
     };
     // the step's fused GEMMs (attn proj and fc proj + residual, dgelu with C = 3072), a tail, and C % 8
     // != 0 (the unfused fallback)
