@@ -43,14 +43,31 @@ fi
 if has gpufast; then
   # every GPU test binary at once (their time is mostly the cpu references), then the chunk timings alone
   t0=$(date +%s)
-  for t in $(cd $B && ls gpu_* | grep -v gpu_attention_chunks); do
+  # gpu_alloc reads device-wide memory: it runs alone, after the others
+  pids=""
+  for t in $(cd $B && ls gpu_* | grep -v -e gpu_attention_chunks -e gpu_alloc); do
     (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
+    pids="$pids $!"
   done
-  wait
+  wait $pids # by pid: a bare wait would also wait for this script's own tee
+  (cd $B && timeout 60 ./gpu_alloc >"$R/gpu_alloc.log" 2>&1; echo "gpu_alloc exit $?: $(tail -1 "$R/gpu_alloc.log")")
   (cd $B && timeout 300 ./gpu_attention_chunks >"$R/gpu_attention_chunks.log" 2>&1; echo "gpu_attention_chunks exit $?: $(tail -1 "$R/gpu_attention_chunks.log")")
   echo "gpu tests: $(( $(date +%s) - t0 )) s"
   grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -20
   grep -hE "^(FAIL|  FAIL)|FAILED|failed" $R/gpu_*.log | head -20
+fi
+if has gpu1; then
+  # the tests that must run alone: device-wide memory, and the chunk timings
+  for t in gpu_alloc gpu_attention_chunks; do
+    (cd $B && timeout 120 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")")
+  done
+  grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -20
+fi
+if has fuseoff; then
+  for prec in fp32 bf16; do
+    MEMOPT_FUSE_EPILOGUES=0 $M run --preset gpt2-124m --precision $prec --steps 10 --warmup 3 --csv "$R/fuseoff.csv" \
+      | grep -E "step" | sed "s/^/$prec materialized, epilogue fusions off: /"
+  done
 fi
 if has ab; then
   # the epilogue fusions on and off (MEMOPT_FUSE_EPILOGUES), each precision and attention form
@@ -94,7 +111,7 @@ if has gpt; then
   r --precision tf32 --ckpt full
   for al in async raw; do r --precision tf32 --alloc $al; done
   r --precision fp32 --cap 8GiB
-  for prec in tf32 bf16; do $M run --preset gpt2-124m --precision $prec --profile --steps 10 --warmup 3 | grep -E "step:|profile"; done
+  for prec in fp32 tf32 bf16; do $M run --preset gpt2-124m --precision $prec --profile --steps 10 --warmup 3 | grep -E "step:|profile"; done
   $M run --preset gpt2-124m --precision bf16 --attn fused --profile --steps 10 --warmup 3 | grep -E "step:|profile"
 fi
 if has split; then
@@ -109,8 +126,13 @@ if has peer; then
   P --attn materialized --precision fp32,bf16 --ckpt full,sqrt,selective,every:2
   P --attn materialized --precision fp32,bf16 --accum 4
 fi
-if has claims; then
+if has claims && [ "${MEMOPT_SESSION_BUDGET_S:-100000}" -gt "$SECONDS" ]; then
   $M claims --preset gpt2-124m --out-dir $R/claims 2>&1 | tail -40
+fi
+if has peerckpt && [ "${MEMOPT_PEER_BUDGET_S:-100000}" -gt "$SECONDS" ]; then
+  # only the PyTorch checkpoint policies not yet measured (sqrt, selective, every:2)
+  PYTHONUNBUFFERED=1 timeout 170 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-gpt2-124m-ckpt.csv" \
+    --attn materialized --precision fp32,bf16 --ckpt sqrt,selective,every:2 2>&1 | tail -12
 fi
 if has sweep; then
   $M sweep --preset gpt2-124m --precision fp32,tf32,bf16 --attn materialized,fused --ckpt none,full,selective --cap none,8GiB \
