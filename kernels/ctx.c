@@ -74,7 +74,9 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->alloc = alloc;
     c->gemm_ws_bytes = MO_GEMM_WORKSPACE_BYTES;
     const char *fe = getenv("MEMOPT_FUSE_EPILOGUES");
-    c->fuse_epilogues = !(fe && (strcmp(fe, "0") == 0 || strcmp(fe, "off") == 0 || strcmp(fe, "false") == 0));
+    c->fuse_epilogues = -1;
+    if (fe && (strcmp(fe, "0") == 0 || strcmp(fe, "off") == 0 || strcmp(fe, "false") == 0)) c->fuse_epilogues = 0;
+    if (fe && (strcmp(fe, "1") == 0 || strcmp(fe, "on") == 0 || strcmp(fe, "true") == 0)) c->fuse_epilogues = 1;
     mo_status st = MO_OK;
 #ifdef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA && (st = ctx_cuda_stream(c)) != MO_OK) { free(c); return st; }

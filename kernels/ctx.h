@@ -39,9 +39,14 @@ typedef struct mo_ctx {
     void *stage_event;            // cudaEvent_t recorded after the last upload out of stage_host
     int attn_chunk_rows;          // materialized attention, causal skipping: query rows per chunk;
                                   // 0 = the default of mo_attn_chunk_rows (tests set others)
-    int fuse_epilogues;           // the GPT step fuses the residual adds and the GELU backward into its
-                                  // GEMMs (ops.h's mo_matmul_forward_add / _backward_dgelu): 1 by default,
-                                  // 0 with MEMOPT_FUSE_EPILOGUES=0 in the environment (to measure the gain)
+    int fuse_epilogues;           // whether the GPT step fuses the residual adds and the GELU backward into
+                                  // its GEMMs (ops.h's mo_matmul_forward_add / _backward_dgelu): -1 (the
+                                  // default) in 16 bits only, 1 always, 0 never; MEMOPT_FUSE_EPILOGUES=1 / 0
+                                  // in the environment sets it (to measure). Why 16 bits only: on the H200
+                                  // at 8527a69 the fused fp32 / tf32 GEMMs were slower than the kernels they
+                                  // replaced (fp32 step 157.6 ms fused, 156.2 unfused; GEMM time 130.6 vs
+                                  // 128.0), while in bf16 the GEMMs grew 0.6 ms and 1.0 ms of elementwise
+                                  // kernels went (step 20.5 fused, 21.1 unfused): docs/perf-notes.md
     long epilogue_fallbacks;      // fused GEMMs (residual C input, DGELU) that cuBLASLt had no algorithm
                                   // for and that ran unfused (tests read it to see which path ran)
 } mo_ctx;

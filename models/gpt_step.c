@@ -73,6 +73,13 @@ static int layers_of(const mo_gpt *m) { return m->shard ? m->shard->layers : m->
 static int is_first(const mo_gpt *m) { return !m->shard || m->shard->first; }
 static int is_last(const mo_gpt *m) { return !m->shard || m->shard->last; }
 
+// Whether this step fuses the residual adds and the GELU backward into its GEMMs (ctx.h's
+// fuse_epilogues: by default in 16 bits only).
+static int fuse_epilogues(const mo_gpt *m) {
+    const int f = m->ctx->fuse_epilogues;
+    return f < 0 ? DT != MO_F32 : f;
+}
+
 // Blocks per checkpoint segment of this model's (or stage's) layers: a stage's sqrt is that of its
 // own layer count, and every:K is at most the stage.
 static int segment_len(const mo_gpt *m) {
@@ -164,7 +171,7 @@ static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a, i
     OP(MO_PROF_ATTENTION, attention_fwd(m, s, a));
     // resid2 = in + proj(atty). Unsplit, the residual is the GEMM's C input (fuse_epilogues); else the
     // GEMM writes resid2 (tp: a partial sum, all-reduced) and the residual add adds in place.
-    const int fuse_add = x->fuse_epilogues && tp_of(m) == 1;
+    const int fuse_add = fuse_epilogues(m) && tp_of(m) == 1;
     MO_TRY(act_alloc(m, NC, &a->resid2));
     if (fuse_add) {
         OP(MO_PROF_GEMM, gpt_matmul_fwd_add(x, DT, a->resid2, a->atty, W(m, GPT_PROJW, l, CC), W(m, GPT_PROJB, l, C),
@@ -211,7 +218,7 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     float *const *G = m->grad_ptr;
     MO_TRY(act_alloc(m, NF, &a->d4));
     // d4 = d(fch): the GELU backward inside the fcproj dinp GEMM (fuse_epilogues), else after it
-    if (x->fuse_epilogues) {
+    if (fuse_epilogues(m)) {
         OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu(x, DT, a->d4, G[GPT_FCPROJW] + (size_t)l * 4 * CC,
                                               G[GPT_FCPROJB] + (size_t)l * C, dresid, a->fch_gelu,
                                               W(m, GPT_FCPROJW, l, 4 * CC), a->fch, N, Fl, C));

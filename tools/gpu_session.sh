@@ -70,13 +70,14 @@ if has fuseoff; then
   done
 fi
 if has ab; then
-  # the epilogue fusions on and off (MEMOPT_FUSE_EPILOGUES), each precision and attention form
+  # the epilogue fusions at their default (16-bit only) and flipped, interleaved twice so the order of
+  # runs (clocks, temperature) cannot pose as a difference
   csv="$R/ab.csv"
-  for prec in fp32 bf16; do for attn in materialized fused; do for fe in 1 0; do
-    MEMOPT_FUSE_EPILOGUES=$fe $M run --preset gpt2-124m --precision $prec --attn $attn --steps 10 --warmup 3 --csv "$csv" \
-      | grep -E "^ *step" | sed "s/^/$prec $attn fuse=$fe: /"
+  for rep in 1 2; do for prec in fp32 bf16; do for fe in default flipped; do
+    if [ $fe = default ]; then env=""; elif [ $prec = fp32 ]; then env="MEMOPT_FUSE_EPILOGUES=1"; else env="MEMOPT_FUSE_EPILOGUES=0"; fi
+    env $env $M run --preset gpt2-124m --precision $prec --steps 10 --warmup 3 --csv "$csv" \
+      | grep -E "step:" | sed "s/^/$prec fusions $fe ($env) rep $rep: /"
   done; done; done
-  for prec in fp32 bf16; do $M run --preset gpt2-124m --precision $prec --profile --steps 10 --warmup 3 | grep -E "step:|profile"; done
 fi
 if has probe; then
   [ -x $B/memopt_probe_gemm_algos ] && timeout 240 $B/memopt_probe_gemm_algos fp32 bf16 2>&1 | tee "$R/probe-gemm-algos.log"
