@@ -60,7 +60,9 @@ typedef struct mo_ctx {
 // gpu_attention_chunks.c, B 8, T 1024, NH 12, HS 64; forward + backward per layer, medians of 7;
 // results/h200-gputest.log):
 // fp32 1 chunk 2.63 ms, 2: 2.33, 4: 2.12, 8: 2.44, 16: 2.82; bf16 1: 0.868, 2: 0.817, 4: 0.843,
-// 8: 0.912, 16: 1.152. Fewer FLOPs with more chunks, but each chunk's batched GEMMs fill the GPU less.
+// 8: 0.912, 16: 1.152. Re-measured with the register row kernels (8527a69): fp32 2.46 / 2.13 / 1.96 /
+// 2.26 / 2.66, bf16 0.671 / 0.624 / 0.653 / 0.709 / 1.148: the same best counts.
+// Fewer FLOPs with more chunks, but each chunk's batched GEMMs fill the GPU less.
 // Those counts are for B*NH = 96 matrices per batched GEMM; with fewer (a small micro-batch under
 // --accum, a tp rank's share of the heads) each chunk's GEMM fills the GPU less, so the count is scaled
 // by B*NH / 96 (rounded, at least 1: B 2 x NH 12 runs unchunked, as before chunking, where the

@@ -95,6 +95,8 @@ run 2 mincap --backend dry --cap 0.5
 has "$tmp/err" "^memopt: --cap: memopt mincap finds the cap itself"
 
 # ---- claims on the dry backend: memory measured (both claims), times honestly not
+# the figure scripts from the source tree, wherever the build folder is
+export MEMOPT_PLOT_SCRIPTS="$(cd "$SRC" && pwd)/plots"
 run 0 claims --backend dry --steps 1 --warmup 1 --out-dir "$tmp/claims"
 has "$tmp/out" "times need a GPU"
 has "$tmp/out" "rule: holds when the activation saving .* is within \[40%, 60%\]"
