@@ -37,6 +37,14 @@ extern "C" {
 // kernels about 0.5 of the memory bandwidth.
 #define MO_PLAN_EFF_GEMM 0.6
 #define MO_PLAN_EFF_MEM 0.5
+// The suite's own 16-bit fused attention (kernels/attention_fused_mixed.cu, mma.sync) reaches this share
+// of the GPU's dense 16-bit tensor peak, in the roofline's FLOPs of the causal half (forward 2, backward
+// 8 products with the recompute): measured on the H200 (tests/gpu_attention_fused_mixed.c at
+// 5951f35bc59c, B 8, T 1024, C 768, NH 12: forward 0.148 ms + backward 0.360 ms per layer for 64.4
+// GFLOP = 127 TFLOP/s of 989.4); the kernel was not changed since. Its time is taken at this rate and
+// not fitted (those kernels are far below the cuBLAS rate the GEMM efficiency is fitted to); on other
+// GPUs the same share of their peak is an assumption.
+#define MO_PLAN_EFF_FLASH16 0.128
 // The floor of any kernel: launch latency on a busy stream (a kernel of no work still costs this).
 #define MO_PLAN_KERNEL_FLOOR_S 2.5e-6
 
@@ -129,13 +137,15 @@ typedef struct mo_roofline {
     // GPU's per-direction link rate (not scaled by any fitted efficiency). 0 for unsplit runs.
     double comm_s;
     double bubble;                 // the factor applied (1 unsplit)
+    double kern_s;                 // the 16-bit fused attention kernels at MO_PLAN_EFF_FLASH16 (not fitted)
 } mo_roofline;
 
 // The step's ops (forward, backward, recompute, optimizer) of rc on GPU g. GEMMs (the linear layers,
 // the materialized attention's batched GEMMs) run at mo_gpu_gemm_tflops; everything else
-// (LayerNorm, GELU, residual, softmax, permutes, cross-entropy, embedding, AdamW, the fused
-// attention kernel, which is fp32 CUDA-core code) at the memory bandwidth, or at the fp32 rate where
-// it computes more than it moves. Each op costs at least MO_PLAN_KERNEL_FLOOR_S.
+// (LayerNorm, GELU, residual, softmax, permutes, cross-entropy, embedding, AdamW, the fp32 fused
+// attention kernel, which is CUDA-core code) at the memory bandwidth, or at the fp32 rate where it
+// computes more than it moves; the 16-bit fused attention at MO_PLAN_EFF_FLASH16 of the tensor peak
+// (kern_s). Each op costs at least MO_PLAN_KERNEL_FLOOR_S.
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
 
 // Efficiencies per precision for one GPU, fitted to measured rows.

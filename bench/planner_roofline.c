@@ -14,13 +14,20 @@
 typedef struct acc {
     mo_roofline *r;
     double gemm_rate, vec_rate, bw; // FLOP/s, FLOP/s, B/s
+    double flash_rate;              // the 16-bit fused attention's FLOP/s (MO_PLAN_EFF_FLASH16 of the peak)
 } acc;
 
-// One op: at least its compute at the rate of its class, its traffic at the bandwidth, a launch.
+#define OP_FLASH 2 // op class: the 16-bit fused attention kernels (kern_s, not fitted)
+
+// One op: at least its compute at the rate of its class (1 GEMM, 0 vector, OP_FLASH), its traffic at
+// the bandwidth, a launch.
 static void op(acc *a, int gemm, double flops, double bytes) {
-    double t = fmax(flops / (gemm ? a->gemm_rate : a->vec_rate), bytes / a->bw);
+    double rate = gemm == OP_FLASH ? a->flash_rate : gemm ? a->gemm_rate : a->vec_rate;
+    double t = fmax(flops / rate, bytes / a->bw);
     t = fmax(t, MO_PLAN_KERNEL_FLOOR_S);
-    if (gemm) {
+    if (gemm == OP_FLASH) {
+        a->r->kern_s += t;
+    } else if (gemm) {
         a->r->gemm_s += t;
         a->r->gemm_flops += flops;
     } else {
@@ -72,7 +79,7 @@ static void attention_fwd(acc *a, const shape *s) {
     if (s->fused) {
         // One kernel over the causal tiles (about half of the T x T scores), keeping lse: CUDA cores in
         // fp32 (attention_fused.cu), tensor cores (mma.sync) in 16 bits (attention_fused_mixed.cu).
-        op(a, s->e < 4, 0.5 * 2 * qk, s->e * 4 * NC + 4 * s->Bm * s->NH * s->T);
+        op(a, s->e < 4 ? OP_FLASH : 0, 0.5 * 2 * qk, s->e * 4 * NC + 4 * s->Bm * s->NH * s->T);
         return;
     }
     double f = causal_share(s);
@@ -89,8 +96,8 @@ static void attention_bwd(acc *a, const shape *s) {
     if (s->fused) {
         op(a, 0, 2 * NC, s->e * 2 * NC);            // D = rowsum(dout * out)
         // dk/dv kernel and dq kernel each recompute the scores and dP: 8 products of the forward's 2.
-        op(a, s->e < 4, 0.5 * 4 * qk, s->e * 6 * NC);
-        op(a, s->e < 4, 0.5 * 4 * qk, s->e * 6 * NC);
+        op(a, s->e < 4 ? OP_FLASH : 0, 0.5 * 4 * qk, s->e * 6 * NC);
+        op(a, s->e < 4 ? OP_FLASH : 0, 0.5 * 4 * qk, s->e * 6 * NC);
         return;
     }
     double f = causal_share(s);
@@ -165,8 +172,9 @@ static void split_step(const mo_run_config *rc, const mo_gpu_spec *g, const shap
 
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
     memset(out, 0, sizeof *out);
-    acc a = {out, 1e12 * mo_gpu_gemm_tflops(g, rc->precision, NULL), 1e12 * g->fp32, 1e9 * g->mem_bw_gbs};
     int half = rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16;
+    const double peak = 1e12 * mo_gpu_gemm_tflops(g, rc->precision, NULL);
+    acc a = {out, peak, 1e12 * g->fp32, 1e9 * g->mem_bw_gbs, MO_PLAN_EFF_FLASH16 * peak};
     shape s;
     s.Bm = (double)(rc->batch / rc->accum);
     s.T = rc->seq;
@@ -229,7 +237,7 @@ void mo_plan_calib_defaults(mo_plan_calib *c) {
 }
 
 double mo_plan_step_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p) {
-    return 1e3 * (r->gemm_s / c->eff_gemm[p] + r->mem_s / c->eff_mem[p] + r->comm_s);
+    return 1e3 * (r->gemm_s / c->eff_gemm[p] + r->mem_s / c->eff_mem[p] + r->comm_s + r->kern_s);
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -251,8 +259,9 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
     // Match device names against this one GPU's entry only: a one-entry catalog view.
     mo_gpu_catalog one = {(mo_gpu_spec *)g, 1, ""};
     for (int p = 0; p < 4; p++) {
-        // Fit t_i = gemm_i / eg + mem_i / em with relative residuals (a 2-parameter least squares in
-        // a = 1/eg, b = 1/em), so a 20 ms row weighs as much as a 2 s one.
+        // Fit t_i - kern_i = gemm_i / eg + mem_i / em with relative residuals (a 2-parameter least
+        // squares in a = 1/eg, b = 1/em, each row divided by t_i), so a 20 ms row weighs as much as a
+        // 2 s one; kern_i (the 16-bit fused attention) is taken at its stated rate.
         double suu = 0, suv = 0, svv = 0, su = 0, sv = 0;
         double *ratio = malloc((n ? n : 1) * sizeof *ratio);
         int k = 0;
@@ -264,9 +273,10 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
             if (mo_plan_config_from_row(&rows[i], &rc) != MO_OK) continue;
             mo_roofline r;
             mo_roofline_step(&rc, g, &r);
-            double t = rows[i].step_ms / 1e3, u = r.gemm_s / t, v = r.mem_s / t;
-            suu += u * u; suv += u * v; svv += v * v; su += u; sv += v;
-            if (ratio) ratio[k] = t / (r.gemm_s / MO_PLAN_EFF_GEMM + r.mem_s / MO_PLAN_EFF_MEM);
+            double t = rows[i].step_ms / 1e3, u = r.gemm_s / t, v = r.mem_s / t, y = (t - r.kern_s) / t;
+            if (!(y > 0)) continue; // the fused kernels alone would take longer than the step
+            suu += u * u; suv += u * v; svv += v * v; su += u * y; sv += v * y;
+            if (ratio) ratio[k] = (t - r.kern_s) / (r.gemm_s / MO_PLAN_EFF_GEMM + r.mem_s / MO_PLAN_EFF_MEM);
             k++;
         }
         mo_clear_error(); // rows the fit could not use leave no message behind

@@ -258,6 +258,47 @@ static void test_roofline(void) {
     mo_roofline f0;
     mo_roofline_step(&r0, g, &f0);
     CHECK(fabs(mo_plan_step_ms(&f0, &cal, MO_PREC_TF32) / rows[0].step_ms - 1) < 1e-9);
+
+    // The 16-bit fused attention is its own class (kern_s, at MO_PLAN_EFF_FLASH16 of the peak, not
+    // fitted): only 16-bit fused rows have it; its time is the causal FLOPs (forward 2, backward 8
+    // products of q k^T per layer, halved) at that rate; and bf16 rows made with known efficiencies
+    // plus that time give the efficiencies back.
+    mo_run_config b = base_config();
+    b.precision = MO_PREC_BF16;
+    mo_roofline bm, bfz, ffz;
+    mo_roofline_step(&b, g, &bm);
+    b.attn = MO_ATTN_FUSED;
+    mo_roofline_step(&b, g, &bfz);
+    mo_run_config f32 = base_config();
+    f32.attn = MO_ATTN_FUSED;
+    mo_roofline_step(&f32, g, &ffz);
+    const double qk = 2.0 * b.batch * (double)b.seq * b.seq * b.hidden;
+    const double want = b.layers * 5 * qk / (MO_PLAN_EFF_FLASH16 * 1e12 * g->bf16);
+    CHECK_MSG(bm.kern_s == 0 && ffz.kern_s == 0 && fabs(bfz.kern_s / want - 1) < 1e-6, "kern_s %.4g (want %.4g), mat %.3g, fp32 %.3g",
+              bfz.kern_s, want, bm.kern_s, ffz.kern_s);
+    k = 0;
+    for (int ia = 0; ia < 2; ia++)
+        for (int ik = 0; ik < 2; ik++)
+            for (int acc = 1; acc <= 2; acc++) {
+                mo_run_config r = base_config();
+                r.precision = MO_PREC_BF16;
+                r.attn = ia ? MO_ATTN_FUSED : MO_ATTN_MATERIALIZED;
+                r.ckpt = ik ? (mo_ckpt){MO_CKPT_FULL, 0} : (mo_ckpt){MO_CKPT_NONE, 0};
+                r.accum = acc;
+                mo_roofline f;
+                mo_roofline_step(&r, g, &f);
+                mo_csv_row_init(&rows[k]);
+                mo_csv_row_from_config(&rows[k], &r, 0);
+                snprintf(rows[k].backend, sizeof rows[k].backend, "cuda");
+                snprintf(rows[k].device_name, sizeof rows[k].device_name, "NVIDIA H200");
+                snprintf(rows[k].status, sizeof rows[k].status, "ok");
+                rows[k].step_ms = 1e3 * (f.gemm_s / 0.55 + f.mem_s / 0.45 + f.kern_s);
+                k++;
+            }
+    mo_plan_calib_fit(&cal, g, rows, (size_t)k, -1);
+    CHECK_MSG(fabs(cal.eff_gemm[MO_PREC_BF16] - 0.55) < 1e-3 && fabs(cal.eff_mem[MO_PREC_BF16] - 0.45) < 1e-3,
+              "bf16 fit gave %.4f GEMM, %.4f memory (%s)", cal.eff_gemm[MO_PREC_BF16], cal.eff_mem[MO_PREC_BF16],
+              cal.how[MO_PREC_BF16]);
     mo_gpu_catalog_free(&c);
 }
 
