@@ -52,6 +52,19 @@ static inline void fixture_close(gpt_fixture *f) {
     memset(f, 0, sizeof *f);
 }
 
+// The allocator's statistics after two optimizer steps of c on backend be (batch seed batch_seed):
+// what the dry-equals-cpu peak tests compare. Returns 0 on failure.
+static inline int fixture_two_step_stats(mo_backend_kind be, const mo_gpt_config *c, uint64_t batch_seed,
+                                         mo_alloc_stats *s) {
+    gpt_fixture f;
+    if (!fixture_open(&f, be, c, batch_seed)) return 0;
+    int ok = CHECK_OK(mo_gpt_step(f.m));
+    ok = ok && CHECK_OK(mo_gpt_step(f.m));
+    mo_allocator_stats(f.alloc, s);
+    fixture_close(&f);
+    return ok;
+}
+
 // Host copy of a device buffer of n floats (malloc'ed).
 static inline float *fixture_read(gpt_fixture *f, const float *dev, size_t n) {
     float *h = malloc(n * sizeof(float));

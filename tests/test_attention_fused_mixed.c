@@ -41,35 +41,9 @@ static double tol_fp32_of(mo_dtype dt) { return dt == MO_BF16 ? 1e-2 : 2e-3; }
 static double tol_mat_of(mo_dtype dt) { return dt == MO_BF16 ? 2e-2 : 5e-3; }
 #define LSE_TOL 1e-6
 
-static float *fnew(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    if (!p) { fprintf(stderr, "out of host memory\n"); exit(1); }
-    return p;
-}
-static uint16_t *hnew16(size_t n) {
-    uint16_t *p = malloc((n ? n : 1) * sizeof(uint16_t));
-    if (!p) { fprintf(stderr, "out of host memory\n"); exit(1); }
-    return p;
-}
-// random fp32 values that are exactly representable in dt, and their dt copy
-static float *frand_dt(mo_dtype dt, size_t n, float lo, float hi, uint16_t **h16) {
-    float *f = fnew(n);
-    test_fill_uniform(&rng, f, n, lo, hi);
-    *h16 = hnew16(n);
-    mo_convert_from_f32(dt, *h16, f, n);
-    mo_convert_to_f32(dt, f, *h16, n);
-    return f;
-}
-static void poison16(mo_dtype dt, uint16_t *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = dt == MO_BF16 ? 0x7FC0 : 0x7E00; // quiet NaN
-}
+#include "tests/mixed_host.h" // fnew, hnew16, frand_dt, poison16, to_f32 (on rng)
 static void poisonf(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = NAN;
-}
-static float *to_f32(mo_dtype dt, const uint16_t *x, size_t n) {
-    float *f = fnew(n);
-    mo_convert_to_f32(dt, f, x, n);
-    return f;
 }
 // part p (0 q, 1 k, 2 v) of a (B*T, 3C) tensor as a (B*T, C) copy
 static float *part_of(const float *x, size_t rows, int C, int p) {

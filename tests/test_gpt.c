@@ -142,14 +142,8 @@ static void test_dry_equals_cpu(void) {
         c.layers = 4; c.batch = 8;
         c.ckpt = grid[i].k; c.ckpt_every = grid[i].every; c.attn_fused = grid[i].fused; c.accum = grid[i].accum;
         mo_alloc_stats s[2];
-        for (int b = 0; b < 2; b++) {
-            gpt_fixture f;
-            if (!fixture_open(&f, b == 0 ? MO_BACKEND_CPU : MO_BACKEND_DRY, &c, 5)) return;
-            CHECK_OK(mo_gpt_step(f.m));
-            CHECK_OK(mo_gpt_step(f.m));
-            mo_allocator_stats(f.alloc, &s[b]);
-            fixture_close(&f);
-        }
+        for (int b = 0; b < 2; b++)
+            if (!fixture_two_step_stats(b == 0 ? MO_BACKEND_CPU : MO_BACKEND_DRY, &c, 5, &s[b])) return;
         CHECK_MSG(s[0].peak_allocated_bytes == s[1].peak_allocated_bytes && s[0].peak_reserved_bytes == s[1].peak_reserved_bytes &&
                       s[0].num_allocs == s[1].num_allocs,
                   "grid row %zu: cpu peak %llu/%llu, dry peak %llu/%llu", i, (unsigned long long)s[0].peak_allocated_bytes,

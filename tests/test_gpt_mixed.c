@@ -239,14 +239,8 @@ static void test_dry_equals_cpu_grid(void) {
                     c.layers = 3; c.batch = 4;
                     c.ckpt = pol[p].k; c.ckpt_every = pol[p].every; c.accum = accums[a]; c.attn_fused = fused;
                     mo_alloc_stats s[2];
-                    for (int b = 0; b < 2; b++) {
-                        gpt_fixture f;
-                        if (!fixture_open(&f, b == 0 ? MO_BACKEND_CPU : MO_BACKEND_DRY, &c, 5)) return;
-                        CHECK_OK(mo_gpt_step(f.m));
-                        CHECK_OK(mo_gpt_step(f.m));
-                        mo_allocator_stats(f.alloc, &s[b]);
-                        fixture_close(&f);
-                    }
+                    for (int b = 0; b < 2; b++)
+                        if (!fixture_two_step_stats(b == 0 ? MO_BACKEND_CPU : MO_BACKEND_DRY, &c, 5, &s[b])) return;
                     rows++;
                     int same = s[0].peak_allocated_bytes == s[1].peak_allocated_bytes &&
                                s[0].peak_reserved_bytes == s[1].peak_reserved_bytes && s[0].num_allocs == s[1].num_allocs;

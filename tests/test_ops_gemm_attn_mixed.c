@@ -25,33 +25,7 @@ static test_rng rng;
 
 static double tol_of(mo_dtype dt) { return dt == MO_BF16 ? 1e-2 : 2e-3; }
 
-static float *fnew(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    if (!p) { fprintf(stderr, "out of host memory\n"); exit(1); }
-    return p;
-}
-static uint16_t *hnew16(size_t n) {
-    uint16_t *p = malloc((n ? n : 1) * sizeof(uint16_t));
-    if (!p) { fprintf(stderr, "out of host memory\n"); exit(1); }
-    return p;
-}
-// random fp32 values that are exactly representable in dt, and their dt copy
-static float *frand_dt(mo_dtype dt, size_t n, float lo, float hi, uint16_t **h16) {
-    float *f = fnew(n);
-    test_fill_uniform(&rng, f, n, lo, hi);
-    *h16 = hnew16(n);
-    mo_convert_from_f32(dt, *h16, f, n);
-    mo_convert_to_f32(dt, f, *h16, n);
-    return f;
-}
-static void poison16(mo_dtype dt, uint16_t *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = dt == MO_BF16 ? 0x7FC0 : 0x7E00; // quiet NaN
-}
-static float *to_f32(mo_dtype dt, const uint16_t *x, size_t n) {
-    float *f = fnew(n);
-    mo_convert_to_f32(dt, f, x, n);
-    return f;
-}
+#include "tests/mixed_host.h" // fnew, hnew16, frand_dt, poison16, to_f32 (on rng)
 static void check_rel16(const char *label, mo_dtype dt, const uint16_t *got16, const float *want, size_t n,
                         double tol, int line) {
     float *g = to_f32(dt, got16, n);

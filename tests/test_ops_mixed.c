@@ -21,27 +21,15 @@ static mo_allocator *ha;
 static mo_ctx *hc;
 static test_rng rng;
 
-static void *hnew(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) { fprintf(stderr, "out of host memory\n"); exit(1); }
-    return p;
-}
-static float *fnew(size_t n) { return hnew(n * sizeof(float)); }
-static uint16_t *hnew16(size_t n) { return hnew(n * sizeof(uint16_t)); }
+#include "tests/mixed_host.h" // hnew, fnew, hnew16, frand_dt, to_f32 (on rng)
 static float *fdup(const float *x, size_t n) { float *p = fnew(n); memcpy(p, x, n * sizeof(float)); return p; }
 
 static double tol16(mo_dtype dt) { return dt == MO_BF16 ? 1e-2 : 2e-3; }
 
 // A random 16-bit tensor x16 (n) and its exact fp32 value xf (n).
 static void rand16(mo_dtype dt, size_t n, float lo, float hi, uint16_t **x16, float **xf) {
-    float *f = fnew(n);
-    test_fill_uniform(&rng, f, n, lo, hi);
-    *x16 = hnew16(n);
-    mo_convert_from_f32(dt, *x16, f, n);
-    mo_convert_to_f32(dt, f, *x16, n);
-    *xf = f;
+    *xf = frand_dt(dt, n, lo, hi, x16);
 }
-static float *to_f32(mo_dtype dt, const uint16_t *x, size_t n) { float *f = fnew(n); mo_convert_to_f32(dt, f, x, n); return f; }
 
 // got (16-bit) against the fp32 reference want: within tol16 and exactly round(want).
 static void check16(mo_dtype dt, const uint16_t *got, const float *want, size_t n, const char *what) {

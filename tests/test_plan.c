@@ -201,6 +201,32 @@ static void test_fit_and_max_batch(const mo_run_env *env) {
     CHECK(best == 0);
 }
 
+// 8 H200 rows of precision p (both attention forms, ckpt none / full, accum 1 / 2) whose step times are
+// the roofline's at GEMM efficiency eg and memory efficiency em (the fused 16-bit attention, kern_s,
+// at its own stated rate): a fit must give eg and em back. Returns the row count.
+static int synthetic_rows(mo_csv_row rows[8], const mo_gpu_spec *g, mo_precision p, double eg, double em) {
+    int k = 0;
+    for (int ia = 0; ia < 2; ia++)
+        for (int ik = 0; ik < 2; ik++)
+            for (int acc = 1; acc <= 2; acc++) {
+                mo_run_config r = base_config();
+                r.precision = p;
+                r.attn = ia ? MO_ATTN_FUSED : MO_ATTN_MATERIALIZED;
+                r.ckpt = ik ? (mo_ckpt){MO_CKPT_FULL, 0} : (mo_ckpt){MO_CKPT_NONE, 0};
+                r.accum = acc;
+                mo_roofline f;
+                mo_roofline_step(&r, g, &f);
+                mo_csv_row_init(&rows[k]);
+                mo_csv_row_from_config(&rows[k], &r, 0);
+                snprintf(rows[k].backend, sizeof rows[k].backend, "cuda");
+                snprintf(rows[k].device_name, sizeof rows[k].device_name, "NVIDIA H200");
+                snprintf(rows[k].status, sizeof rows[k].status, "ok");
+                rows[k].step_ms = 1e3 * (f.gemm_s / eg + f.mem_s / em + f.kern_s);
+                k++;
+            }
+    return k;
+}
+
 static void test_roofline(void) {
     mo_gpu_catalog c;
     if (!CHECK_OK(mo_gpu_catalog_load(NULL, &c))) return;
@@ -226,25 +252,7 @@ static void test_roofline(void) {
     CHECK_MSG(none.gemm_flops > six_n && none.gemm_flops < 1.5 * six_n, "GEMM flops %.3g vs 6N·tokens %.3g", none.gemm_flops, six_n);
     // Calibration: rows made with known efficiencies come back.
     mo_csv_row rows[8];
-    int k = 0;
-    for (int ia = 0; ia < 2; ia++)
-        for (int ik = 0; ik < 2; ik++)
-            for (int acc = 1; acc <= 2; acc++) {
-                mo_run_config r = base_config();
-                r.precision = MO_PREC_TF32;
-                r.attn = ia ? MO_ATTN_FUSED : MO_ATTN_MATERIALIZED;
-                r.ckpt = ik ? (mo_ckpt){MO_CKPT_FULL, 0} : (mo_ckpt){MO_CKPT_NONE, 0};
-                r.accum = acc;
-                mo_roofline f;
-                mo_roofline_step(&r, g, &f);
-                mo_csv_row_init(&rows[k]);
-                mo_csv_row_from_config(&rows[k], &r, 0);
-                snprintf(rows[k].backend, sizeof rows[k].backend, "cuda");
-                snprintf(rows[k].device_name, sizeof rows[k].device_name, "NVIDIA H200");
-                snprintf(rows[k].status, sizeof rows[k].status, "ok");
-                rows[k].step_ms = 1e3 * (f.gemm_s / 0.7 + f.mem_s / 0.4);
-                k++;
-            }
+    int k = synthetic_rows(rows, g, MO_PREC_TF32, 0.7, 0.4);
     mo_plan_calib cal;
     mo_plan_calib_fit(&cal, g, rows, (size_t)k, -1);
     CHECK_MSG(cal.rows[MO_PREC_TF32] == k && fabs(cal.eff_gemm[MO_PREC_TF32] - 0.7) < 1e-3 && fabs(cal.eff_mem[MO_PREC_TF32] - 0.4) < 1e-3,
@@ -276,25 +284,7 @@ static void test_roofline(void) {
     const double want = b.layers * 5 * qk / (MO_PLAN_EFF_FLASH16 * 1e12 * g->bf16);
     CHECK_MSG(bm.kern_s == 0 && ffz.kern_s == 0 && fabs(bfz.kern_s / want - 1) < 1e-6, "kern_s %.4g (want %.4g), mat %.3g, fp32 %.3g",
               bfz.kern_s, want, bm.kern_s, ffz.kern_s);
-    k = 0;
-    for (int ia = 0; ia < 2; ia++)
-        for (int ik = 0; ik < 2; ik++)
-            for (int acc = 1; acc <= 2; acc++) {
-                mo_run_config r = base_config();
-                r.precision = MO_PREC_BF16;
-                r.attn = ia ? MO_ATTN_FUSED : MO_ATTN_MATERIALIZED;
-                r.ckpt = ik ? (mo_ckpt){MO_CKPT_FULL, 0} : (mo_ckpt){MO_CKPT_NONE, 0};
-                r.accum = acc;
-                mo_roofline f;
-                mo_roofline_step(&r, g, &f);
-                mo_csv_row_init(&rows[k]);
-                mo_csv_row_from_config(&rows[k], &r, 0);
-                snprintf(rows[k].backend, sizeof rows[k].backend, "cuda");
-                snprintf(rows[k].device_name, sizeof rows[k].device_name, "NVIDIA H200");
-                snprintf(rows[k].status, sizeof rows[k].status, "ok");
-                rows[k].step_ms = 1e3 * (f.gemm_s / 0.55 + f.mem_s / 0.45 + f.kern_s);
-                k++;
-            }
+    k = synthetic_rows(rows, g, MO_PREC_BF16, 0.55, 0.45);
     mo_plan_calib_fit(&cal, g, rows, (size_t)k, -1);
     CHECK_MSG(fabs(cal.eff_gemm[MO_PREC_BF16] - 0.55) < 1e-3 && fabs(cal.eff_mem[MO_PREC_BF16] - 0.45) < 1e-3,
               "bf16 fit gave %.4f GEMM, %.4f memory (%s)", cal.eff_gemm[MO_PREC_BF16], cal.eff_mem[MO_PREC_BF16],
