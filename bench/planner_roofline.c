@@ -60,11 +60,12 @@ static void layernorm_bwd(acc *a, const shape *s) { op(a, 0, 12 * s->N * s->C, s
 static void residual(acc *a, const shape *s) { op(a, 0, s->N * s->C, s->e * 3 * s->N * s->C); }
 
 // The share of the T x T products the materialized attention's GEMMs compute: the queries run in
-// chunks of mo_attn_chunk_rows rows (kernels/ctx.h: 4 chunks in fp32, 2 in 16 bits, scaled by
-// B*NH / 96, rounded up to 64 rows), the chunk [i0, i1) over keys [0, i1): sum of rows * i1 over T^2.
+// chunks of mo_attn_chunk_rows rows (kernels/ctx.h: its default count for the precision and GEMM form,
+// scaled by B*NH / 96, rounded up to 64 rows), the chunk [i0, i1) over keys [0, i1): sum of rows * i1
+// over T^2.
 static double causal_share(const shape *s) {
     mo_ctx c;
-    memset(&c, 0, sizeof c); // attn_chunk_rows 0: the default
+    memset(&c, 0, sizeof c); // attn_chunk_rows 0, attn_gemm 0: the defaults
     int T = (int)s->T, r = mo_attn_chunk_rows(&c, T, (int)s->e, (int)(s->Bm * s->NH));
     double sum = 0;
     for (int i0 = 0; i0 < T; i0 += r) {
@@ -72,6 +73,13 @@ static double causal_share(const shape *s) {
         sum += (double)(i1 - i0) * i1;
     }
     return T > 0 ? sum / ((double)T * T) : 1.0;
+}
+// Whether the default form permutes q, k, v (and the outputs) to head-major copies around its GEMMs;
+// the in-place forms read and write qkv / out / dqkv where they are.
+static int attn_permutes(const shape *s) {
+    mo_ctx c;
+    memset(&c, 0, sizeof c);
+    return mo_attn_gemm_mode(&c, (int)s->e) == MO_ATTN_GEMM_STRIDED;
 }
 
 static void attention_fwd(acc *a, const shape *s) {
@@ -84,11 +92,12 @@ static void attention_fwd(acc *a, const shape *s) {
     }
     double f = causal_share(s);
     qk *= f;
-    op(a, 0, 0, s->e * 6 * NC);                     // permute qkv to per-head q, k, v
+    const int pm = attn_permutes(s);
+    if (pm) op(a, 0, 0, s->e * 6 * NC);             // permute qkv to per-head q, k, v
     op(a, 1, qk, s->e * (2 * NC + f * S));          // scores q k^T (the chunks' keys)
     op(a, 0, 5 * S, s->e * 2 * S);                  // scale, mask, softmax in place
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // att v
-    op(a, 0, 0, s->e * 2 * NC);                     // heads side by side
+    if (pm) op(a, 0, 0, s->e * 2 * NC);             // heads side by side
 }
 
 static void attention_bwd(acc *a, const shape *s) {
@@ -102,13 +111,14 @@ static void attention_bwd(acc *a, const shape *s) {
     }
     double f = causal_share(s);
     qk *= f;
-    op(a, 0, 0, s->e * 8 * NC);                     // permute q, k, v and dout
+    const int pm = attn_permutes(s);
+    if (pm) op(a, 0, 0, s->e * 8 * NC);             // permute q, k, v and dout
     op(a, 1, qk, s->e * (2 * NC + f * S));          // datt = dy v^T
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // dv = att^T dy
     op(a, 0, 4 * S, s->e * 3 * S);                  // softmax backward in place
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // dq
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // dk
-    op(a, 0, 0, s->e * 6 * NC);                     // back to (B, T, 3C)
+    if (pm) op(a, 0, 0, s->e * 6 * NC);             // back to (B, T, 3C)
 }
 
 static void block_fwd(acc *a, const shape *s) {

@@ -36,6 +36,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "attention.h"
 #include "attention_mixed.h"
@@ -312,78 +313,180 @@ static mo_status am_softmax_backward(cudaStream_t s, E *datt, const E *att, floa
     return MO_OK;
 }
 
-// ---- batched GEMMs over the B*NH heads ----
-// Every matrix column-major with the row-major (T, HS) / (T, T) data seen transposed (so each call
+// ---- the batched GEMMs over the B*NH heads ----
+// Every matrix column-major with the row-major (T, HS) / (T, T) data seen transposed (so each GEMM
 // computes the transpose of the row-major product in its comment). A row-major (T, T) matrix P is the
 // column-major (T, T) matrix P^T with ld T: element (col t2, row t) at t * T + t2; a row-major (T, HS)
-// matrix is column-major (HS, T) with ld HS. Strides are those of whole heads, so the sub-matrix of
-// every head starts at the same offset from its head. Element offsets are in E units.
+// matrix with row stride ld is the column-major (HS, T) matrix with leading dimension ld.
+// An operand (am_mat): head (b, h) starts at p + b * sb + h * sh elements, leading dimension ld:
+//   head-major (B, NH, T, HS)      sb NH*T*HS, sh T*HS, ld HS   (the permuted q, k, v, dy, ... of "strided")
+//   in place in qkv / dqkv (B, T, 3C)  sb T*3C, sh HS, ld 3C     (q at column 0, k at C, v at 2C)
+//   in place in out / dout (B, T, C)   sb T*C,  sh HS, ld C
+//   att / datt (B, NH, T, T)          sb NH*T*T, sh T*T, ld T
+// The three GEMM kinds, per chunk of rows [r0, r1) (A, B, C in cuBLAS's terms; offsets in elements):
+//   AM_XYT  S[t][t2] = alpha X[t] . Y[t2], queries t in [r0, r1), keys t2 in [0, r1): the column-major
+//           (r1, r1 - r0) block of S^T at column r0 = op_T(Y^T (HS, r1)) @ X^T (HS, rows).
+//           A = Y, B = X at row r0, C = S at column r0; m r1, n r1 - r0, k HS.
+//   AM_PX   out[t] = sum_{t2 < r1} P[t][t2] X[t2], rows t in [r0, r1) (keys t2 >= r1 > t have P = 0):
+//           out^T (HS, rows) = X^T (HS, r1) @ P^T block (r1, rows) at column r0.
+//           A = X, B = P at column r0, C = out at row r0; m HS, n r1 - r0, k r1.
+//   AM_PTX  out[t2] = sum_{t >= r0} P[t][t2] X[t] for rows t2 in [r0, r1) (P[t][t2] = 0 for t < t2):
+//           out^T (HS, cols) = X^T (HS, T - r0) from row r0 @ op_T(Bm), Bm the column-major
+//           (r1 - r0, T - r0) block of P^T at (row r0, column r0): Bm(a, b) = P[r0 + b][r0 + a].
+//           A = X at row r0, B = P at (r0, r0), C = out at row r0; m HS, n r1 - r0, k T - r0.
+// Each output element is one GEMM's dot product over one chunk's range, never accumulated across
+// launches, so every form is deterministic. The forms (c->attn_gemm, ctx.h) differ only in how the
+// problems reach cuBLAS:
+//   strided  head-major operands (the permutes around), one cublasGemmStridedBatchedEx per chunk
+//   batched  operands in place (no permutes), device arrays of per-problem pointers, which a small
+//            kernel writes into the scratch the permuted copies would have used; one
+//            cublasGemmBatchedEx per chunk
+//   grouped  the same pointers; all chunks of one GEMM in one cublasGemmGroupedBatchedEx (a group per
+//            chunk: its own m, n, k), so a launch's tail is one per GEMM instead of one per chunk
+typedef struct am_mat {
+    char *p; // bytes
+    long long sb, sh;
+    int ld;
+} am_mat;
+enum { AM_XYT = 0, AM_PX = 1, AM_PTX = 2 };
+typedef struct am_job {
+    int kind;
+    am_mat a, b, c;
+    float alpha;
+} am_job;
+#define AM_MAX_JOBS 4    // GEMMs of one call (backward: 4)
+#define AM_MAX_GROUPS 64 // chunks one grouped launch takes; more run one launch per chunk
+
 typedef struct am_gemm {
     cublasHandle_t h;
     cudaDataType_t ty;
     cublasComputeType_t compute;
     size_t esz;
-    int T, HS, n; // n: batch (heads)
+    int T, HS, NH, n; // n: batch (B * NH heads)
+    int L, G;         // chunk rows, chunks
+    int mode;         // MO_ATTN_GEMM_*
+    void **pa, **pb, **pc; // batched / grouped: pointer arrays, job j chunk g head bh at (j * G + g) * n + bh
 } am_gemm;
 
-static inline const void *am_off(const void *p, size_t elems, size_t esz) { return (const char *)p + elems * esz; }
-static inline void *am_off(void *p, size_t elems, size_t esz) { return (char *)p + elems * esz; }
+static __host__ __device__ __forceinline__ void am_offsets(int kind, int r0, int lda, int ldb, int ldc, long long *oa,
+                                                           long long *ob, long long *oc) {
+    *oa = kind == AM_PTX ? (long long)r0 * lda : 0;
+    *ob = (long long)r0 * ldb + (kind == AM_PTX ? r0 : 0);
+    *oc = (long long)r0 * ldc;
+}
 
-// S[t][t2] = alpha * X[t] . Y[t2] for query rows t in [i0, i1), keys t2 in [0, i1): the column-major
-// (i1, i1 - i0) block of S^T starting at column i0 (offset i0 * T), = op_T(Y^T (HS, i1)) @ X^T (HS, rows).
-static mo_status am_gemm_xyT_rows(const am_gemm *g, void *out, const void *x, const void *y, float alpha, int i0,
-                                  int i1) {
+typedef struct am_ptr_args {
+    am_job j[AM_MAX_JOBS];
+    int njobs, G, L, NH, n;
+    int esz;
+    void **pa, **pb, **pc;
+} am_ptr_args;
+
+// One thread per (job, chunk, head): the three pointers of that problem.
+__global__ void am_fill_ptrs_kernel(am_ptr_args a) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= a.njobs * a.G * a.n) return;
+    const int bh = i % a.n, g = (i / a.n) % a.G, jn = i / (a.n * a.G);
+    const int b = bh / a.NH, h = bh % a.NH;
+    const am_job *jb = &a.j[jn];
+    long long oa, ob, oc;
+    am_offsets(jb->kind, g * a.L, jb->a.ld, jb->b.ld, jb->c.ld, &oa, &ob, &oc);
+    a.pa[i] = jb->a.p + (b * jb->a.sb + h * jb->a.sh + oa) * a.esz;
+    a.pb[i] = jb->b.p + (b * jb->b.sb + h * jb->b.sh + ob) * a.esz;
+    a.pc[i] = jb->c.p + (b * jb->c.sb + h * jb->c.sh + oc) * a.esz;
+}
+
+// Bytes of pointer arrays njobs GEMMs need (batched / grouped)
+static size_t am_ptr_bytes(const am_gemm *g, int njobs) { return (size_t)3 * njobs * g->G * g->n * sizeof(void *); }
+
+static mo_status am_fill_ptrs(cudaStream_t s, am_gemm *g, const am_job *jobs, int njobs, void *room) {
+    am_ptr_args a;
+    memset(&a, 0, sizeof a);
+    for (int j = 0; j < njobs; j++) a.j[j] = jobs[j];
+    a.njobs = njobs;
+    a.G = g->G;
+    a.L = g->L;
+    a.NH = g->NH;
+    a.n = g->n;
+    a.esz = (int)g->esz;
+    const size_t np = (size_t)njobs * g->G * g->n;
+    g->pa = (void **)room;
+    g->pb = g->pa + np;
+    g->pc = g->pb + np;
+    a.pa = g->pa;
+    a.pb = g->pb;
+    a.pc = g->pc;
+    am_fill_ptrs_kernel<<<am_blocks(np, AM_THREADS), AM_THREADS, 0, s>>>(a);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+// The shape of chunk gi of a job: ops, m, n, k
+static void am_shape(const am_gemm *g, int kind, int gi, cublasOperation_t *ta, cublasOperation_t *tb, int *m, int *n,
+                     int *k) {
+    const int r0 = gi * g->L, r1 = r0 + g->L < g->T ? r0 + g->L : g->T;
+    *ta = kind == AM_XYT ? CUBLAS_OP_T : CUBLAS_OP_N;
+    *tb = kind == AM_PTX ? CUBLAS_OP_T : CUBLAS_OP_N;
+    *m = kind == AM_XYT ? r1 : g->HS;
+    *n = r1 - r0;
+    *k = kind == AM_XYT ? g->HS : kind == AM_PX ? r1 : g->T - r0;
+}
+
+// Job jn of the call (its pointer arrays start at (jn * G) * n).
+static mo_status am_run(mo_ctx *c, const am_gemm *g, const am_job *jb, int jn) {
     const float zero = 0.0f;
-    const int T = g->T, HS = g->HS;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, i1, i1 - i0, HS, &alpha, y, g->ty, HS,
-                                            (long long)T * HS, am_off(x, (size_t)i0 * HS, g->esz), g->ty, HS,
-                                            (long long)T * HS, &zero, am_off(out, (size_t)i0 * T, g->esz), g->ty, T,
-                                            (long long)T * T, g->n, g->compute, CUBLAS_GEMM_DEFAULT));
-    return MO_OK;
-}
-// out[t] = sum_{t2 < i1} P[t][t2] X[t2] for rows t in [i0, i1) (the keys t2 >= i1 > t have P = 0):
-// out^T (HS, rows) = X^T (HS, i1) @ P^T block (i1, rows) starting at column i0 of P^T (offset i0 * T).
-static mo_status am_gemm_px_rows(const am_gemm *g, void *out, const void *p, const void *x, int i0, int i1) {
-    const float one = 1.0f, zero = 0.0f;
-    const int T = g->T, HS = g->HS;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(g->h, CUBLAS_OP_N, CUBLAS_OP_N, HS, i1 - i0, i1, &one, x, g->ty, HS,
-                                            (long long)T * HS, am_off(p, (size_t)i0 * T, g->esz), g->ty, T,
-                                            (long long)T * T, &zero, am_off(out, (size_t)i0 * HS, g->esz), g->ty, HS,
-                                            (long long)T * HS, g->n, g->compute, CUBLAS_GEMM_DEFAULT));
-    return MO_OK;
-}
-// out[t2] = sum_{t >= j0} P[t][t2] X[t] for rows t2 in [j0, j1) (P[t][t2] = 0 for t < t2, so t < j0
-// adds nothing): out^T (HS, cols) = X^T (HS, T - j0) from row j0 @ op_T(B), B the column-major
-// (j1 - j0, T - j0) block of P^T at (row j0, column j0), offset j0 * T + j0: B(a, b) = P[j0 + b][j0 + a].
-static mo_status am_gemm_pTx_rows(const am_gemm *g, void *out, const void *p, const void *x, int j0, int j1) {
-    const float one = 1.0f, zero = 0.0f;
-    const int T = g->T, HS = g->HS;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(g->h, CUBLAS_OP_N, CUBLAS_OP_T, HS, j1 - j0, T - j0, &one,
-                                            am_off(x, (size_t)j0 * HS, g->esz), g->ty, HS, (long long)T * HS,
-                                            am_off(p, (size_t)j0 * T + j0, g->esz), g->ty, T, (long long)T * T, &zero,
-                                            am_off(out, (size_t)j0 * HS, g->esz), g->ty, HS, (long long)T * HS, g->n,
-                                            g->compute, CUBLAS_GEMM_DEFAULT));
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    if (g->mode == MO_ATTN_GEMM_STRIDED) {
+        for (int gi = 0; gi < g->G; gi++) {
+            am_shape(g, jb->kind, gi, &ta, &tb, &m, &n, &k);
+            long long oa, ob, oc;
+            am_offsets(jb->kind, gi * g->L, jb->a.ld, jb->b.ld, jb->c.ld, &oa, &ob, &oc);
+            CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+                g->h, ta, tb, m, n, k, &jb->alpha, jb->a.p + oa * g->esz, g->ty, jb->a.ld, jb->a.sh,
+                jb->b.p + ob * g->esz, g->ty, jb->b.ld, jb->b.sh, &zero, jb->c.p + oc * g->esz, g->ty, jb->c.ld,
+                jb->c.sh, g->n, g->compute, CUBLAS_GEMM_DEFAULT));
+        }
+        return MO_OK;
+    }
+    void *const *pa = g->pa + (size_t)jn * g->G * g->n, *const *pb = g->pb + (size_t)jn * g->G * g->n;
+    void *const *pc = g->pc + (size_t)jn * g->G * g->n;
+    if (g->mode == MO_ATTN_GEMM_GROUPED && g->G <= AM_MAX_GROUPS) {
+        cublasOperation_t tas[AM_MAX_GROUPS], tbs[AM_MAX_GROUPS];
+        int ms[AM_MAX_GROUPS], ns[AM_MAX_GROUPS], ks[AM_MAX_GROUPS], ldas[AM_MAX_GROUPS], ldbs[AM_MAX_GROUPS],
+            ldcs[AM_MAX_GROUPS], sizes[AM_MAX_GROUPS];
+        float alphas[AM_MAX_GROUPS], betas[AM_MAX_GROUPS];
+        for (int gi = 0; gi < g->G; gi++) {
+            am_shape(g, jb->kind, gi, &tas[gi], &tbs[gi], &ms[gi], &ns[gi], &ks[gi]);
+            ldas[gi] = jb->a.ld;
+            ldbs[gi] = jb->b.ld;
+            ldcs[gi] = jb->c.ld;
+            sizes[gi] = g->n;
+            alphas[gi] = jb->alpha;
+            betas[gi] = 0.0f;
+        }
+        const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+            g->h, tas, tbs, ms, ns, ks, alphas, (const void *const *)pa, g->ty, ldas, (const void *const *)pb, g->ty,
+            ldbs, betas, pc, g->ty, ldcs, g->G, sizes, g->compute);
+        if (st == CUBLAS_STATUS_SUCCESS) return MO_OK;
+        // a type or compute mode the grouped GEMM does not take: the same problems one chunk at a time
+        if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+        c->attn_gemm_fallbacks++;
+    }
+    for (int gi = 0; gi < g->G; gi++) {
+        am_shape(g, jb->kind, gi, &ta, &tb, &m, &n, &k);
+        const size_t o = (size_t)gi * g->n;
+        CUBLAS_CHECK(cublasGemmBatchedEx(g->h, ta, tb, m, n, k, &jb->alpha, (const void *const *)(pa + o), g->ty,
+                                         jb->a.ld, (const void *const *)(pb + o), g->ty, jb->b.ld, &zero, pc + o,
+                                         g->ty, jb->c.ld, g->n, g->compute, CUBLAS_GEMM_DEFAULT));
+    }
     return MO_OK;
 }
 
-// The per-chunk loops (chunk rows L; the last chunk may be shorter). With L >= T each is the single
-// full-size GEMM of the unchunked computation.
-static mo_status am_gemm_xyT(const am_gemm *g, void *out, const void *x, const void *y, float alpha, int L) {
-    for (int i0 = 0; i0 < g->T; i0 += L) MO_TRY(am_gemm_xyT_rows(g, out, x, y, alpha, i0, g->T - i0 > L ? i0 + L : g->T));
-    return MO_OK;
-}
-static mo_status am_gemm_px(const am_gemm *g, void *out, const void *p, const void *x, int L) {
-    for (int i0 = 0; i0 < g->T; i0 += L) MO_TRY(am_gemm_px_rows(g, out, p, x, i0, g->T - i0 > L ? i0 + L : g->T));
-    return MO_OK;
-}
-static mo_status am_gemm_pTx(const am_gemm *g, void *out, const void *p, const void *x, int L) {
-    for (int j0 = 0; j0 < g->T; j0 += L) MO_TRY(am_gemm_pTx_rows(g, out, p, x, j0, g->T - j0 > L ? j0 + L : g->T));
-    return MO_OK;
-}
-
-// c->cublas is shared: set what these GEMMs rely on, every call.
+// c->cublas is shared: set what these GEMMs rely on, every call. The form falls back to strided when
+// the scratch cannot hold the pointer arrays (tiny heads with many chunks).
 template <typename E>
-static mo_status am_setup(mo_ctx *c, am_gemm *g, int B, int T, int C, int NH) {
+static mo_status am_setup(mo_ctx *c, am_gemm *g, int B, int T, int C, int NH, int njobs, size_t room_bytes) {
     g->h = (cublasHandle_t)c->cublas;
     CUBLAS_CHECK(cublasSetMathMode(g->h, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
@@ -394,27 +497,63 @@ static mo_status am_setup(mo_ctx *c, am_gemm *g, int B, int T, int C, int NH) {
     g->compute = g->ty == CUDA_R_32F && c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     g->T = T;
     g->HS = C / NH;
+    g->NH = NH;
     g->n = B * NH;
+    g->L = mo_attn_chunk_rows(c, T, (int)sizeof(E), g->n);
+    g->G = (T + g->L - 1) / g->L;
+    g->mode = mo_attn_gemm_mode(c, (int)sizeof(E));
+    if (g->mode != MO_ATTN_GEMM_STRIDED && am_ptr_bytes(g, njobs) > room_bytes) g->mode = MO_ATTN_GEMM_STRIDED;
+    g->pa = g->pb = g->pc = NULL;
     return MO_OK;
+}
+
+static am_mat am_headmajor(void *p, int T, int NH, int HS) {
+    am_mat m = {(char *)p, (long long)NH * T * HS, (long long)T * HS, HS};
+    return m;
+}
+static am_mat am_rows(const void *p, size_t esz, int T, int HS, int ld, int col) { // in place, column offset col
+    am_mat m = {(char *)p + (size_t)col * esz, (long long)T * ld, HS, ld};
+    return m;
+}
+static am_mat am_scores(const void *p, int T, int NH) {
+    am_mat m = {(char *)p, (long long)NH * T * T, (long long)T * T, T};
+    return m;
+}
+static am_job am_mkjob(int kind, am_mat a, am_mat b, am_mat c, float alpha) {
+    am_job j = {kind, a, b, c, alpha};
+    return j;
 }
 
 template <typename E>
 static mo_status am_forward(mo_ctx *c, E *out, E *att, const E *qkv, E *scratch, int B, int T, int C, int NH) {
     cudaStream_t s = (cudaStream_t)c->stream;
-    am_gemm g;
-    MO_TRY(am_setup<E>(c, &g, B, T, C, NH));
-    const int HS = g.HS;
     const size_t n = (size_t)B * T * C;
-    const int L = mo_attn_chunk_rows(c, T, (int)sizeof(E), B * NH);
-    E *q = scratch, *k = q + n, *v = k + n; // (B, NH, T, HS) each
-    MO_TRY((am_permute<E, 3, 0>(s, (E *)qkv, q, k, v, n, T, NH, HS)));
-    // scaled scores q k^T / sqrt(HS) (B, NH, T, T) into att (the causal part of each chunk), softmax in place
-    MO_TRY(am_gemm_xyT(&g, att, q, k, 1.0f / sqrtf((float)HS), L));
+    am_gemm g;
+    MO_TRY(am_setup<E>(c, &g, B, T, C, NH, 2, 3 * n * sizeof(E)));
+    const int HS = g.HS;
+    const am_mat S = am_scores(att, T, NH);
+    am_mat q, k, v, y;
+    if (g.mode == MO_ATTN_GEMM_STRIDED) {
+        E *qh = scratch, *kh = qh + n, *vh = kh + n; // (B, NH, T, HS) each
+        MO_TRY((am_permute<E, 3, 0>(s, (E *)qkv, qh, kh, vh, n, T, NH, HS)));
+        q = am_headmajor(qh, T, NH, HS);
+        k = am_headmajor(kh, T, NH, HS);
+        v = am_headmajor(vh, T, NH, HS);
+        y = q; // att @ v lands in q's slot (q is no longer needed), then heads side by side
+    } else {
+        q = am_rows(qkv, sizeof(E), T, HS, 3 * C, 0);
+        k = am_rows(qkv, sizeof(E), T, HS, 3 * C, C);
+        v = am_rows(qkv, sizeof(E), T, HS, 3 * C, 2 * C);
+        y = am_rows(out, sizeof(E), T, HS, C, 0);
+    }
+    // scaled scores q k^T / sqrt(HS) (B, NH, T, T) into att (the causal part of each chunk), softmax in
+    // place, then y = att @ v
+    const am_job jobs[2] = {am_mkjob(AM_XYT, k, q, S, 1.0f / sqrtf((float)HS)), am_mkjob(AM_PX, v, S, y, 1.0f)};
+    if (g.mode != MO_ATTN_GEMM_STRIDED) MO_TRY(am_fill_ptrs(s, &g, jobs, 2, scratch));
+    MO_TRY(am_run(c, &g, &jobs[0], 0));
     MO_TRY(am_softmax_forward<E>(s, att, B * NH * T, T));
-    // y = att @ v (B, NH, T, HS) into q's slot (q is no longer needed), then heads side by side
-    E *y = q;
-    MO_TRY(am_gemm_px(&g, y, att, v, L));
-    MO_TRY((am_permute<E, 1, 1>(s, out, y, NULL, NULL, n, T, NH, HS)));
+    MO_TRY(am_run(c, &g, &jobs[1], 1));
+    if (g.mode == MO_ATTN_GEMM_STRIDED) MO_TRY((am_permute<E, 1, 1>(s, out, (E *)y.p, NULL, NULL, n, T, NH, HS)));
     return MO_OK;
 }
 
@@ -422,24 +561,48 @@ template <typename E>
 static mo_status am_backward(mo_ctx *c, E *dqkv, const E *dout, const E *qkv, const E *att, E *scratch, int B, int T,
                              int C, int NH) {
     cudaStream_t s = (cudaStream_t)c->stream;
-    am_gemm g;
-    MO_TRY(am_setup<E>(c, &g, B, T, C, NH));
-    const int HS = g.HS;
     const size_t n = (size_t)B * T * C;
-    E *q = scratch, *k = q + n, *v = k + n, *dq = v + n, *dk = dq + n, *dv = dk + n; // (B, NH, T, HS)
-    // (B, NH, T, T); the fp32 layout (attention_backward_datt_offset) is the same 6*B*T*C elements
+    // (B, NH, T, T) after the six head-major slots; the fp32 layout (attention_backward_datt_offset) is
+    // the same 6*B*T*C elements
     E *datt = scratch + attention_mixed_datt_offset(B, T, C);
+    am_gemm g;
+    MO_TRY(am_setup<E>(c, &g, B, T, C, NH, 4, 6 * n * sizeof(E)));
+    const int HS = g.HS;
     const float scale = 1.0f / sqrtf((float)HS);
-    const int L = mo_attn_chunk_rows(c, T, (int)sizeof(E), B * NH);
-    MO_TRY((am_permute<E, 3, 0>(s, (E *)qkv, q, k, v, n, T, NH, HS)));
-    E *dy = dq; // dout per head, in dq's slot until dq is computed
-    MO_TRY((am_permute<E, 1, 0>(s, (E *)dout, dy, NULL, NULL, n, T, NH, HS)));
-    MO_TRY(am_gemm_xyT(&g, datt, dy, v, 1.0f, L)); // datt = dy @ v^T (causal part of each chunk)
-    MO_TRY(am_gemm_pTx(&g, dv, att, dy, L));       // dv = att^T @ dy
-    MO_TRY(am_softmax_backward<E>(s, datt, att, scale, B * NH * T, T, L)); // datt -> dpreatt in place
-    MO_TRY(am_gemm_px(&g, dq, datt, k, L));  // dq = dpreatt @ k (overwrites dy, used above)
-    MO_TRY(am_gemm_pTx(&g, dk, datt, q, L)); // dk = dpreatt^T @ q
-    MO_TRY((am_permute<E, 3, 1>(s, dqkv, dq, dk, dv, n, T, NH, HS)));
+    const am_mat P = am_scores(att, T, NH), dP = am_scores(datt, T, NH);
+    am_mat q, k, v, dy, dq, dk, dv;
+    if (g.mode == MO_ATTN_GEMM_STRIDED) {
+        E *qh = scratch, *kh = qh + n, *vh = kh + n, *dqh = vh + n, *dkh = dqh + n, *dvh = dkh + n;
+        MO_TRY((am_permute<E, 3, 0>(s, (E *)qkv, qh, kh, vh, n, T, NH, HS)));
+        MO_TRY((am_permute<E, 1, 0>(s, (E *)dout, dqh, NULL, NULL, n, T, NH, HS))); // dy in dq's slot until dq
+        q = am_headmajor(qh, T, NH, HS);
+        k = am_headmajor(kh, T, NH, HS);
+        v = am_headmajor(vh, T, NH, HS);
+        dy = dq = am_headmajor(dqh, T, NH, HS);
+        dk = am_headmajor(dkh, T, NH, HS);
+        dv = am_headmajor(dvh, T, NH, HS);
+    } else {
+        q = am_rows(qkv, sizeof(E), T, HS, 3 * C, 0);
+        k = am_rows(qkv, sizeof(E), T, HS, 3 * C, C);
+        v = am_rows(qkv, sizeof(E), T, HS, 3 * C, 2 * C);
+        dy = am_rows(dout, sizeof(E), T, HS, C, 0);
+        dq = am_rows(dqkv, sizeof(E), T, HS, 3 * C, 0);
+        dk = am_rows(dqkv, sizeof(E), T, HS, 3 * C, C);
+        dv = am_rows(dqkv, sizeof(E), T, HS, 3 * C, 2 * C);
+    }
+    const am_job jobs[4] = {
+        am_mkjob(AM_XYT, v, dy, dP, 1.0f), // datt = dy @ v^T (causal part of each chunk)
+        am_mkjob(AM_PTX, dy, P, dv, 1.0f), // dv = att^T @ dy
+        am_mkjob(AM_PX, k, dP, dq, 1.0f),  // dq = dpreatt @ k (strided: overwrites dy, used above)
+        am_mkjob(AM_PTX, q, dP, dk, 1.0f), // dk = dpreatt^T @ q
+    };
+    if (g.mode != MO_ATTN_GEMM_STRIDED) MO_TRY(am_fill_ptrs(s, &g, jobs, 4, scratch));
+    MO_TRY(am_run(c, &g, &jobs[0], 0));
+    MO_TRY(am_run(c, &g, &jobs[1], 1));
+    MO_TRY(am_softmax_backward<E>(s, datt, att, scale, B * NH * T, T, g.L)); // datt -> dpreatt in place
+    MO_TRY(am_run(c, &g, &jobs[2], 2));
+    MO_TRY(am_run(c, &g, &jobs[3], 3));
+    if (g.mode == MO_ATTN_GEMM_STRIDED) MO_TRY((am_permute<E, 3, 1>(s, dqkv, (E *)dq.p, (E *)dk.p, (E *)dv.p, n, T, NH, HS)));
     return MO_OK;
 }
 

@@ -77,6 +77,13 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->fuse_epilogues = -1;
     if (fe && (strcmp(fe, "0") == 0 || strcmp(fe, "off") == 0 || strcmp(fe, "false") == 0)) c->fuse_epilogues = 0;
     if (fe && (strcmp(fe, "1") == 0 || strcmp(fe, "on") == 0 || strcmp(fe, "true") == 0)) c->fuse_epilogues = 1;
+    // measurement knobs of the materialized attention (ctx.h); unknown values keep the defaults
+    const char *ag = getenv("MEMOPT_ATTN_GEMM");
+    if (ag && strcmp(ag, "strided") == 0) c->attn_gemm = MO_ATTN_GEMM_STRIDED;
+    if (ag && strcmp(ag, "batched") == 0) c->attn_gemm = MO_ATTN_GEMM_BATCHED;
+    if (ag && strcmp(ag, "grouped") == 0) c->attn_gemm = MO_ATTN_GEMM_GROUPED;
+    const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
+    if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
     mo_status st = MO_OK;
 #ifdef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA && (st = ctx_cuda_stream(c)) != MO_OK) { free(c); return st; }

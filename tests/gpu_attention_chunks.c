@@ -116,6 +116,12 @@ static int nchunks(mo_dtype dt, int T, int BH) {
     return (T + L - 1) / L;
 }
 
+static const int modes[] = {MO_ATTN_GEMM_STRIDED, MO_ATTN_GEMM_BATCHED, MO_ATTN_GEMM_GROUPED};
+static const char *mode_name(int m) {
+    return m == MO_ATTN_GEMM_STRIDED ? "strided" : m == MO_ATTN_GEMM_BATCHED ? "batched" : "grouped";
+}
+#define NMODES (int)(sizeof modes / sizeof modes[0])
+
 // ---------------------------------------------------------------------------------------------
 typedef struct { int B, T, C, NH; const char *what; } at_shape;
 
@@ -137,8 +143,11 @@ static void chunk_case(mo_dtype dt, const at_shape *s) {
     const double tol = att_tol(dt, T, HS);
     const int rows_list[] = {0, 1, 3, 7, 64, T - 1, T, T + 5};
     char label[200];
+    for (int mi = 0; mi < NMODES; mi++)
     for (size_t i = 0; i < sizeof rows_list / sizeof rows_list[0]; i++) {
         if (rows_list[i] < 0 || (i > 0 && rows_list[i] == 0)) continue; // T - 1 = 0
+        gc->attn_gemm = modes[mi];
+        const char *mn = mode_name(modes[mi]);
         gc->attn_chunk_rows = rows_list[i];
         const int L = mo_attn_chunk_rows(gc, T, (int)esize(dt), B * NH), nc = nchunks(dt, T, B * NH);
         for (int r = 0; r < 2; r++) {
@@ -148,11 +157,11 @@ static void chunk_case(mo_dtype dt, const at_shape *s) {
             d2h(got_out[r], d_out, nout * e);
             d2h(got_att[r], d_att, natt * e);
         }
-        snprintf(label, sizeof label, "%s %s chunk rows %d (%d chunks of %d) att", pn, s->what, rows_list[i], nc, L);
+        snprintf(label, sizeof label, "%s %s %s chunk rows %d (%d chunks of %d) att", pn, s->what, mn, rows_list[i], nc, L);
         CHECK_REL_DT(label, dt, got_att[0], att_ref, natt, tol);
         CHECK_MSG(zeros_above(dt, got_att[0], (size_t)B * NH * T, T), "%s: not exactly +0 above the diagonal", label);
         check_same(label, got_att[0], got_att[1], natt * e);
-        snprintf(label, sizeof label, "%s %s chunk rows %d (%d chunks of %d) out", pn, s->what, rows_list[i], nc, L);
+        snprintf(label, sizeof label, "%s %s %s chunk rows %d (%d chunks of %d) out", pn, s->what, mn, rows_list[i], nc, L);
         CHECK_REL_DT(label, dt, got_out[0], out_ref, nout, tol);
         check_same(label, got_out[0], got_out[1], nout * e);
         for (int r = 0; r < 2; r++) {
@@ -160,11 +169,12 @@ static void chunk_case(mo_dtype dt, const at_shape *s) {
             CHECK_OK(att_bwd(gc, dt, d_dqkv, d_dout, d_qkv, d_att_in, B, T, C, NH));
             d2h(got_dqkv[r], d_dqkv, nqkv * e);
         }
-        snprintf(label, sizeof label, "%s %s chunk rows %d (%d chunks of %d) dqkv", pn, s->what, rows_list[i], nc, L);
+        snprintf(label, sizeof label, "%s %s %s chunk rows %d (%d chunks of %d) dqkv", pn, s->what, mn, rows_list[i], nc, L);
         CHECK_REL_DT(label, dt, got_dqkv[0], dqkv_ref, nqkv, tol);
         check_same(label, got_dqkv[0], got_dqkv[1], nqkv * e);
     }
     gc->attn_chunk_rows = 0;
+    gc->attn_gemm = 0;
     for (int r = 0; r < 2; r++) { free(got_out[r]); free(got_att[r]); free(got_dqkv[r]); }
     dfree(d_qkv); dfree(d_dout); dfree(d_att_in); dfree(d_out); dfree(d_att); dfree(d_dqkv);
     free(qkv); free(dout); free(out_ref); free(att_ref); free(dqkv_ref);
@@ -194,8 +204,13 @@ static void chunk_timing(mo_dtype dt) {
     const int rows_list[] = {T, 512, 256, 128, 64, 0}; // T first: the unchunked baseline
     char label[200];
     const int reps = 7;
-    for (size_t i = 0; i < sizeof rows_list / sizeof rows_list[0]; i++) {
+    const size_t nrows = sizeof rows_list / sizeof rows_list[0];
+    for (size_t ii = 0; ii < NMODES * nrows; ii++) {
+        const size_t i = ii % nrows; // i == 0 only for the strided form: the baseline
+        if (ii >= nrows && i == 0) continue;
+        gc->attn_gemm = modes[ii / nrows];
         gc->attn_chunk_rows = rows_list[i];
+        const long fb0 = gc->attn_gemm_fallbacks;
         double fwd[16], bwd[16];
         dpoison(dt, d_out, nout);
         dpoison(dt, d_att, natt);
@@ -213,23 +228,26 @@ static void chunk_timing(mo_dtype dt) {
         }
         qsort(fwd, reps, sizeof fwd[0], cmp_double);
         qsort(bwd, reps, sizeof bwd[0], cmp_double);
-        printf("  chunk rows %4d (%2d chunks): forward %.3f ms, backward %.3f ms (medians of %d)\n",
-               mo_attn_chunk_rows(gc, T, (int)esize(dt), B * NH), nchunks(dt, T, B * NH), fwd[reps / 2], bwd[reps / 2], reps);
-        void *o = i == 0 ? base_out : got_out, *a = i == 0 ? base_att : got_att, *q = i == 0 ? base_dqkv : got_dqkv;
+        printf("  %s chunk rows %4d (%2d chunks): forward %.3f ms, backward %.3f ms (medians of %d)%s\n",
+               mode_name(modes[ii / nrows]), mo_attn_chunk_rows(gc, T, (int)esize(dt), B * NH),
+               nchunks(dt, T, B * NH), fwd[reps / 2], bwd[reps / 2], reps,
+               gc->attn_gemm_fallbacks > fb0 ? " (grouped fell back to a launch per chunk)" : "");
+        void *o = ii == 0 ? base_out : got_out, *a = ii == 0 ? base_att : got_att, *q = ii == 0 ? base_dqkv : got_dqkv;
         d2h(o, d_out, nout * e);
         d2h(a, d_att, natt * e);
         d2h(q, d_dqkv, nqkv * e);
-        snprintf(label, sizeof label, "%s gpt2 chunk rows %d att", pn, rows_list[i]);
+        snprintf(label, sizeof label, "%s gpt2 %s chunk rows %d att", pn, mode_name(modes[ii / nrows]), rows_list[i]);
         CHECK_MSG(zeros_above(dt, a, (size_t)B * NH * T, T), "%s: not exactly +0 above the diagonal", label);
-        if (i == 0) continue;
+        if (ii == 0) continue;
         const double tol = att_tol(dt, T, HS);
         CHECK_REL_DT(label, dt, got_att, base_att, natt, tol);
-        snprintf(label, sizeof label, "%s gpt2 chunk rows %d out", pn, rows_list[i]);
+        snprintf(label, sizeof label, "%s gpt2 %s chunk rows %d out", pn, mode_name(modes[ii / nrows]), rows_list[i]);
         CHECK_REL_DT(label, dt, got_out, base_out, nout, tol);
-        snprintf(label, sizeof label, "%s gpt2 chunk rows %d dqkv", pn, rows_list[i]);
+        snprintf(label, sizeof label, "%s gpt2 %s chunk rows %d dqkv", pn, mode_name(modes[ii / nrows]), rows_list[i]);
         CHECK_REL_DT(label, dt, got_dqkv, base_dqkv, nqkv, tol);
     }
     gc->attn_chunk_rows = 0;
+    gc->attn_gemm = 0;
     mo_timer_destroy(&t);
     dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_att); dfree(d_att_in); dfree(d_dqkv);
     free(qkv); free(dout); free(base_out); free(base_att); free(base_dqkv); free(got_out); free(got_att);

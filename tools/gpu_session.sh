@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, GPU tests, benchmarks, the PyTorch peer side by side.
 # Usage: tools/gpu_session.sh OUTDIR [stages...]
-#   stages: build test alloc gpt split peer claims sweep (default: all); "gputest" runs only the GPU tests
+#   stages: build test alloc gpt split peer claims sweep (default: all); "attnab" the attention GEMM forms
+#   in the whole step; "gputest" runs only the GPU tests
 #   of the model, the split and the attention kernels (their timing lines kept in gputest.log); "gpu" runs
 #   ctest -L gpu; "probe" runs bench/probes (GEMM algorithms) and ncu's per-kernel times of one fp32 and
 #   one bf16 step (ncu-*.csv; summed per kernel by tools/ncu_sum.py)
@@ -53,15 +54,15 @@ if has gpufast; then
   (cd $B && timeout 60 ./gpu_alloc >"$R/gpu_alloc.log" 2>&1; echo "gpu_alloc exit $?: $(tail -1 "$R/gpu_alloc.log")")
   (cd $B && timeout 300 ./gpu_attention_chunks >"$R/gpu_attention_chunks.log" 2>&1; echo "gpu_attention_chunks exit $?: $(tail -1 "$R/gpu_attention_chunks.log")")
   echo "gpu tests: $(( $(date +%s) - t0 )) s"
-  grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -20
+  grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -40
   grep -hE "^(FAIL|  FAIL)|FAILED|failed" $R/gpu_*.log | head -20
 fi
 if has gpu1; then
   # the tests that must run alone: device-wide memory, and the chunk timings
   for t in gpu_alloc gpu_attention_chunks; do
-    (cd $B && timeout 120 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")")
+    (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")")
   done
-  grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -20
+  grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -40
 fi
 if has fuseoff; then
   for prec in fp32 bf16; do
@@ -78,6 +79,19 @@ if has ab; then
     env $env $M run --preset gpt2-124m --precision $prec --steps 10 --warmup 3 --csv "$csv" \
       | grep -E "step:" | sed "s/^/$prec fusions $fe ($env) rep $rep: /"
   done; done; done
+fi
+if has attnab; then
+  # the materialized attention's GEMM forms (kernels/ctx.h MO_ATTN_GEMM_*) and chunk lengths in the
+  # whole step, interleaved twice so the order of runs cannot pose as a difference
+  csv="$R/attnab.csv"
+  for rep in 1 2; do for prec in fp32 bf16; do
+    if [ $prec = fp32 ]; then vs="strided batched grouped grouped:64 grouped:256"; else vs="strided batched grouped grouped:128 grouped:512"; fi
+    for v in $vs; do
+      form=${v%%:*}; rows=${v#*:}; [ "$rows" = "$v" ] && rows=""
+      env MEMOPT_ATTN_GEMM=$form ${rows:+MEMOPT_ATTN_CHUNK_ROWS=$rows} $M run --preset gpt2-124m --precision $prec \
+        --steps 10 --warmup 3 --csv "$csv" | grep -E "step:" | sed "s/^/$prec attention $v rep $rep: /"
+    done
+  done; done
 fi
 if has probe; then
   [ -x $B/memopt_probe_gemm_algos ] && timeout 240 $B/memopt_probe_gemm_algos fp32 bf16 2>&1 | tee "$R/probe-gemm-algos.log"
