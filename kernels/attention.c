@@ -32,6 +32,22 @@ static double dot_f64(const float *a, const float *b, int n) {
     return s;
 }
 
+mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
+                               long long ysb, long long ysh, int ldy, float alpha, int B, int NH, int T, int HS) {
+    if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0 || ldx < HS || ldy < HS)
+        return MO_FAIL(MO_ERR_INVALID, "attention_scores_cpu: bad shape B=%d NH=%d T=%d HS=%d ldx=%d ldy=%d", B, NH,
+                       T, HS, ldx, ldy);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *x = X + b * xsb + h * xsh, *y = Y + b * ysb + h * ysh;
+            float *s = S + ((size_t)b * NH + h) * T * T;
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j <= i; j++)
+                    s[(size_t)i * T + j] = (float)(alpha * dot_f64(x + (size_t)i * ldx, y + (size_t)j * ldy, HS));
+        }
+    return MO_OK;
+}
+
 mo_status attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);

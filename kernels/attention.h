@@ -38,6 +38,18 @@ mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float 
 mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv,
                                   const float *att, void *scratch, int B, int T, int C, int NH);
 
+// The fp32 score GEMM on its own (attention_scores.cu; the materialized attention uses it for fp32
+// without TF32): S (B, NH, T, T) = alpha X Y^T per head, X and Y (T, HS) rows at row stride ldx / ldy,
+// head (b, h) at X + b * xsb + h * xsh (elements). Writes every S[i][j] with j <= i (and the rest of the
+// 128 x 128 diagonal tiles). The reference writes exactly the j <= i part.
+int attention_scores_cuda_supported(int BH, int T, int HS, int ldx, int ldy, const void *S, const void *X,
+                                    const void *Y);
+mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long xsb, long long xsh, int ldx,
+                                const float *Y, long long ysb, long long ysh, int ldy, float alpha, int B, int NH,
+                                int T, int HS);
+mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
+                               long long ysb, long long ysh, int ldy, float alpha, int B, int NH, int T, int HS);
+
 #ifdef __cplusplus
 }
 #endif

@@ -341,8 +341,9 @@ static mo_status am_softmax_backward(cudaStream_t s, E *datt, const E *att, floa
 //   batched  operands in place (no permutes), device arrays of per-problem pointers, which a small
 //            kernel writes into the scratch the permuted copies would have used; one
 //            cublasGemmBatchedEx per chunk
-//   grouped  the same pointers; all chunks of one GEMM in one cublasGemmGroupedBatchedEx (a group per
-//            chunk: its own m, n, k), so a launch's tail is one per GEMM instead of one per chunk
+// (A third form, every chunk of a GEMM in one cublasGemmGroupedBatchedEx, was measured at 8ced659 and
+// dropped: cuBLAS runs it with a 128x128 SIMT grouped kernel, and the fp32 step took 161.3 ms against
+// 154.8 batched and 156.3 strided; bf16 21.6 against 20.0 and 20.6.)
 typedef struct am_mat {
     char *p; // bytes
     long long sb, sh;
@@ -355,7 +356,6 @@ typedef struct am_job {
     float alpha;
 } am_job;
 #define AM_MAX_JOBS 4    // GEMMs of one call (backward: 4)
-#define AM_MAX_GROUPS 64 // chunks one grouped launch takes; more run one launch per chunk
 
 typedef struct am_gemm {
     cublasHandle_t h;
@@ -365,7 +365,7 @@ typedef struct am_gemm {
     int T, HS, NH, n; // n: batch (B * NH heads)
     int L, G;         // chunk rows, chunks
     int mode;         // MO_ATTN_GEMM_*
-    void **pa, **pb, **pc; // batched / grouped: pointer arrays, job j chunk g head bh at (j * G + g) * n + bh
+    void **pa, **pb, **pc; // batched: pointer arrays, job j chunk g head bh at (j * G + g) * n + bh
 } am_gemm;
 
 static __host__ __device__ __forceinline__ void am_offsets(int kind, int r0, int lda, int ldb, int ldc, long long *oa,
@@ -396,7 +396,7 @@ __global__ void am_fill_ptrs_kernel(am_ptr_args a) {
     a.pc[i] = jb->c.p + (b * jb->c.sb + h * jb->c.sh + oc) * a.esz;
 }
 
-// Bytes of pointer arrays njobs GEMMs need (batched / grouped)
+// Bytes of pointer arrays njobs GEMMs need (batched)
 static size_t am_ptr_bytes(const am_gemm *g, int njobs) { return (size_t)3 * njobs * g->G * g->n * sizeof(void *); }
 
 static mo_status am_fill_ptrs(cudaStream_t s, am_gemm *g, const am_job *jobs, int njobs, void *room) {
@@ -437,6 +437,12 @@ static mo_status am_run(mo_ctx *c, const am_gemm *g, const am_job *jb, int jn) {
     const float zero = 0.0f;
     cublasOperation_t ta, tb;
     int m, n, k;
+    // fp32 scores and datt (K = HS = 64): the suite's own kernel, every causal tile in one launch
+    if (jb->kind == AM_XYT && g->ty == CUDA_R_32F && g->compute == CUBLAS_COMPUTE_32F && c->attn_own_scores != 0 &&
+        attention_scores_cuda_supported(g->n, g->T, g->HS, jb->b.ld, jb->a.ld, jb->c.p, jb->b.p, jb->a.p))
+        return attention_scores_cuda(c, (float *)jb->c.p, (const float *)jb->b.p, jb->b.sb, jb->b.sh, jb->b.ld,
+                                     (const float *)jb->a.p, jb->a.sb, jb->a.sh, jb->a.ld, jb->alpha, g->n / g->NH,
+                                     g->NH, g->T, g->HS);
     if (g->mode == MO_ATTN_GEMM_STRIDED) {
         for (int gi = 0; gi < g->G; gi++) {
             am_shape(g, jb->kind, gi, &ta, &tb, &m, &n, &k);
@@ -451,28 +457,6 @@ static mo_status am_run(mo_ctx *c, const am_gemm *g, const am_job *jb, int jn) {
     }
     void *const *pa = g->pa + (size_t)jn * g->G * g->n, *const *pb = g->pb + (size_t)jn * g->G * g->n;
     void *const *pc = g->pc + (size_t)jn * g->G * g->n;
-    if (g->mode == MO_ATTN_GEMM_GROUPED && g->G <= AM_MAX_GROUPS) {
-        cublasOperation_t tas[AM_MAX_GROUPS], tbs[AM_MAX_GROUPS];
-        int ms[AM_MAX_GROUPS], ns[AM_MAX_GROUPS], ks[AM_MAX_GROUPS], ldas[AM_MAX_GROUPS], ldbs[AM_MAX_GROUPS],
-            ldcs[AM_MAX_GROUPS], sizes[AM_MAX_GROUPS];
-        float alphas[AM_MAX_GROUPS], betas[AM_MAX_GROUPS];
-        for (int gi = 0; gi < g->G; gi++) {
-            am_shape(g, jb->kind, gi, &tas[gi], &tbs[gi], &ms[gi], &ns[gi], &ks[gi]);
-            ldas[gi] = jb->a.ld;
-            ldbs[gi] = jb->b.ld;
-            ldcs[gi] = jb->c.ld;
-            sizes[gi] = g->n;
-            alphas[gi] = jb->alpha;
-            betas[gi] = 0.0f;
-        }
-        const cublasStatus_t st = cublasGemmGroupedBatchedEx(
-            g->h, tas, tbs, ms, ns, ks, alphas, (const void *const *)pa, g->ty, ldas, (const void *const *)pb, g->ty,
-            ldbs, betas, pc, g->ty, ldcs, g->G, sizes, g->compute);
-        if (st == CUBLAS_STATUS_SUCCESS) return MO_OK;
-        // a type or compute mode the grouped GEMM does not take: the same problems one chunk at a time
-        if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
-        c->attn_gemm_fallbacks++;
-    }
     for (int gi = 0; gi < g->G; gi++) {
         am_shape(g, jb->kind, gi, &ta, &tb, &m, &n, &k);
         const size_t o = (size_t)gi * g->n;

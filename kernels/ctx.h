@@ -51,27 +51,29 @@ typedef struct mo_ctx {
                                   // for and that ran unfused (tests read it to see which path ran)
     int attn_gemm;                // materialized attention, how its batched GEMMs run (MO_ATTN_GEMM_*):
                                   // 0 = the default of mo_attn_gemm_mode; MEMOPT_ATTN_GEMM=strided |
-                                  // batched | grouped in the environment sets it (to measure)
-    long attn_gemm_fallbacks;     // grouped GEMMs cuBLAS did not take (CUBLAS_STATUS_NOT_SUPPORTED) that
-                                  // ran one launch per chunk instead
+                                  // batched in the environment sets it (to measure)
+    int attn_own_scores;          // materialized attention in fp32 without TF32: the score and datt GEMMs
+                                  // run on attention_scores.cu's kernel (1, the default) or on cuBLAS (0);
+                                  // MEMOPT_ATTN_SCORES=own | cublas in the environment sets it (to measure)
 } mo_ctx;
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):
 //   STRIDED  q, k, v (and dy, dq, dk, dv) permuted to head-major copies; strided batched, a launch per chunk
 //   BATCHED  operands read and written in place in qkv, out, dqkv through per-problem pointer arrays
 //            (no permutes); a launch per chunk
-//   GROUPED  in place; all chunks of one GEMM in one grouped launch (cublasGemmGroupedBatchedEx)
+// Default BATCHED: on the H200 at 8ced659 (tools/gpu_session.sh stage attnab, GPT-2 124M B 8, medians of
+// 10 steps, two interleaved rounds) the fp32 step took 154.73 / 154.79 ms batched against 156.30 /
+// 156.41 strided, bf16 20.09 / 19.88 against 20.58 / 20.58.
 #define MO_ATTN_GEMM_STRIDED 1
 #define MO_ATTN_GEMM_BATCHED 2
-#define MO_ATTN_GEMM_GROUPED 3
 #ifndef MO_ATTN_GEMM_DEFAULT_F32
-#define MO_ATTN_GEMM_DEFAULT_F32 MO_ATTN_GEMM_STRIDED
+#define MO_ATTN_GEMM_DEFAULT_F32 MO_ATTN_GEMM_BATCHED
 #endif
 #ifndef MO_ATTN_GEMM_DEFAULT_16
-#define MO_ATTN_GEMM_DEFAULT_16 MO_ATTN_GEMM_STRIDED
+#define MO_ATTN_GEMM_DEFAULT_16 MO_ATTN_GEMM_BATCHED
 #endif
 static inline int mo_attn_gemm_mode(const mo_ctx *c, int elem_bytes) {
-    if (c->attn_gemm >= MO_ATTN_GEMM_STRIDED && c->attn_gemm <= MO_ATTN_GEMM_GROUPED) return c->attn_gemm;
+    if (c->attn_gemm == MO_ATTN_GEMM_STRIDED || c->attn_gemm == MO_ATTN_GEMM_BATCHED) return c->attn_gemm;
     return elem_bytes == 4 ? MO_ATTN_GEMM_DEFAULT_F32 : MO_ATTN_GEMM_DEFAULT_16;
 }
 
@@ -98,13 +100,6 @@ static inline int mo_attn_gemm_mode(const mo_ctx *c, int elem_bytes) {
 #ifndef MO_ATTN_CAUSAL_CHUNKS_16
 #define MO_ATTN_CAUSAL_CHUNKS_16 2
 #endif
-// The grouped form launches every chunk of a GEMM at once, so it can afford more, smaller chunks.
-#ifndef MO_ATTN_GROUPED_CHUNKS_F32
-#define MO_ATTN_GROUPED_CHUNKS_F32 8
-#endif
-#ifndef MO_ATTN_GROUPED_CHUNKS_16
-#define MO_ATTN_GROUPED_CHUNKS_16 4
-#endif
 #define MO_ATTN_CHUNK_ALIGN 64
 #define MO_ATTN_CHUNK_REF_BATCH 96
 static inline int mo_attn_chunk_rows(const mo_ctx *c, int T, int elem_bytes, int batch) {
@@ -112,9 +107,7 @@ static inline int mo_attn_chunk_rows(const mo_ctx *c, int T, int elem_bytes, int
     if (c->attn_chunk_rows > 0) {
         r = c->attn_chunk_rows;
     } else {
-        const int grouped = mo_attn_gemm_mode(c, elem_bytes) == MO_ATTN_GEMM_GROUPED;
-        int n = elem_bytes == 4 ? (grouped ? MO_ATTN_GROUPED_CHUNKS_F32 : MO_ATTN_CAUSAL_CHUNKS_F32)
-                                : (grouped ? MO_ATTN_GROUPED_CHUNKS_16 : MO_ATTN_CAUSAL_CHUNKS_16);
+        int n = elem_bytes == 4 ? MO_ATTN_CAUSAL_CHUNKS_F32 : MO_ATTN_CAUSAL_CHUNKS_16;
         n = (int)(((long long)n * batch + MO_ATTN_CHUNK_REF_BATCH / 2) / MO_ATTN_CHUNK_REF_BATCH);
         if (n < 1) n = 1;
         if (n > T) n = T;

@@ -116,10 +116,8 @@ static int nchunks(mo_dtype dt, int T, int BH) {
     return (T + L - 1) / L;
 }
 
-static const int modes[] = {MO_ATTN_GEMM_STRIDED, MO_ATTN_GEMM_BATCHED, MO_ATTN_GEMM_GROUPED};
-static const char *mode_name(int m) {
-    return m == MO_ATTN_GEMM_STRIDED ? "strided" : m == MO_ATTN_GEMM_BATCHED ? "batched" : "grouped";
-}
+static const int modes[] = {MO_ATTN_GEMM_STRIDED, MO_ATTN_GEMM_BATCHED};
+static const char *mode_name(int m) { return m == MO_ATTN_GEMM_STRIDED ? "strided" : "batched"; }
 #define NMODES (int)(sizeof modes / sizeof modes[0])
 
 // ---------------------------------------------------------------------------------------------
@@ -210,7 +208,6 @@ static void chunk_timing(mo_dtype dt) {
         if (ii >= nrows && i == 0) continue;
         gc->attn_gemm = modes[ii / nrows];
         gc->attn_chunk_rows = rows_list[i];
-        const long fb0 = gc->attn_gemm_fallbacks;
         double fwd[16], bwd[16];
         dpoison(dt, d_out, nout);
         dpoison(dt, d_att, natt);
@@ -231,7 +228,7 @@ static void chunk_timing(mo_dtype dt) {
         printf("  %s chunk rows %4d (%2d chunks): forward %.3f ms, backward %.3f ms (medians of %d)%s\n",
                mode_name(modes[ii / nrows]), mo_attn_chunk_rows(gc, T, (int)esize(dt), B * NH),
                nchunks(dt, T, B * NH), fwd[reps / 2], bwd[reps / 2], reps,
-               gc->attn_gemm_fallbacks > fb0 ? " (grouped fell back to a launch per chunk)" : "");
+               "");
         void *o = ii == 0 ? base_out : got_out, *a = ii == 0 ? base_att : got_att, *q = ii == 0 ? base_dqkv : got_dqkv;
         d2h(o, d_out, nout * e);
         d2h(a, d_att, natt * e);

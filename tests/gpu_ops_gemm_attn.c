@@ -15,9 +15,11 @@
 //  - fused attention never uses TF32 (its own fp32 kernels): fp32 tolerance with ctx->tf32 = 1 too, and
 //    the same bits as with tf32 = 0.
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
 #include "kernels/ops.h"
 #include "strategies/alloc.h"
 #include "tests/testlib.h"
@@ -335,6 +337,63 @@ static void gpu_attention(const at_shape *s) {
     free(qkv); free(dout); free(out_ref); free(att_ref); free(dqkv_ref); free(fout_ref); free(lse_ref); free(fdqkv_ref);
 }
 
+// The fp32 score kernel (attention_scores.cu) on its own: S = alpha X Y^T per head against the cpu
+// reference on the causal part (j <= i); above the diagonal tiles nothing may be written (S is poisoned
+// with NaN first and must stay NaN there); two runs give the same bits. Layouts: in place in qkv
+// (ld 3C, q at column 0, k at C) and head-major (ld HS).
+typedef struct { int B, T, NH, inplace; const char *what; } sc_shape;
+#ifdef MEMOPT_HAVE_CUDA
+static void gpu_attention_scores(const sc_shape *s) {
+    const int B = s->B, T = s->T, NH = s->NH, HS = 64, C = NH * HS;
+    const int ld = s->inplace ? 3 * C : HS;
+    const long long sb = s->inplace ? (long long)T * 3 * C : (long long)NH * T * HS, sh = s->inplace ? HS : (long long)T * HS;
+    const size_t nx = s->inplace ? (size_t)B * T * 3 * C : (size_t)B * NH * T * HS, ns = (size_t)B * NH * T * T;
+    const float alpha = 0.125f;
+    printf("attention scores %s: B=%d T=%d NH=%d HS=%d ld=%d\n", s->what, B, T, NH, HS, ld);
+    float *x = hrand(nx, -2, 2), *y = hrand(nx, -2, 2), *ref = hnew(ns);
+    const float *xh = x, *yh = s->inplace ? y + C : y; // in place: "keys" at column C of their own buffer
+    CHECK_OK(attention_scores_cpu(ref, xh, sb, sh, ld, yh, sb, sh, ld, alpha, B, NH, T, HS));
+    float *d_x = dup_dev(x, nx), *d_y = dup_dev(y, nx), *d_s = dnew(ns);
+    const float *dxh = d_x, *dyh = s->inplace ? d_y + C : d_y;
+    CHECK_MSG(attention_scores_cuda_supported(B * NH, T, HS, ld, ld, d_s, dxh, dyh), "%s: not supported", s->what);
+    float *got[2] = {hnew(ns), hnew(ns)};
+    for (int r = 0; r < 2; r++) {
+        dpoison(d_s, ns);
+        CHECK_OK(attention_scores_cuda(gc, d_s, dxh, sb, sh, ld, dyh, sb, sh, ld, alpha, B, NH, T, HS));
+        d2h(got[r], d_s, ns);
+    }
+    // the causal part packed, both sides; the upper tiles counted
+    const size_t ntri = (size_t)B * NH * T * (T + 1) / 2;
+    float *pg = hnew(ntri), *pr = hnew(ntri), *pg1 = hnew(ntri);
+    size_t k = 0, upper_written = 0;
+    for (size_t m = 0; m < (size_t)B * NH; m++)
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) {
+                const size_t e = (m * T + i) * T + j;
+                if (j <= i) { pg[k] = got[0][e]; pg1[k] = got[1][e]; pr[k] = ref[e]; k++; }
+                else if (j / 128 > i / 128 && !isnan(got[0][e])) upper_written++;
+            }
+    char label[160];
+    snprintf(label, sizeof label, "scores %s", s->what);
+    CHECK_REL_L(label, pg, pr, ntri, tol_fp32(HS));
+    check_same(label, pg, pg1, ntri);
+    CHECK_MSG(upper_written == 0, "%s: %zu elements written above the diagonal tiles", label, upper_written);
+    free(pg); free(pr); free(pg1); free(got[0]); free(got[1]);
+    dfree(d_x); dfree(d_y); dfree(d_s);
+    free(x); free(y); free(ref);
+}
+static void gpu_attention_scores_refusals(void) {
+    CHECK_MSG(!attention_scores_cuda_supported(1, 64, 32, 96, 96, NULL, NULL, NULL), "HS 32 accepted");
+    CHECK_MSG(!attention_scores_cuda_supported(1, 37, 64, 192, 192, NULL, NULL, NULL), "T 37 accepted");
+    CHECK_MSG(!attention_scores_cuda_supported(1, 64, 64, 66, 192, NULL, NULL, NULL), "ld 66 accepted");
+    CHECK_MSG(!attention_scores_cuda_supported(1, 64, 64, 192, 192, NULL, (const void *)(uintptr_t)4, NULL),
+              "unaligned X accepted");
+}
+#else
+static void gpu_attention_scores(const sc_shape *s) { (void)s; } // not reached: test_require_gpu exits first
+static void gpu_attention_scores_refusals(void) {}
+#endif
+
 int main(void) {
     test_require_gpu();
     test_rng_seed(&rng, test_seed_from_time());
@@ -383,6 +442,16 @@ int main(void) {
         {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},
     };
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) gpu_attention(&at[i]);
+
+    const sc_shape sc[] = {
+        {2, 1024, 12, 1, "gpt2 in place"},
+        {2, 256, 3, 0, "head-major"},
+        {1, 100, 2, 1, "T=100 (a partial tile)"},
+        {1, 1028, 2, 1, "T=1028 (a 4-row last tile)"},
+        {3, 4, 1, 0, "T=4"},
+    };
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) gpu_attention_scores(&sc[i]);
+    gpu_attention_scores_refusals(); // what it refuses (the attention then runs the scores on cuBLAS)
 
     mo_timer_destroy(&timer);
     mo_ctx_destroy(gc);

@@ -1,0 +1,131 @@
+// The fp32 (no TF32) score GEMM of the materialized attention: S = alpha X Y^T for every head, over the
+// 128 x 128 tiles on and below the diagonal, in one launch. Why not cuBLAS: with HS = 64 the product has
+// K = 64, and on the H200 cuBLAS ran the chunked score and datt GEMMs at about 26 TFLOP/s (64x64 and
+// 128x64 SIMT tiles, a launch per chunk; ncu at 05c90eb), against about 36 for the att @ v kinds and
+// 45-53 for the model's linear layers. With K = 64 a tile's whole X and Y panels fit in shared memory,
+// so a CTA loads both once, runs 64 rank-1 updates of its 128 x 128 tile from registers and stores it.
+// The CPU reference is attention_scores_cpu (attention.c).
+//
+// Shapes: X, Y rows of HS = 64 floats, head (b, h) at X + b * xsb + h * xsh, row stride ldx (in place in
+// qkv (B, T, 3C): xsb T*3C, xsh HS, ldx 3C); S (B, NH, T, T) row-major. Tile (bi, bj), bj <= bi, computes
+// S[i][j] for i in [128 bi, 128 bi + 128), j in [128 bj, 128 bj + 128) (cut at T): every element with
+// j <= i, and in the diagonal tiles the scores above the diagonal too (the softmax ignores them and
+// writes zeros there). Tiles above the diagonal are not written.
+// Each S[i][j] is one thread's sequential sum over d = 0..63 in fp32 FMAs: deterministic.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "attention.h"
+#include "cuda_check.h"
+
+#define AS_TILE 128
+#define AS_HS 64
+#define AS_THREADS 256 // 16 x 16 threads, each an 8 x 8 block of the tile
+#define AS_SMEM_BYTES (2 * AS_HS * AS_TILE * (int)sizeof(float)) // X and Y panels, 64 KiB
+
+// The panels are stored transposed, d-major (Xs[d][r]), so a thread's 4 consecutive rows at one d are
+// one 16-byte load. Rows are swizzled in groups of 4 (XOR of the group with (d / 4) % 8): the loads
+// that transpose a row's 64 values into 64 d-rows then hit 2 banks per 16 lanes instead of 1, and
+// the float4 reads stay aligned and conflict-free.
+static __device__ __forceinline__ int as_idx(int d, int r) {
+    return d * AS_TILE + ((((r >> 2) ^ ((d >> 2) & 7)) << 2) | (r & 3));
+}
+
+// Loads rows [r0, r0 + 128) of a head's (T, 64) panel (zeros past T) into P transposed.
+static __device__ __forceinline__ void as_load_panel(float *P, const float *src, int ld, int r0, int T) {
+#pragma unroll
+    for (int it = 0; it < AS_TILE * AS_HS / 4 / AS_THREADS; it++) { // 8 float4 per thread
+        const int f = it * AS_THREADS + threadIdx.x;
+        const int r = f >> 4, d = (f & 15) << 2; // 16 lanes read one row's 256 bytes
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r0 + r < T) v = *reinterpret_cast<const float4 *>(src + (size_t)(r0 + r) * ld + d);
+        P[as_idx(d + 0, r)] = v.x;
+        P[as_idx(d + 1, r)] = v.y;
+        P[as_idx(d + 2, r)] = v.z;
+        P[as_idx(d + 3, r)] = v.w;
+    }
+}
+
+// grid (tiles on and below the diagonal, B * NH), block AS_THREADS, dynamic smem AS_SMEM_BYTES
+__global__ void __launch_bounds__(AS_THREADS, 2)
+    attention_scores_kernel(float *__restrict__ S, const float *__restrict__ X, long long xsb, long long xsh, int ldx,
+                            const float *__restrict__ Y, long long ysb, long long ysh, int ldy, float alpha, int NH,
+                            int T) {
+    extern __shared__ float4 as_smem4[];
+    float *Xs = reinterpret_cast<float *>(as_smem4), *Ys = Xs + AS_HS * AS_TILE;
+    // tile index -> (bi, bj) with bj <= bi, row by row: t = bi (bi + 1) / 2 + bj
+    const int t = blockIdx.x;
+    int bi = (int)((sqrtf(8.0f * t + 1.0f) - 1.0f) * 0.5f);
+    while (bi * (bi + 1) / 2 > t) bi--;
+    while ((bi + 1) * (bi + 2) / 2 <= t) bi++;
+    const int bj = t - bi * (bi + 1) / 2;
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int i0 = bi * AS_TILE, j0 = bj * AS_TILE;
+    as_load_panel(Xs, X + b * xsb + h * xsh, ldx, i0, T);
+    as_load_panel(Ys, Y + b * ysb + h * ysh, ldy, j0, T);
+    __syncthreads();
+
+    // thread (ty, tx): rows ty*4 + {0..3} and 64 + ty*4 + {0..3}, the same for columns with tx
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+#pragma unroll 8
+    for (int d = 0; d < AS_HS; d++) {
+        const int sw = (d >> 2) & 7;
+        const float *xr = Xs + d * AS_TILE, *yr = Ys + d * AS_TILE;
+        const float4 a0 = *reinterpret_cast<const float4 *>(xr + ((ty ^ sw) << 2));
+        const float4 a1 = *reinterpret_cast<const float4 *>(xr + (((ty + 16) ^ sw) << 2));
+        const float4 b0 = *reinterpret_cast<const float4 *>(yr + ((tx ^ sw) << 2));
+        const float4 b1 = *reinterpret_cast<const float4 *>(yr + (((tx + 16) ^ sw) << 2));
+        const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
+    }
+
+    float *Sh = S + (size_t)blockIdx.y * T * T;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int row = i0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+        if (row >= T) continue;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int col = j0 + half * 64 + tx * 4; // T % 4 == 0: a group of 4 is wholly inside or out
+            if (col >= T) continue;
+            const float4 v = make_float4(alpha * acc[i][half * 4 + 0], alpha * acc[i][half * 4 + 1],
+                                         alpha * acc[i][half * 4 + 2], alpha * acc[i][half * 4 + 3]);
+            *reinterpret_cast<float4 *>(Sh + (size_t)row * T + col) = v;
+        }
+    }
+}
+
+int attention_scores_cuda_supported(int BH, int T, int HS, int ldx, int ldy, const void *S, const void *X,
+                                    const void *Y) {
+    const int aligned = ((uintptr_t)S & 15u) == 0 && ((uintptr_t)X & 15u) == 0 && ((uintptr_t)Y & 15u) == 0;
+    return HS == AS_HS && T > 0 && T % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && aligned && BH >= 1 &&
+           BH <= 65535;
+}
+
+mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long xsb, long long xsh, int ldx,
+                                const float *Y, long long ysb, long long ysh, int ldy, float alpha, int B, int NH,
+                                int T, int HS) {
+    if (!attention_scores_cuda_supported(B * NH, T, HS, ldx, ldy, S, X, Y))
+        return MO_FAIL(MO_ERR_INVALID, "attention_scores_cuda: needs HS 64 (got %d), T, ldx, ldy multiples of 4 "
+                       "(got %d, %d, %d), 16-byte aligned pointers and B*NH <= 65535 (got %d)", HS, T, ldx, ldy,
+                       B * NH);
+    // over 48 KiB of dynamic shared memory is opt-in, per function and device: set on every call (cheap,
+    // and right for whichever device this thread's context uses)
+    CUDA_CHECK(cudaFuncSetAttribute(attention_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    AS_SMEM_BYTES));
+    const int nb = (T + AS_TILE - 1) / AS_TILE;
+    const dim3 grid((unsigned)(nb * (nb + 1) / 2), (unsigned)(B * NH));
+    attention_scores_kernel<<<grid, AS_THREADS, AS_SMEM_BYTES, (cudaStream_t)c->stream>>>(S, X, xsb, xsh, ldx, Y, ysb,
+                                                                                          ysh, ldy, alpha, NH, T);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
