@@ -41,7 +41,7 @@ static void op(acc *a, int gemm, double flops, double bytes) {
 typedef struct shape {
     double Bm, T, C, NH, V, N, e; // micro-batch, seq, channels, heads, vocab, rows Bm*T, activation bytes
     int fused;
-    int own_tiles; // fp32 without TF32, HS 64: the attention GEMMs on the suite's kernels' 128-row tiles
+    int own_scores; // fp32 without TF32, HS 64: the score GEMMs on attention_scores.cu's 128-row tiles
 } shape;
 
 // out (N,O) = in (N,K) W^T (+ extra bytes written by a fused epilogue)
@@ -75,11 +75,10 @@ static double causal_share(const shape *s) {
     }
     return T > 0 ? sum / ((double)T * T) : 1.0;
 }
-// The share of the T x T products the attention GEMMs compute: the causal chunks' share on cuBLAS, the
-// tiles on and below the diagonal (128 x 128) on the suite's fp32 kernels (attention_scores.cu,
-// attention_av.cu).
-static double gemm_share(const shape *s) {
-    if (!s->own_tiles) return causal_share(s);
+// The share of the T x T scores the score and datt GEMMs compute: the causal chunks' share on cuBLAS,
+// the tiles on and below the diagonal (128 x 128) on attention_scores.cu's kernel.
+static double scores_share(const shape *s) {
+    if (!s->own_scores) return causal_share(s);
     int T = (int)s->T;
     double sum = 0;
     for (int i0 = 0; i0 < T; i0 += 128) {
@@ -104,11 +103,11 @@ static void attention_fwd(acc *a, const shape *s) {
         op(a, s->e < 4 ? OP_FLASH : 0, 0.5 * 2 * qk, s->e * 4 * NC + 4 * s->Bm * s->NH * s->T);
         return;
     }
-    const double f = gemm_share(s);
-    qk *= f;
+    const double f = causal_share(s), fs = scores_share(s);
     const int pm = attn_permutes(s);
     if (pm) op(a, 0, 0, s->e * 6 * NC);             // permute qkv to per-head q, k, v
-    op(a, 1, qk, s->e * (2 * NC + f * S));          // scores q k^T (the chunks' keys, or the tiles)
+    op(a, 1, qk * fs, s->e * (2 * NC + fs * S));    // scores q k^T (the chunks' keys, or the tiles)
+    qk *= f;
     op(a, 0, 5 * S, s->e * 2 * S);                  // scale, mask, softmax in place
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // att v
     if (pm) op(a, 0, 0, s->e * 2 * NC);             // heads side by side
@@ -123,11 +122,11 @@ static void attention_bwd(acc *a, const shape *s) {
         op(a, s->e < 4 ? OP_FLASH : 0, 0.5 * 4 * qk, s->e * 6 * NC);
         return;
     }
-    const double f = gemm_share(s);
-    qk *= f;
+    const double f = causal_share(s), fs = scores_share(s);
     const int pm = attn_permutes(s);
     if (pm) op(a, 0, 0, s->e * 8 * NC);             // permute q, k, v and dout
-    op(a, 1, qk, s->e * (2 * NC + f * S));          // datt = dy v^T
+    op(a, 1, qk * fs, s->e * (2 * NC + fs * S));    // datt = dy v^T
+    qk *= f;
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // dv = att^T dy
     op(a, 0, 4 * S, s->e * 3 * S);                  // softmax backward in place
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // dq
@@ -208,8 +207,8 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
     s.N = s.Bm * s.T;
     s.e = half ? 2 : 4; // activations in 16 bits under mixed precision (DESIGN.md)
     s.fused = rc->attn == MO_ATTN_FUSED;
-    s.own_tiles = rc->precision == MO_PREC_FP32 && rc->heads > 0 && rc->hidden == 64 * rc->heads &&
-                  rc->seq % 4 == 0; // as attention_*_cuda_supported (tp keeps HS)
+    s.own_scores = rc->precision == MO_PREC_FP32 && rc->heads > 0 && rc->hidden == 64 * rc->heads &&
+                   rc->seq % 4 == 0; // as attention_scores_cuda_supported (tp keeps HS)
     int L = rc->layers;
     double NC = s.N * s.C, NV = s.N * s.V;
     int recompute_blocks = rc->ckpt.kind == MO_CKPT_FULL || rc->ckpt.kind == MO_CKPT_EVERY || rc->ckpt.kind == MO_CKPT_SQRT;

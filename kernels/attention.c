@@ -48,28 +48,6 @@ mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long lon
     return MO_OK;
 }
 
-mo_status attention_av_cpu(int trans, float *out, long long osb, long long osh, int ldo, const float *P,
-                           const float *X, long long xsb, long long xsh, int ldx, int B, int NH, int T, int HS) {
-    if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0 || ldx < HS || ldo < HS)
-        return MO_FAIL(MO_ERR_INVALID, "attention_av_cpu: bad shape B=%d NH=%d T=%d HS=%d ldx=%d ldo=%d", B, NH, T,
-                       HS, ldx, ldo);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *x = X + b * xsb + h * xsh, *p = P + ((size_t)b * NH + h) * T * T;
-            float *o = out + b * osb + h * osh;
-            for (int r = 0; r < T; r++)
-                for (int d = 0; d < HS; d++) {
-                    double s = 0;
-                    if (!trans)
-                        for (int k = 0; k <= r; k++) s += (double)p[(size_t)r * T + k] * x[(size_t)k * ldx + d];
-                    else
-                        for (int k = r; k < T; k++) s += (double)p[(size_t)k * T + r] * x[(size_t)k * ldx + d];
-                    o[(size_t)r * ldo + d] = (float)s;
-                }
-        }
-    return MO_OK;
-}
-
 mo_status attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);

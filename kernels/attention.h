@@ -38,9 +38,6 @@ mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float 
 mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv,
                                   const float *att, void *scratch, int B, int T, int C, int NH);
 
-// Rows (and columns) of the tiles of the suite's own fp32 attention GEMM kernels below.
-#define ATTENTION_OWN_TILE 128
-
 // The fp32 score GEMM on its own (attention_scores.cu; the materialized attention uses it for fp32
 // without TF32): S (B, NH, T, T) = alpha X Y^T per head, X and Y (T, HS) rows at row stride ldx / ldy,
 // head (b, h) at X + b * xsb + h * xsh (elements). Writes every S[i][j] with j <= i (and the rest of the
@@ -50,18 +47,6 @@ int attention_scores_cuda_supported(int BH, int T, int HS, int ldx, int ldy, con
 mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long xsb, long long xsh, int ldx,
                                 const float *Y, long long ysb, long long ysh, int ldy, float alpha, int B, int NH,
                                 int T, int HS);
-// The fp32 "probabilities times rows" GEMMs on their own (attention_av.cu; the materialized attention
-// uses them for fp32 without TF32): per head, out (T, HS) rows at row stride ldo, P (B, NH, T, T):
-//   trans 0  out[r] = sum_{k <= r} P[r][k] X[k]   (y = att v, dq = dpreatt k)
-//   trans 1  out[r] = sum_{k >= r} P[k][r] X[k]   (dv = att^T dy, dk = dpreatt^T q)
-// The cuda kernel reads P only in the 128 x 128 tiles on and below the diagonal and needs exact zeros
-// above the diagonal inside them; the reference reads only the causal terms.
-int attention_av_cuda_supported(int BH, int T, int HS, int ldx, int ldo, const void *out, const void *P,
-                                const void *X);
-mo_status attention_av_cuda(mo_ctx *c, int trans, float *out, long long osb, long long osh, int ldo, const float *P,
-                            const float *X, long long xsb, long long xsh, int ldx, int B, int NH, int T, int HS);
-mo_status attention_av_cpu(int trans, float *out, long long osb, long long osh, int ldo, const float *P,
-                           const float *X, long long xsb, long long xsh, int ldx, int B, int NH, int T, int HS);
 mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
                                long long ysb, long long ysh, int ldy, float alpha, int B, int NH, int T, int HS);
 

@@ -354,7 +354,6 @@ typedef struct am_job {
     int kind;
     am_mat a, b, c;
     float alpha;
-    int own; // runs on the suite's fp32 kernels (am_own) instead of cuBLAS
 } am_job;
 #define AM_MAX_JOBS 4    // GEMMs of one call (backward: 4)
 
@@ -366,8 +365,6 @@ typedef struct am_gemm {
     int T, HS, NH, n; // n: batch (B * NH heads)
     int L, G;         // chunk rows, chunks
     int mode;         // MO_ATTN_GEMM_*
-    int own_av;       // the PX / PTX jobs run on attention_av.cu (then the softmax backward must zero
-                      // up to the end of each row's 128-row tile, not its chunk)
     void **pa, **pb, **pc; // batched: pointer arrays, job j chunk g head bh at (j * G + g) * n + bh
 } am_gemm;
 
@@ -440,15 +437,12 @@ static mo_status am_run(mo_ctx *c, const am_gemm *g, const am_job *jb, int jn) {
     const float zero = 0.0f;
     cublasOperation_t ta, tb;
     int m, n, k;
-    // fp32 without TF32, HS 64: the suite's own kernels, every causal tile of a GEMM in one launch
-    if (jb->own && jb->kind == AM_XYT)
+    // fp32 scores and datt (K = HS = 64): the suite's own kernel, every causal tile in one launch
+    if (jb->kind == AM_XYT && g->ty == CUDA_R_32F && g->compute == CUBLAS_COMPUTE_32F && c->attn_own_scores != 0 &&
+        attention_scores_cuda_supported(g->n, g->T, g->HS, jb->b.ld, jb->a.ld, jb->c.p, jb->b.p, jb->a.p))
         return attention_scores_cuda(c, (float *)jb->c.p, (const float *)jb->b.p, jb->b.sb, jb->b.sh, jb->b.ld,
                                      (const float *)jb->a.p, jb->a.sb, jb->a.sh, jb->a.ld, jb->alpha, g->n / g->NH,
                                      g->NH, g->T, g->HS);
-    if (jb->own)
-        return attention_av_cuda(c, jb->kind == AM_PTX, (float *)jb->c.p, jb->c.sb, jb->c.sh, jb->c.ld,
-                                 (const float *)jb->b.p, (const float *)jb->a.p, jb->a.sb, jb->a.sh, jb->a.ld,
-                                 g->n / g->NH, g->NH, g->T, g->HS);
     if (g->mode == MO_ATTN_GEMM_STRIDED) {
         for (int gi = 0; gi < g->G; gi++) {
             am_shape(g, jb->kind, gi, &ta, &tb, &m, &n, &k);
@@ -471,29 +465,6 @@ static mo_status am_run(mo_ctx *c, const am_gemm *g, const am_job *jb, int jn) {
                                          g->ty, jb->c.ld, g->n, g->compute, CUBLAS_GEMM_DEFAULT));
     }
     return MO_OK;
-}
-
-// Which jobs run on the suite's own fp32 kernels (attention_scores.cu for AM_XYT, attention_av.cu for
-// AM_PX / AM_PTX): fp32 data without TF32, and the shapes and alignments those kernels take; the
-// PX / PTX jobs all or none (own_av: the softmax backward's zeros then reach each row's tile end).
-// Returns whether any job is left to cuBLAS.
-static int am_own(const mo_ctx *c, am_gemm *g, am_job *jobs, int njobs) {
-    const int fp32 = g->ty == CUDA_R_32F && g->compute == CUBLAS_COMPUTE_32F;
-    int av = fp32 && c->attn_own_av != 0, left = 0;
-    for (int j = 0; j < njobs; j++)
-        if (jobs[j].kind != AM_XYT)
-            av = av && attention_av_cuda_supported(g->n, g->T, g->HS, jobs[j].a.ld, jobs[j].c.ld, jobs[j].c.p,
-                                                   jobs[j].b.p, jobs[j].a.p);
-    g->own_av = av;
-    for (int j = 0; j < njobs; j++) {
-        am_job *jb = &jobs[j];
-        jb->own = jb->kind == AM_XYT ? fp32 && c->attn_own_scores != 0 &&
-                                           attention_scores_cuda_supported(g->n, g->T, g->HS, jb->b.ld, jb->a.ld,
-                                                                           jb->c.p, jb->b.p, jb->a.p)
-                                     : av;
-        left = left || !jb->own;
-    }
-    return left;
 }
 
 // c->cublas is shared: set what these GEMMs rely on, every call. The form falls back to strided when
@@ -533,7 +504,7 @@ static am_mat am_scores(const void *p, int T, int NH) {
     return m;
 }
 static am_job am_mkjob(int kind, am_mat a, am_mat b, am_mat c, float alpha) {
-    am_job j = {kind, a, b, c, alpha, 0};
+    am_job j = {kind, a, b, c, alpha};
     return j;
 }
 
@@ -561,8 +532,8 @@ static mo_status am_forward(mo_ctx *c, E *out, E *att, const E *qkv, E *scratch,
     }
     // scaled scores q k^T / sqrt(HS) (B, NH, T, T) into att (the causal part of each chunk), softmax in
     // place, then y = att @ v
-    am_job jobs[2] = {am_mkjob(AM_XYT, k, q, S, 1.0f / sqrtf((float)HS)), am_mkjob(AM_PX, v, S, y, 1.0f)};
-    if (am_own(c, &g, jobs, 2) && g.mode != MO_ATTN_GEMM_STRIDED) MO_TRY(am_fill_ptrs(s, &g, jobs, 2, scratch));
+    const am_job jobs[2] = {am_mkjob(AM_XYT, k, q, S, 1.0f / sqrtf((float)HS)), am_mkjob(AM_PX, v, S, y, 1.0f)};
+    if (g.mode != MO_ATTN_GEMM_STRIDED) MO_TRY(am_fill_ptrs(s, &g, jobs, 2, scratch));
     MO_TRY(am_run(c, &g, &jobs[0], 0));
     MO_TRY(am_softmax_forward<E>(s, att, B * NH * T, T));
     MO_TRY(am_run(c, &g, &jobs[1], 1));
@@ -603,17 +574,16 @@ static mo_status am_backward(mo_ctx *c, E *dqkv, const E *dout, const E *qkv, co
         dk = am_rows(dqkv, sizeof(E), T, HS, 3 * C, C);
         dv = am_rows(dqkv, sizeof(E), T, HS, 3 * C, 2 * C);
     }
-    am_job jobs[4] = {
+    const am_job jobs[4] = {
         am_mkjob(AM_XYT, v, dy, dP, 1.0f), // datt = dy @ v^T (causal part of each chunk)
         am_mkjob(AM_PTX, dy, P, dv, 1.0f), // dv = att^T @ dy
         am_mkjob(AM_PX, k, dP, dq, 1.0f),  // dq = dpreatt @ k (strided: overwrites dy, used above)
         am_mkjob(AM_PTX, q, dP, dk, 1.0f), // dk = dpreatt^T @ q
     };
-    if (am_own(c, &g, jobs, 4) && g.mode != MO_ATTN_GEMM_STRIDED) MO_TRY(am_fill_ptrs(s, &g, jobs, 4, scratch));
+    if (g.mode != MO_ATTN_GEMM_STRIDED) MO_TRY(am_fill_ptrs(s, &g, jobs, 4, scratch));
     MO_TRY(am_run(c, &g, &jobs[0], 0));
     MO_TRY(am_run(c, &g, &jobs[1], 1));
-    // datt -> dpreatt in place, zeros up to the end of what the dq and dk GEMMs read of each row
-    MO_TRY(am_softmax_backward<E>(s, datt, att, scale, B * NH * T, T, g.own_av ? ATTENTION_OWN_TILE : g.L));
+    MO_TRY(am_softmax_backward<E>(s, datt, att, scale, B * NH * T, T, g.L)); // datt -> dpreatt in place
     MO_TRY(am_run(c, &g, &jobs[2], 2));
     MO_TRY(am_run(c, &g, &jobs[3], 3));
     if (g.mode == MO_ATTN_GEMM_STRIDED) MO_TRY((am_permute<E, 3, 1>(s, dqkv, (E *)dq.p, (E *)dk.p, (E *)dv.p, n, T, NH, HS)));

@@ -18,28 +18,31 @@
 #include "attention.h"
 #include "cuda_check.h"
 
-#define AS_TILE ATTENTION_OWN_TILE
+#define AS_TILE 128
 #define AS_HS 64
 #define AS_THREADS 256 // 16 x 16 threads, each an 8 x 8 block of the tile
-#define AS_LD (AS_TILE + 4) // panel row stride: 16-byte rows stay aligned, the transposing stores spread
-#define AS_SMEM_BYTES (2 * AS_HS * AS_LD * (int)sizeof(float)) // X and Y panels, 66 KiB
+#define AS_SMEM_BYTES (2 * AS_HS * AS_TILE * (int)sizeof(float)) // X and Y panels, 64 KiB
 
-// The panels are stored transposed, d-major (Xs[d][r], row stride AS_LD), so a thread's 4 consecutive
-// rows at one d are one 16-byte load at a compile-time offset (the d loop is unrolled: no address
-// arithmetic between the FMAs). Loading: a warp reads 16 bytes from each of 32 consecutive rows (d fixed),
-// so its transposing stores go to 32 consecutive floats: no bank conflicts.
+// The panels are stored transposed, d-major (Xs[d][r]), so a thread's 4 consecutive rows at one d are
+// one 16-byte load. Rows are swizzled in groups of 4 (XOR of the group with (d / 4) % 8): the loads
+// that transpose a row's 64 values into 64 d-rows then hit 2 banks per 16 lanes instead of 1, and
+// the float4 reads stay aligned and conflict-free.
+static __device__ __forceinline__ int as_idx(int d, int r) {
+    return d * AS_TILE + ((((r >> 2) ^ ((d >> 2) & 7)) << 2) | (r & 3));
+}
+
 // Loads rows [r0, r0 + 128) of a head's (T, 64) panel (zeros past T) into P transposed.
 static __device__ __forceinline__ void as_load_panel(float *P, const float *src, int ld, int r0, int T) {
 #pragma unroll
     for (int it = 0; it < AS_TILE * AS_HS / 4 / AS_THREADS; it++) { // 8 float4 per thread
         const int f = it * AS_THREADS + threadIdx.x;
-        const int r = f % AS_TILE, d = (f / AS_TILE) * 4;
+        const int r = f >> 4, d = (f & 15) << 2; // 16 lanes read one row's 256 bytes
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r0 + r < T) v = *reinterpret_cast<const float4 *>(src + (size_t)(r0 + r) * ld + d);
-        P[(d + 0) * AS_LD + r] = v.x;
-        P[(d + 1) * AS_LD + r] = v.y;
-        P[(d + 2) * AS_LD + r] = v.z;
-        P[(d + 3) * AS_LD + r] = v.w;
+        P[as_idx(d + 0, r)] = v.x;
+        P[as_idx(d + 1, r)] = v.y;
+        P[as_idx(d + 2, r)] = v.z;
+        P[as_idx(d + 3, r)] = v.w;
     }
 }
 
@@ -49,7 +52,7 @@ __global__ void __launch_bounds__(AS_THREADS, 2)
                             const float *__restrict__ Y, long long ysb, long long ysh, int ldy, float alpha, int NH,
                             int T) {
     extern __shared__ float4 as_smem4[];
-    float *Xs = reinterpret_cast<float *>(as_smem4), *Ys = Xs + AS_HS * AS_LD;
+    float *Xs = reinterpret_cast<float *>(as_smem4), *Ys = Xs + AS_HS * AS_TILE;
     // tile index -> (bi, bj) with bj <= bi, row by row: t = bi (bi + 1) / 2 + bj
     const int t = blockIdx.x;
     int bi = (int)((sqrtf(8.0f * t + 1.0f) - 1.0f) * 0.5f);
@@ -69,13 +72,14 @@ __global__ void __launch_bounds__(AS_THREADS, 2)
     for (int i = 0; i < 8; i++)
 #pragma unroll
         for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
-    const float *xt = Xs + ty * 4, *yt = Ys + tx * 4;
-#pragma unroll
+#pragma unroll 8
     for (int d = 0; d < AS_HS; d++) {
-        const float4 a0 = *reinterpret_cast<const float4 *>(xt + d * AS_LD);
-        const float4 a1 = *reinterpret_cast<const float4 *>(xt + d * AS_LD + 64);
-        const float4 b0 = *reinterpret_cast<const float4 *>(yt + d * AS_LD);
-        const float4 b1 = *reinterpret_cast<const float4 *>(yt + d * AS_LD + 64);
+        const int sw = (d >> 2) & 7;
+        const float *xr = Xs + d * AS_TILE, *yr = Ys + d * AS_TILE;
+        const float4 a0 = *reinterpret_cast<const float4 *>(xr + ((ty ^ sw) << 2));
+        const float4 a1 = *reinterpret_cast<const float4 *>(xr + (((ty + 16) ^ sw) << 2));
+        const float4 b0 = *reinterpret_cast<const float4 *>(yr + ((tx ^ sw) << 2));
+        const float4 b1 = *reinterpret_cast<const float4 *>(yr + (((tx + 16) ^ sw) << 2));
         const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
         const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll

@@ -382,46 +382,7 @@ static void gpu_attention_scores(const sc_shape *s) {
     dfree(d_x); dfree(d_y); dfree(d_s);
     free(x); free(y); free(ref);
 }
-// The fp32 att @ v kernels (attention_av.cu) on their own, both directions: P random on and below the
-// diagonal, exact zeros above it inside the diagonal tiles and NaN in the tiles above them (which the
-// kernels must never read); out poisoned with NaN; against the cpu reference; two runs, same bits.
-static void gpu_attention_av(const sc_shape *s, int trans) {
-    const int B = s->B, T = s->T, NH = s->NH, HS = 64, C = NH * HS;
-    const int ldx = s->inplace ? 3 * C : HS, ldo = s->inplace ? C : HS;
-    const long long xsb = s->inplace ? (long long)T * 3 * C : (long long)NH * T * HS, xsh = s->inplace ? HS : (long long)T * HS;
-    const long long osb = s->inplace ? (long long)T * C : (long long)NH * T * HS, osh = xsh;
-    const size_t nx = s->inplace ? (size_t)B * T * 3 * C : (size_t)B * NH * T * HS;
-    const size_t no = (size_t)B * T * C, np = (size_t)B * NH * T * T;
-    printf("attention av %s trans %d: B=%d T=%d NH=%d HS=%d ldx=%d ldo=%d\n", s->what, trans, B, T, NH, HS, ldx, ldo);
-    float *x = hrand(nx, -2, 2), *p = hrand(np, 0, 1), *ref = hnew(no);
-    for (size_t m = 0; m < (size_t)B * NH; m++)
-        for (int i = 0; i < T; i++)
-            for (int j = i + 1; j < T; j++)
-                p[(m * T + i) * T + j] = j / 128 > i / 128 ? NAN : 0.0f;
-    const float *xh = s->inplace ? x + 2 * C : x; // in place: the v part of qkv
-    CHECK_OK(attention_av_cpu(trans, ref, osb, osh, ldo, p, xh, xsb, xsh, ldx, B, NH, T, HS));
-    float *d_x = dup_dev(x, nx), *d_p = dup_dev(p, np), *d_o = dnew(no);
-    const float *dxh = s->inplace ? d_x + 2 * C : d_x;
-    CHECK_MSG(attention_av_cuda_supported(B * NH, T, HS, ldx, ldo, d_o, d_p, dxh), "%s: not supported", s->what);
-    float *got[2] = {hnew(no), hnew(no)};
-    for (int r = 0; r < 2; r++) {
-        dpoison(d_o, no);
-        CHECK_OK(attention_av_cuda(gc, trans, d_o, osb, osh, ldo, d_p, dxh, xsb, xsh, ldx, B, NH, T, HS));
-        d2h(got[r], d_o, no);
-    }
-    char label[160];
-    snprintf(label, sizeof label, "av trans %d %s", trans, s->what);
-    CHECK_REL_L(label, got[0], ref, no, tol_fp32(T));
-    check_same(label, got[0], got[1], no);
-    free(got[0]); free(got[1]);
-    dfree(d_x); dfree(d_p); dfree(d_o);
-    free(x); free(p); free(ref);
-}
-
 static void gpu_attention_scores_refusals(void) {
-    CHECK_MSG(!attention_av_cuda_supported(1, 64, 32, 96, 32, NULL, NULL, NULL), "av HS 32 accepted");
-    CHECK_MSG(!attention_av_cuda_supported(1, 38, 64, 192, 64, NULL, NULL, NULL), "av T 38 accepted");
-    CHECK_MSG(!attention_av_cuda_supported(1, 64, 64, 192, 66, NULL, NULL, NULL), "av ldo 66 accepted");
     CHECK_MSG(!attention_scores_cuda_supported(1, 64, 32, 96, 96, NULL, NULL, NULL), "HS 32 accepted");
     CHECK_MSG(!attention_scores_cuda_supported(1, 37, 64, 192, 192, NULL, NULL, NULL), "T 37 accepted");
     CHECK_MSG(!attention_scores_cuda_supported(1, 64, 64, 66, 192, NULL, NULL, NULL), "ld 66 accepted");
@@ -429,48 +390,8 @@ static void gpu_attention_scores_refusals(void) {
               "unaligned X accepted");
 }
 #else
-static void gpu_attention_av(const sc_shape *s, int trans) { (void)s; (void)trans; } // not reached
 static void gpu_attention_scores(const sc_shape *s) { (void)s; } // not reached: test_require_gpu exits first
-// The fp32 att @ v kernels (attention_av.cu) on their own, both directions: P random on and below the
-// diagonal, exact zeros above it inside the diagonal tiles and NaN in the tiles above them (which the
-// kernels must never read); out poisoned with NaN; against the cpu reference; two runs, same bits.
-static void gpu_attention_av(const sc_shape *s, int trans) {
-    const int B = s->B, T = s->T, NH = s->NH, HS = 64, C = NH * HS;
-    const int ldx = s->inplace ? 3 * C : HS, ldo = s->inplace ? C : HS;
-    const long long xsb = s->inplace ? (long long)T * 3 * C : (long long)NH * T * HS, xsh = s->inplace ? HS : (long long)T * HS;
-    const long long osb = s->inplace ? (long long)T * C : (long long)NH * T * HS, osh = xsh;
-    const size_t nx = s->inplace ? (size_t)B * T * 3 * C : (size_t)B * NH * T * HS;
-    const size_t no = (size_t)B * T * C, np = (size_t)B * NH * T * T;
-    printf("attention av %s trans %d: B=%d T=%d NH=%d HS=%d ldx=%d ldo=%d\n", s->what, trans, B, T, NH, HS, ldx, ldo);
-    float *x = hrand(nx, -2, 2), *p = hrand(np, 0, 1), *ref = hnew(no);
-    for (size_t m = 0; m < (size_t)B * NH; m++)
-        for (int i = 0; i < T; i++)
-            for (int j = i + 1; j < T; j++)
-                p[(m * T + i) * T + j] = j / 128 > i / 128 ? NAN : 0.0f;
-    const float *xh = s->inplace ? x + 2 * C : x; // in place: the v part of qkv
-    CHECK_OK(attention_av_cpu(trans, ref, osb, osh, ldo, p, xh, xsb, xsh, ldx, B, NH, T, HS));
-    float *d_x = dup_dev(x, nx), *d_p = dup_dev(p, np), *d_o = dnew(no);
-    const float *dxh = s->inplace ? d_x + 2 * C : d_x;
-    CHECK_MSG(attention_av_cuda_supported(B * NH, T, HS, ldx, ldo, d_o, d_p, dxh), "%s: not supported", s->what);
-    float *got[2] = {hnew(no), hnew(no)};
-    for (int r = 0; r < 2; r++) {
-        dpoison(d_o, no);
-        CHECK_OK(attention_av_cuda(gc, trans, d_o, osb, osh, ldo, d_p, dxh, xsb, xsh, ldx, B, NH, T, HS));
-        d2h(got[r], d_o, no);
-    }
-    char label[160];
-    snprintf(label, sizeof label, "av trans %d %s", trans, s->what);
-    CHECK_REL_L(label, got[0], ref, no, tol_fp32(T));
-    check_same(label, got[0], got[1], no);
-    free(got[0]); free(got[1]);
-    dfree(d_x); dfree(d_p); dfree(d_o);
-    free(x); free(p); free(ref);
-}
-
-static void gpu_attention_scores_refusals(void) {
-    CHECK_MSG(!attention_av_cuda_supported(1, 64, 32, 96, 32, NULL, NULL, NULL), "av HS 32 accepted");
-    CHECK_MSG(!attention_av_cuda_supported(1, 38, 64, 192, 64, NULL, NULL, NULL), "av T 38 accepted");
-    CHECK_MSG(!attention_av_cuda_supported(1, 64, 64, 192, 66, NULL, NULL, NULL), "av ldo 66 accepted");}
+static void gpu_attention_scores_refusals(void) {}
 #endif
 
 int main(void) {
@@ -529,11 +450,7 @@ int main(void) {
         {1, 1028, 2, 1, "T=1028 (a 4-row last tile)"},
         {3, 4, 1, 0, "T=4"},
     };
-    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
-        gpu_attention_scores(&sc[i]);
-        gpu_attention_av(&sc[i], 0);
-        gpu_attention_av(&sc[i], 1);
-    }
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) gpu_attention_scores(&sc[i]);
     gpu_attention_scores_refusals(); // what it refuses (the attention then runs the scores on cuBLAS)
 
     mo_timer_destroy(&timer);

@@ -242,8 +242,8 @@ static void test_roofline(void) {
     rc.ckpt = (mo_ckpt){MO_CKPT_NONE, 0};
     rc.precision = MO_PREC_TF32;
     mo_roofline_step(&rc, g, &tf);
-    // fp32 (no TF32) runs the attention GEMMs on the suite's kernels' 128-row tiles, fewer FLOPs than the
-    // causal chunks TF32 keeps on cuBLAS; everything else is the same work
+    // fp32 (no TF32) runs the score and datt GEMMs on its own kernel's 128-row tiles, fewer FLOPs than
+    // the causal chunks TF32 keeps on cuBLAS; everything else is the same work
     CHECK(tf.gemm_s < none.gemm_s / 5 && tf.gemm_flops > none.gemm_flops);
     // The GEMM FLOPs cover the model's 6·N·tokens (the attention terms come on top).
     mo_gpt_config gc;
