@@ -39,14 +39,6 @@ static mo_status ctx_cuda_init(mo_ctx *c) {
     CUBLAS_CHECK(cublasSetStream(h, s));
     // cuBLAS would otherwise cudaMalloc a workspace of its own, outside the allocator's accounting.
     CUBLAS_CHECK(cublasSetWorkspace(h, c->gemm_ws, c->gemm_ws_bytes));
-    cudaStream_t side;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-    c->side_stream = side;
-    cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    c->ev_fork = e;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    c->ev_join = e;
     return MO_OK;
 }
 
@@ -54,12 +46,6 @@ static void ctx_cuda_fini(mo_ctx *c) {
     mo_lt_cache_destroy(c); // host objects only: nothing in flight refers to them
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     if (c->cublaslt) cublasLtDestroy((cublasLtHandle_t)c->cublaslt);
-    if (c->side_stream) {
-        cudaStreamSynchronize((cudaStream_t)c->side_stream);
-        cudaStreamDestroy((cudaStream_t)c->side_stream);
-    }
-    if (c->ev_fork) cudaEventDestroy((cudaEvent_t)c->ev_fork);
-    if (c->ev_join) cudaEventDestroy((cudaEvent_t)c->ev_join);
     if (c->stream) {
         cudaStreamSynchronize((cudaStream_t)c->stream);
         cudaStreamDestroy((cudaStream_t)c->stream);
@@ -97,8 +83,6 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     if (ag && strcmp(ag, "batched") == 0) c->attn_gemm = MO_ATTN_GEMM_BATCHED;
     const char *as = getenv("MEMOPT_ATTN_SCORES");
     c->attn_own_scores = !(as && strcmp(as, "cublas") == 0);
-    const char *go = getenv("MEMOPT_GEMM_OVERLAP");
-    c->gemm_overlap = !(go && strcmp(go, "0") == 0);
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
     if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
     mo_status st = MO_OK;

@@ -55,11 +55,6 @@ typedef struct mo_ctx {
     int attn_own_scores;          // materialized attention in fp32 without TF32: the score and datt GEMMs
                                   // run on attention_scores.cu's kernel (1, the default) or on cuBLAS (0);
                                   // MEMOPT_ATTN_SCORES=own | cublas in the environment sets it (to measure)
-    // fp32 linear backward: the dinp GEMM on side_stream, concurrent with the dweight GEMM on stream
-    // (fork and join events around the op), so each fills the other's last partial wave
-    int gemm_overlap;             // 1 (default) or 0; MEMOPT_GEMM_OVERLAP=0 in the environment
-    void *side_stream;            // cudaStream_t (cuda)
-    void *ev_fork, *ev_join;      // cudaEvent_t (cuda), timing disabled
 } mo_ctx;
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):

@@ -30,7 +30,6 @@ typedef struct mo_lt_gemm {
     int64_t aux_ld;
     int tf32;         // CUBLAS_COMPUTE_32F_FAST_TF32 instead of CUBLAS_COMPUTE_32F
     const void *Cin;  // beta's input when not D (NULL: D, in place); layout and type of D
-    int side;         // on c->side_stream without workspace (the main stream's GEMM may use it meanwhile)
 } mo_lt_gemm;
 
 // Runs g with the heuristic's best algorithm. *no_algo = 1 (and nothing runs) when cuBLASLt has no

@@ -80,7 +80,7 @@ static lt_key make_key(const mo_ctx *c, const mo_lt_gemm *g) {
     k.al_d = ptr_alignment(g->D);
     k.al_bias = ptr_alignment(g->bias);
     k.al_aux = ptr_alignment(g->aux);
-    k.ws_bytes = g->side ? 0 : c->gemm_ws_bytes;
+    k.ws_bytes = c->gemm_ws_bytes;
     return k;
 }
 
@@ -238,8 +238,7 @@ mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo) {
     const float alpha = 1.0f;
     const void *cin = g->Cin ? g->Cin : g->D;
     CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)c->cublaslt, p->op, &alpha, g->A, p->a, g->B, p->b, &g->beta, cin,
-                                p->d, g->D, p->d, &p->algo, g->side ? NULL : c->gemm_ws, key.ws_bytes,
-                                (cudaStream_t)(g->side ? c->side_stream : c->stream)));
+                                p->d, g->D, p->d, &p->algo, c->gemm_ws, c->gemm_ws_bytes, (cudaStream_t)c->stream));
     return MO_OK;
 }
 

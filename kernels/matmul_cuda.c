@@ -36,7 +36,7 @@ mo_status matmul_forward_cuda(mo_ctx *c, float *out, float *gelu_out, const floa
                               const float *bias, const float *add, int N, int C, int OC) {
     // D = out^T (OC, N): A = weight^T stored (C, OC), op T; B = inp^T (C, N)
     mo_lt_gemm g = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, CUDA_R_32F, CUDA_R_32F, 0.0f,
-                    bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, c->tf32, NULL, 0};
+                    bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, c->tf32, NULL};
     int no_algo = 0;
     if (add && gelu_out) return MO_FAIL(MO_ERR_INVALID, "matmul_forward: add and gelu_out together are not supported");
     if (add) {
@@ -87,13 +87,33 @@ static mo_status dbias_gemv(mo_ctx *c, float *dbias, const float *dout, float *o
     return MO_OK;
 }
 
-// dweight (and dbias) of matmul_backward_cuda, on c->stream
-static mo_status matmul_backward_dweight(mo_ctx *c, float *dweight, float *dbias, const float *dout, const float *inp,
-                                         void *scratch, int N, int C, int OC) {
+mo_status matmul_backward_cuda(mo_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *gelu_pre, void *scratch, int N,
+                               int C, int OC) {
     int no_algo = 0;
+    if (dinp) {
+        // D = dinp^T (C, N) = weight^T (C, OC) @ dout^T (OC, N), overwritten
+        mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, CUDA_R_32F, CUDA_R_32F, 0.0f,
+                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, c->tf32, NULL};
+        no_algo = 1;
+        if (gelu_pre && C % 8 == 0) {
+            // DGELU: D = gelu'(aux) * (A @ B), aux = the pre-activation (C, N) with ld C (a multiple of 8)
+            mo_lt_gemm fused = g;
+            fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
+            fused.aux = (void *)gelu_pre;
+            fused.aux_ld = C;
+            MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
+        }
+        if (no_algo) {
+            if (gelu_pre) c->epilogue_fallbacks++;
+            MO_TRY(mo_lt_matmul(c, &g, &no_algo));
+            if (no_algo) return no_algo_error("matmul_backward (dinp)", &g);
+            if (gelu_pre) MO_TRY(mo_gelu_backward(c, dinp, gelu_pre, dinp, (size_t)N * C));
+        }
+    }
     // D = dweight^T (C, OC) += inp^T (C, N) @ op_T(dout^T (OC, N))
     mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, CUDA_R_32F, CUDA_R_32F, 1.0f,
-                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, c->tf32, NULL, 0};
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, c->tf32, NULL};
     if (dbias) {
         // BGRADB overwrites its output: the column sums go to scratch (OC), then dbias += scratch
         float *bgrad = (float *)scratch;
@@ -114,48 +134,4 @@ static mo_status matmul_backward_dweight(mo_ctx *c, float *dweight, float *dbias
     MO_TRY(mo_lt_matmul(c, &g, &no_algo));
     if (no_algo) return no_algo_error("matmul_backward (dweight)", &g);
     return MO_OK;
-}
-
-// dinp on c->side_stream when the context overlaps (forked after everything queued on c->stream so
-// far, joined before return, on every path), concurrently with dweight on c->stream: the two write
-// different outputs and read only what was ready at the fork, so the bits do not depend on how the
-// streams interleave (deterministic). The side GEMM runs without workspace (the main one may be using
-// it), so cuBLASLt may pick another algorithm for it than without the overlap.
-mo_status matmul_backward_cuda(mo_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *gelu_pre, void *scratch, int N,
-                               int C, int OC) {
-    const int side = dinp && c->gemm_overlap && c->side_stream;
-    if (side) {
-        CUDA_CHECK(cudaEventRecord((cudaEvent_t)c->ev_fork, (cudaStream_t)c->stream));
-        CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)c->side_stream, (cudaEvent_t)c->ev_fork, 0));
-    }
-    int no_algo = 0, gelu_after = 0;
-    mo_status st = MO_OK;
-    if (dinp) {
-        // D = dinp^T (C, N) = weight^T (C, OC) @ dout^T (OC, N), overwritten
-        mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, CUDA_R_32F, CUDA_R_32F, 0.0f,
-                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, c->tf32, NULL, side};
-        no_algo = 1;
-        if (gelu_pre && C % 8 == 0) {
-            // DGELU: D = gelu'(aux) * (A @ B), aux = the pre-activation (C, N) with ld C (a multiple of 8)
-            mo_lt_gemm fused = g;
-            fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
-            fused.aux = (void *)gelu_pre;
-            fused.aux_ld = C;
-            st = mo_lt_matmul(c, &fused, &no_algo);
-        }
-        if (st == MO_OK && no_algo) {
-            if (gelu_pre) c->epilogue_fallbacks++;
-            st = mo_lt_matmul(c, &g, &no_algo);
-            if (st == MO_OK && no_algo) st = no_algo_error("matmul_backward (dinp)", &g);
-            gelu_after = gelu_pre != NULL; // on c->stream, after the join
-        }
-    }
-    if (st == MO_OK) st = matmul_backward_dweight(c, dweight, dbias, dout, inp, scratch, N, C, OC);
-    if (side) {
-        CUDA_CHECK(cudaEventRecord((cudaEvent_t)c->ev_join, (cudaStream_t)c->side_stream));
-        CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)c->ev_join, 0));
-    }
-    if (st == MO_OK && gelu_after) st = mo_gelu_backward(c, dinp, gelu_pre, dinp, (size_t)N * C);
-    return st;
 }

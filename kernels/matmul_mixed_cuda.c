@@ -45,7 +45,7 @@ mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gel
                                     const void *weight, const void *bias, const void *add, int N, int C, int OC) {
     const cudaDataType_t t = mx_cuda_type(dt);
     mo_lt_gemm g = {CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, t, t, 0.0f,
-                 bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, 0, NULL, 0};
+                 bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0, 0, NULL};
     int no_algo = 0;
     if (add && gelu_out)
         return MO_FAIL(MO_ERR_INVALID, "matmul_forward_mixed: add and gelu_out together are not supported");
@@ -91,7 +91,7 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
     int no_algo = 0;
     if (dinp) {
         mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, t, t, 0.0f,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL, 0};
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
         no_algo = 1;
         if (gelu_pre && C % 8 == 0) {
             // DGELU: D = round(gelu'(aux) * acc), aux = the dt pre-activation (C, N), ld C
@@ -110,7 +110,7 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
         }
     }
     mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, t, CUDA_R_32F, 1.0f,
-                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL, 0};
+                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
     MO_TRY(mo_lt_matmul(c, &g, &no_algo));
     if (no_algo) MO_TRY(mx_gemm_ex(c, &g));
     if (dbias) MO_TRY(matmul_mixed_dbias_cuda(c, dt, dbias, dout, (float *)scratch, N, OC));

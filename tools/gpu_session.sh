@@ -82,14 +82,12 @@ if has ab; then
 fi
 if has attnab; then
   # the materialized attention's GEMM forms (kernels/ctx.h: MEMOPT_ATTN_GEMM, MEMOPT_ATTN_SCORES,
-  # MEMOPT_ATTN_CHUNK_ROWS) and the fp32 backward's GEMM overlap (MEMOPT_GEMM_OVERLAP) in the whole step, interleaved twice so the order of runs cannot pose as a
+  # MEMOPT_ATTN_CHUNK_ROWS) in the whole step, interleaved twice so the order of runs cannot pose as a
   # difference; "default" is the build's default
   csv="$R/attnab.csv"
   for rep in 1 2; do for prec in fp32 tf32 bf16; do
-    if [ $prec = fp32 ]; then
-      vs="MEMOPT_ATTN_GEMM=strided,MEMOPT_ATTN_SCORES=cublas,MEMOPT_GEMM_OVERLAP=0 MEMOPT_GEMM_OVERLAP=0 default"
-    elif [ $prec = tf32 ]; then vs="MEMOPT_GEMM_OVERLAP=0 default"
-    else vs="default"; fi
+    if [ $prec = bf16 ]; then vs="MEMOPT_ATTN_GEMM=strided default"
+    else vs="MEMOPT_ATTN_GEMM=strided,MEMOPT_ATTN_SCORES=cublas MEMOPT_ATTN_SCORES=cublas default"; fi
     for v in $vs; do
       env $([ $v = default ] || echo ${v//,/ }) $M run --preset gpt2-124m --precision $prec \
         --steps 10 --warmup 3 --csv "$csv" | grep -E "step:" | sed "s/^/$prec attention $v rep $rep: /"
