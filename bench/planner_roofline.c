@@ -3,6 +3,7 @@
 // checkpoint policy, the optimizer); each op's FLOPs and bytes come from its shapes. It is a model of
 // time only: memory is always the dry run's.
 #include "bench/planner.h"
+#include "kernels/attention.h" // which shapes the fp32 score kernel takes, its tile
 #include "kernels/ctx.h" // the attention's causal chunk counts
 
 #include <dirent.h>
@@ -81,8 +82,8 @@ static double scores_share(const shape *s) {
     if (!s->own_scores) return causal_share(s);
     int T = (int)s->T;
     double sum = 0;
-    for (int i0 = 0; i0 < T; i0 += 128) {
-        int i1 = i0 + 128 < T ? i0 + 128 : T;
+    for (int i0 = 0; i0 < T; i0 += ATTENTION_SCORES_TILE) {
+        int i1 = i0 + ATTENTION_SCORES_TILE < T ? i0 + ATTENTION_SCORES_TILE : T;
         sum += (double)(i1 - i0) * i1;
     }
     return T > 0 ? sum / ((double)T * T) : 1.0;
@@ -207,8 +208,10 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
     s.N = s.Bm * s.T;
     s.e = half ? 2 : 4; // activations in 16 bits under mixed precision (DESIGN.md)
     s.fused = rc->attn == MO_ATTN_FUSED;
-    s.own_scores = rc->precision == MO_PREC_FP32 && rc->heads > 0 && rc->hidden == 64 * rc->heads &&
-                   rc->seq % 4 == 0; // as attention_scores_cuda_supported (tp keeps HS)
+    // the operands in place in qkv (ld 3C); a tp rank has fewer heads of the same size
+    s.own_scores = rc->precision == MO_PREC_FP32 && rc->heads > 0 && rc->hidden % rc->heads == 0 &&
+                   attention_scores_cuda_supported((int)(s.Bm * s.NH), rc->seq, rc->hidden / rc->heads,
+                                                   3 * rc->hidden, 3 * rc->hidden, NULL, NULL, NULL);
     int L = rc->layers;
     double NC = s.N * s.C, NV = s.N * s.V;
     int recompute_blocks = rc->ckpt.kind == MO_CKPT_FULL || rc->ckpt.kind == MO_CKPT_EVERY || rc->ckpt.kind == MO_CKPT_SQRT;

@@ -4,6 +4,7 @@
 #include "attention.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include "ops.h"
 
@@ -30,6 +31,13 @@ static double dot_f64(const float *a, const float *b, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += (double)a[i] * b[i];
     return s;
+}
+
+int attention_scores_cuda_supported(int BH, int T, int HS, int ldx, int ldy, const void *S, const void *X,
+                                    const void *Y) {
+    const int aligned = ((uintptr_t)S & 15u) == 0 && ((uintptr_t)X & 15u) == 0 && ((uintptr_t)Y & 15u) == 0;
+    return HS == ATTENTION_SCORES_HS && T > 0 && T % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && aligned && BH >= 1 &&
+           BH <= 65535;
 }
 
 mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long long xsh, int ldx, const float *Y,

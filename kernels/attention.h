@@ -38,10 +38,15 @@ mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float 
 mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv,
                                   const float *att, void *scratch, int B, int T, int C, int NH);
 
+// The tiles and the head size of attention_scores.cu (the planner counts its tiles).
+#define ATTENTION_SCORES_TILE 128
+#define ATTENTION_SCORES_HS 64
+
 // The fp32 score GEMM on its own (attention_scores.cu; the materialized attention uses it for fp32
 // without TF32): S (B, NH, T, T) = alpha X Y^T per head, X and Y (T, HS) rows at row stride ldx / ldy,
 // head (b, h) at X + b * xsb + h * xsh (elements). Writes every S[i][j] with j <= i (and the rest of the
-// 128 x 128 diagonal tiles). The reference writes exactly the j <= i part.
+// 128 x 128 diagonal tiles). The reference writes exactly the j <= i part. _supported says whether the
+// kernel takes the shape (pure C, on every build; NULL pointers count as aligned).
 int attention_scores_cuda_supported(int BH, int T, int HS, int ldx, int ldy, const void *S, const void *X,
                                     const void *Y);
 mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long xsb, long long xsh, int ldx,

@@ -15,13 +15,11 @@
 // writes zeros there). Tiles above the diagonal are not written.
 // Each S[i][j] is one thread's sequential sum over d = 0..63 in fp32 FMAs: deterministic.
 #include <cuda_runtime.h>
-#include <stdint.h>
-
 #include "attention.h"
 #include "cuda_check.h"
 
-#define AS_TILE 128
-#define AS_HS 64
+#define AS_TILE ATTENTION_SCORES_TILE
+#define AS_HS ATTENTION_SCORES_HS
 #define AS_THREADS 256 // 16 x 16 threads, each an 8 x 8 block of the tile
 #define AS_SMEM_BYTES (2 * AS_HS * AS_TILE * (int)sizeof(float)) // X and Y panels, 64 KiB
 
@@ -104,13 +102,6 @@ __global__ void __launch_bounds__(AS_THREADS, 2)
             *reinterpret_cast<float4 *>(Sh + (size_t)row * T + col) = v;
         }
     }
-}
-
-int attention_scores_cuda_supported(int BH, int T, int HS, int ldx, int ldy, const void *S, const void *X,
-                                    const void *Y) {
-    const int aligned = ((uintptr_t)S & 15u) == 0 && ((uintptr_t)X & 15u) == 0 && ((uintptr_t)Y & 15u) == 0;
-    return HS == AS_HS && T > 0 && T % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && aligned && BH >= 1 &&
-           BH <= 65535;
 }
 
 mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long xsb, long long xsh, int ldx,
