@@ -126,10 +126,17 @@ static void attention_bwd(acc *a, const shape *s) {
     const double f = causal_share(s), fs = scores_share(s);
     const int pm = attn_permutes(s);
     if (pm) op(a, 0, 0, s->e * 8 * NC);             // permute q, k, v and dout
-    op(a, 1, qk * fs, s->e * (2 * NC + fs * S));    // datt = dy v^T
+    if (s->own_scores) {
+        // dpreatt from the datt kernel's epilogue (attention_dpreatt_cuda): it reads att on its tiles,
+        // after D = rowsum(dy * out); no softmax-backward pass
+        op(a, 0, 2 * NC, s->e * 2 * NC);
+        op(a, 1, qk * fs, s->e * (2 * NC + 2 * fs * S));
+    } else {
+        op(a, 1, qk * fs, s->e * (2 * NC + fs * S)); // datt = dy v^T
+    }
     qk *= f;
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // dv = att^T dy
-    op(a, 0, 4 * S, s->e * 3 * S);                  // softmax backward in place
+    if (!s->own_scores) op(a, 0, 4 * S, s->e * 3 * S); // softmax backward in place
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // dq
     op(a, 1, qk, s->e * (f * S + 2 * NC));          // dk
     if (pm) op(a, 0, 0, s->e * 6 * NC);             // back to (B, T, 3C)

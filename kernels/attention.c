@@ -56,6 +56,41 @@ mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long lon
     return MO_OK;
 }
 
+mo_status attention_dpreatt_cpu(float *dP, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
+                                long long ysb, long long ysh, int ldy, float alpha, const float *P, const float *D,
+                                float scale, int L, int B, int NH, int T, int HS) {
+    if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0 || ldx < HS || ldy < HS)
+        return MO_FAIL(MO_ERR_INVALID, "attention_dpreatt_cpu: bad shape B=%d NH=%d T=%d HS=%d ldx=%d ldy=%d", B, NH,
+                       T, HS, ldx, ldy);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const size_t m = (size_t)b * NH + h;
+            const float *x = X + b * xsb + h * xsh, *y = Y + b * ysb + h * ysh;
+            for (int i = 0; i < T; i++) {
+                const float *p = P + (m * T + i) * T;
+                float *o = dP + (m * T + i) * T;
+                for (int j = 0; j <= i; j++) {
+                    const double g = alpha * dot_f64(x + (size_t)i * ldx, y + (size_t)j * ldy, HS);
+                    o[j] = (float)(scale * (double)p[j] * (g - D[m * T + i]));
+                }
+                for (int j = i + 1; j < attention_dpreatt_zero_end(i, T, L); j++) o[j] = 0.0f;
+            }
+        }
+    return MO_OK;
+}
+
+mo_status attention_rowdot_cpu(float *D, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
+                               long long ysb, long long ysh, int ldy, int B, int NH, int T, int HS) {
+    if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0)
+        return MO_FAIL(MO_ERR_INVALID, "attention_rowdot_cpu: bad shape B=%d NH=%d T=%d HS=%d", B, NH, T, HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                D[((size_t)b * NH + h) * T + t] =
+                    (float)dot_f64(X + b * xsb + h * xsh + (size_t)t * ldx, Y + b * ysb + h * ysh + (size_t)t * ldy, HS);
+    return MO_OK;
+}
+
 mo_status attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -183,8 +218,8 @@ mo_status mo_attention_forward(mo_ctx *c, float *out, float *att, const float *q
     return st != MO_OK ? st : st2;
 }
 
-mo_status mo_attention_backward(mo_ctx *c, float *dqkv, const float *dout, const float *qkv, const float *att,
-                                int B, int T, int C, int NH) {
+mo_status mo_attention_backward(mo_ctx *c, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                const float *att, int B, int T, int C, int NH) {
     MO_TRY(attention_check_shape("attention_backward", B, T, C, NH));
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_attention_backward_scratch_bytes(B, T, C, NH), &scratch));
@@ -193,12 +228,12 @@ mo_status mo_attention_backward(mo_ctx *c, float *dqkv, const float *dout, const
     case MO_BACKEND_CPU: st = attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, C, NH); break;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        st = attention_backward_cuda(c, dqkv, dout, qkv, att, scratch, B, T, C, NH);
+        st = attention_backward_cuda(c, dqkv, dout, qkv, out, att, scratch, B, T, C, NH);
 #else
         st = MO_FAIL(MO_ERR_UNSUPPORTED, "attention_backward: this build has no CUDA");
 #endif
         break;
-    case MO_BACKEND_DRY: st = MO_OK; break;
+    case MO_BACKEND_DRY: (void)out; st = MO_OK; break;
     default: st = MO_FAIL(MO_ERR_INTERNAL, "attention_backward: unknown backend %d", (int)c->backend); break;
     }
     mo_status st2 = mo_scratch_free(c, scratch);

@@ -27,7 +27,8 @@ static inline size_t attention_backward_datt_offset(int B, int T, int C) { retur
 mo_status attention_check_shape(const char *op, int B, int T, int C, int NH);
 
 mo_status attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-// dqkv (B, T, 3C) overwritten; scratch as above.
+// dqkv (B, T, 3C) overwritten; scratch as above. The reference takes no forward output: it sums
+// att * datt per row itself.
 mo_status attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                  const float *att, int B, int T, int C, int NH);
 
@@ -35,7 +36,10 @@ mo_status attention_backward_cpu(float *dqkv, float *scratch, const float *dout,
 // (TF32 when c->tf32).
 mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float *qkv, void *scratch, int B,
                                  int T, int C, int NH);
-mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv,
+// out (B, T, C) is the forward's output, or NULL. With it, and where the score kernel takes the shape
+// (fp32 without TF32), the softmax backward runs in the datt kernel's epilogue (attention_dpreatt_cuda,
+// with D = rowdot(dout, out)); without it, as its own row kernel after the datt GEMM.
+mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv, const float *out,
                                   const float *att, void *scratch, int B, int T, int C, int NH);
 
 // The tiles and the head size of attention_scores.cu (the planner counts its tiles).
@@ -54,6 +58,38 @@ mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long x
                                 int T, int HS);
 mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
                                long long ysb, long long ysh, int ldy, float alpha, int B, int NH, int T, int HS);
+
+// The datt GEMM with the softmax backward in its epilogue (attention_scores.cu, the same tiles as the
+// score kernel): per head, with g = alpha X Y^T (X = dout, Y = v in the backward, P = att),
+//   dP[i][j] = scale * P[i][j] * (g[i][j] - D[i])   for j <= i,
+//   dP[i][j] = 0                                     for i < j < attention_dpreatt_zero_end(i, T, L),
+// untouched beyond. D (B, NH, T) is sum_j P[i][j] g[i][j], which for P = softmax and g = dout v^T is
+// dout[i] . out[i] (out = P v): attention_rowdot_* computes it from dout and out without g. L is the
+// chunk rows of the GEMMs that read dP (they read up to the end of a row's chunk); the zeros always
+// cover the rest of the row's 128-wide diagonal tile. P and dP (B, NH, T, T) row-major; X, Y as for
+// attention_scores_cuda. _supported: attention_scores_cuda_supported plus P, D aligned.
+#ifdef __CUDACC__
+#define ATTENTION_HD __host__ __device__
+#else
+#define ATTENTION_HD
+#endif
+static inline ATTENTION_HD int attention_dpreatt_zero_end(int i, int T, int L) {
+    int e = (i / ATTENTION_SCORES_TILE + 1) * ATTENTION_SCORES_TILE;
+    if (L > 0 && (i / L + 1) * L > e) e = (i / L + 1) * L;
+    return e < T ? e : T;
+}
+mo_status attention_dpreatt_cuda(mo_ctx *c, float *dP, const float *X, long long xsb, long long xsh, int ldx,
+                                 const float *Y, long long ysb, long long ysh, int ldy, float alpha, const float *P,
+                                 const float *D, float scale, int L, int B, int NH, int T, int HS);
+mo_status attention_dpreatt_cpu(float *dP, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
+                                long long ysb, long long ysh, int ldy, float alpha, const float *P, const float *D,
+                                float scale, int L, int B, int NH, int T, int HS);
+// D (B, NH, T): D[b][h][t] = X[t] . Y[t] over the head's HS columns, X and Y rows at strides as above
+// (one warp a row, a fixed butterfly: deterministic).
+mo_status attention_rowdot_cuda(mo_ctx *c, float *D, const float *X, long long xsb, long long xsh, int ldx,
+                                const float *Y, long long ysb, long long ysh, int ldy, int B, int NH, int T, int HS);
+mo_status attention_rowdot_cpu(float *D, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
+                               long long ysb, long long ysh, int ldy, int B, int NH, int T, int HS);
 
 #ifdef __cplusplus
 }

@@ -541,9 +541,10 @@ static mo_status am_forward(mo_ctx *c, E *out, E *att, const E *qkv, E *scratch,
     return MO_OK;
 }
 
+// out: the forward's output (fp32 only; NULL otherwise), see attention_backward_cuda
 template <typename E>
-static mo_status am_backward(mo_ctx *c, E *dqkv, const E *dout, const E *qkv, const E *att, E *scratch, int B, int T,
-                             int C, int NH) {
+static mo_status am_backward(mo_ctx *c, E *dqkv, const E *dout, const E *qkv, const E *out, const E *att, E *scratch,
+                             int B, int T, int C, int NH) {
     cudaStream_t s = (cudaStream_t)c->stream;
     const size_t n = (size_t)B * T * C;
     // (B, NH, T, T) after the six head-major slots; the fp32 layout (attention_backward_datt_offset) is
@@ -581,9 +582,26 @@ static mo_status am_backward(mo_ctx *c, E *dqkv, const E *dout, const E *qkv, co
         am_mkjob(AM_PTX, q, dP, dk, 1.0f), // dk = dpreatt^T @ q
     };
     if (g.mode != MO_ATTN_GEMM_STRIDED) MO_TRY(am_fill_ptrs(s, &g, jobs, 4, scratch));
-    MO_TRY(am_run(c, &g, &jobs[0], 0));
-    MO_TRY(am_run(c, &g, &jobs[1], 1));
-    MO_TRY(am_softmax_backward<E>(s, datt, att, scale, B * NH * T, T, g.L)); // datt -> dpreatt in place
+    // fp32 without TF32, given the forward's out: dpreatt straight from the datt kernel's epilogue, with
+    // D = rowdot(dy, out) in the scratch's dv slot (free until the dv GEMM; the batched form's pointer
+    // arrays sit at the scratch's start)
+    const int fuse_dpre = sizeof(E) == 4 && out != NULL && g.compute == CUBLAS_COMPUTE_32F && c->attn_own_scores &&
+                          c->attn_fuse_dpre &&
+                          attention_scores_cuda_supported(g.n, T, HS, dy.ld, v.ld, datt, dy.p, v.p) &&
+                          (g.mode == MO_ATTN_GEMM_STRIDED || am_ptr_bytes(&g, 4) <= 5 * n * sizeof(E));
+    if (fuse_dpre) {
+        float *D = (float *)(scratch + 5 * n); // (B, NH, T)
+        const am_mat y = am_rows(out, sizeof(E), T, HS, C, 0);
+        MO_TRY(attention_rowdot_cuda(c, D, (const float *)dy.p, dy.sb, dy.sh, dy.ld, (const float *)y.p, y.sb, y.sh,
+                                     y.ld, B, NH, T, HS));
+        MO_TRY(attention_dpreatt_cuda(c, (float *)datt, (const float *)dy.p, dy.sb, dy.sh, dy.ld, (const float *)v.p,
+                                      v.sb, v.sh, v.ld, 1.0f, (const float *)att, D, scale, g.L, B, NH, T, HS));
+        MO_TRY(am_run(c, &g, &jobs[1], 1));
+    } else {
+        MO_TRY(am_run(c, &g, &jobs[0], 0));
+        MO_TRY(am_run(c, &g, &jobs[1], 1));
+        MO_TRY(am_softmax_backward<E>(s, datt, att, scale, B * NH * T, T, g.L)); // datt -> dpreatt in place
+    }
     MO_TRY(am_run(c, &g, &jobs[2], 2));
     MO_TRY(am_run(c, &g, &jobs[3], 3));
     if (g.mode == MO_ATTN_GEMM_STRIDED) MO_TRY((am_permute<E, 3, 1>(s, dqkv, (E *)dq.p, (E *)dk.p, (E *)dv.p, n, T, NH, HS)));
@@ -595,9 +613,9 @@ mo_status attention_forward_cuda(mo_ctx *c, float *out, float *att, const float 
     return am_forward<float>(c, out, att, qkv, (float *)scratch, B, T, C, NH);
 }
 
-mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv, const float *att,
-                                  void *scratch, int B, int T, int C, int NH) {
-    return am_backward<float>(c, dqkv, dout, qkv, att, (float *)scratch, B, T, C, NH);
+mo_status attention_backward_cuda(mo_ctx *c, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                  const float *att, void *scratch, int B, int T, int C, int NH) {
+    return am_backward<float>(c, dqkv, dout, qkv, out, att, (float *)scratch, B, T, C, NH);
 }
 
 mo_status attention_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *att, const void *qkv, void *scratch,
@@ -612,8 +630,8 @@ mo_status attention_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dqkv, cons
                                         const void *att, void *scratch, int B, int T, int C, int NH) {
     if (dt == MO_BF16)
         return am_backward<__nv_bfloat16>(c, (__nv_bfloat16 *)dqkv, (const __nv_bfloat16 *)dout,
-                                          (const __nv_bfloat16 *)qkv, (const __nv_bfloat16 *)att,
+                                          (const __nv_bfloat16 *)qkv, NULL, (const __nv_bfloat16 *)att,
                                           (__nv_bfloat16 *)scratch, B, T, C, NH);
-    return am_backward<__half>(c, (__half *)dqkv, (const __half *)dout, (const __half *)qkv, (const __half *)att,
+    return am_backward<__half>(c, (__half *)dqkv, (const __half *)dout, (const __half *)qkv, NULL, (const __half *)att,
                                (__half *)scratch, B, T, C, NH);
 }

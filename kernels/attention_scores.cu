@@ -14,6 +14,12 @@
 // j <= i, and in the diagonal tiles the scores above the diagonal too (the softmax ignores them and
 // writes zeros there). Tiles above the diagonal are not written.
 // Each S[i][j] is one thread's sequential sum over d = 0..63 in fp32 FMAs: deterministic.
+//
+// The same kernel computes the backward's dpreatt (attention_dpreatt_cuda): the datt tile dout v^T in
+// registers, the softmax backward applied in the epilogue with att and D = rowdot(dout, out) (read from
+// memory), so datt is never stored and read back by a separate softmax-backward pass (in fp32 at B 8,
+// T 1024 that pass moves about 0.65 GB a layer). CPU references: attention_dpreatt_cpu and
+// attention_rowdot_cpu (attention.c).
 #include <cuda_runtime.h>
 #include "attention.h"
 #include "cuda_check.h"
@@ -46,11 +52,20 @@ static __device__ __forceinline__ void as_load_panel(float *P, const float *src,
     }
 }
 
-// grid (tiles on and below the diagonal, B * NH), block AS_THREADS, dynamic smem AS_SMEM_BYTES
+// The dpreatt epilogue's inputs (attention_dpreatt_cuda); unused by the plain scores.
+typedef struct as_dpre {
+    const float *P, *D;
+    float scale;
+    int L;
+} as_dpre;
+
+// grid (tiles on and below the diagonal, B * NH), block AS_THREADS, dynamic smem AS_SMEM_BYTES.
+// DPRE 0: S = alpha X Y^T. DPRE 1: S = dP, the softmax backward of g = alpha X Y^T (attention.h).
+template <int DPRE>
 __global__ void __launch_bounds__(AS_THREADS, 2)
     attention_scores_kernel(float *__restrict__ S, const float *__restrict__ X, long long xsb, long long xsh, int ldx,
                             const float *__restrict__ Y, long long ysb, long long ysh, int ldy, float alpha, int NH,
-                            int T) {
+                            int T, as_dpre dp) {
     extern __shared__ float4 as_smem4[];
     float *Xs = reinterpret_cast<float *>(as_smem4), *Ys = Xs + AS_HS * AS_TILE;
     // tile index -> (bi, bj) with bj <= bi, row by row: t = bi (bi + 1) / 2 + bj
@@ -93,32 +108,97 @@ __global__ void __launch_bounds__(AS_THREADS, 2)
     for (int i = 0; i < 8; i++) {
         const int row = i0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
         if (row >= T) continue;
+        float drow = 0.0f;
+        if (DPRE) drow = dp.D[(size_t)blockIdx.y * T + row];
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int col = j0 + half * 64 + tx * 4; // T % 4 == 0: a group of 4 is wholly inside or out
             if (col >= T) continue;
-            const float4 v = make_float4(alpha * acc[i][half * 4 + 0], alpha * acc[i][half * 4 + 1],
-                                         alpha * acc[i][half * 4 + 2], alpha * acc[i][half * 4 + 3]);
+            float4 v = make_float4(alpha * acc[i][half * 4 + 0], alpha * acc[i][half * 4 + 1],
+                                   alpha * acc[i][half * 4 + 2], alpha * acc[i][half * 4 + 3]);
+            if (DPRE) {
+                // dP = scale * P * (g - D) on the causal part, exact zeros above it
+                const float4 p = *reinterpret_cast<const float4 *>(dp.P + ((size_t)blockIdx.y * T + row) * T + col);
+                v.x = col + 0 <= row ? dp.scale * p.x * (v.x - drow) : 0.0f;
+                v.y = col + 1 <= row ? dp.scale * p.y * (v.y - drow) : 0.0f;
+                v.z = col + 2 <= row ? dp.scale * p.z * (v.z - drow) : 0.0f;
+                v.w = col + 3 <= row ? dp.scale * p.w * (v.w - drow) : 0.0f;
+            }
             *reinterpret_cast<float4 *>(Sh + (size_t)row * T + col) = v;
+        }
+    }
+    // dpreatt: a diagonal tile also clears its rows past the tile up to the end of their chunk, which
+    // the dq / dk GEMMs read (attention_dpreatt_zero_end)
+    if (DPRE && bi == bj && dp.L > AS_TILE) {
+        const int c0 = j0 + AS_TILE;
+        for (int r = 0; r < AS_TILE && i0 + r < T; r++) {
+            const int end = attention_dpreatt_zero_end(i0 + r, T, dp.L);
+            float *srow = Sh + (size_t)(i0 + r) * T;
+            for (int col = c0 + (int)threadIdx.x; col < end; col += AS_THREADS) srow[col] = 0.0f;
         }
     }
 }
 
-mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long xsb, long long xsh, int ldx,
-                                const float *Y, long long ysb, long long ysh, int ldy, float alpha, int B, int NH,
-                                int T, int HS) {
-    if (!attention_scores_cuda_supported(B * NH, T, HS, ldx, ldy, S, X, Y))
-        return MO_FAIL(MO_ERR_INVALID, "attention_scores_cuda: needs HS 64 (got %d), T, ldx, ldy multiples of 4 "
-                       "(got %d, %d, %d), 16-byte aligned pointers and B*NH <= 65535 (got %d)", HS, T, ldx, ldy,
-                       B * NH);
+// One launch of the tile kernel (shapes checked by the callers).
+template <int DPRE>
+static mo_status as_launch(mo_ctx *c, float *S, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
+                           long long ysb, long long ysh, int ldy, float alpha, int B, int NH, int T, as_dpre dp) {
     // over 48 KiB of dynamic shared memory is opt-in, per function and device: set on every call (cheap,
     // and right for whichever device this thread's context uses)
-    CUDA_CHECK(cudaFuncSetAttribute(attention_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_scores_kernel<DPRE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     AS_SMEM_BYTES));
     const int nb = (T + AS_TILE - 1) / AS_TILE;
     const dim3 grid((unsigned)(nb * (nb + 1) / 2), (unsigned)(B * NH));
-    attention_scores_kernel<<<grid, AS_THREADS, AS_SMEM_BYTES, (cudaStream_t)c->stream>>>(S, X, xsb, xsh, ldx, Y, ysb,
-                                                                                          ysh, ldy, alpha, NH, T);
+    attention_scores_kernel<DPRE><<<grid, AS_THREADS, AS_SMEM_BYTES, (cudaStream_t)c->stream>>>(
+        S, X, xsb, xsh, ldx, Y, ysb, ysh, ldy, alpha, NH, T, dp);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+#define AS_REFUSE(fn)                                                                                            \
+    MO_FAIL(MO_ERR_INVALID, fn ": needs HS 64 (got %d), T, ldx, ldy multiples of 4 (got %d, %d, %d), 16-byte "  \
+                            "aligned pointers and B*NH <= 65535 (got %d)",                                      \
+            HS, T, ldx, ldy, B * NH)
+
+mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long xsb, long long xsh, int ldx,
+                                const float *Y, long long ysb, long long ysh, int ldy, float alpha, int B, int NH,
+                                int T, int HS) {
+    if (!attention_scores_cuda_supported(B * NH, T, HS, ldx, ldy, S, X, Y)) return AS_REFUSE("attention_scores_cuda");
+    const as_dpre none = {NULL, NULL, 0.0f, 0};
+    return as_launch<0>(c, S, X, xsb, xsh, ldx, Y, ysb, ysh, ldy, alpha, B, NH, T, none);
+}
+
+mo_status attention_dpreatt_cuda(mo_ctx *c, float *dP, const float *X, long long xsb, long long xsh, int ldx,
+                                 const float *Y, long long ysb, long long ysh, int ldy, float alpha, const float *P,
+                                 const float *D, float scale, int L, int B, int NH, int T, int HS) {
+    if (!attention_scores_cuda_supported(B * NH, T, HS, ldx, ldy, dP, X, Y) ||
+        !attention_scores_cuda_supported(B * NH, T, HS, ldx, ldy, P, D, NULL))
+        return AS_REFUSE("attention_dpreatt_cuda");
+    const as_dpre dp = {P, D, scale, L};
+    return as_launch<1>(c, dP, X, xsb, xsh, ldx, Y, ysb, ysh, ldy, alpha, B, NH, T, dp);
+}
+
+// ---- D = rowdot(X, Y) per head: one warp a row (b, h, t), lanes over the HS columns ----
+__global__ void attention_rowdot_kernel(float *__restrict__ D, const float *__restrict__ X, long long xsb,
+                                        long long xsh, int ldx, const float *__restrict__ Y, long long ysb,
+                                        long long ysh, int ldy, int NH, int T, int HS, int rows) {
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const int t = row % T, bh = row / T, b = bh / NH, h = bh % NH;
+    const float *x = X + b * xsb + h * xsh + (size_t)t * ldx, *y = Y + b * ysb + h * ysh + (size_t)t * ldy;
+    float s = 0.0f;
+    for (int d = lane; d < HS; d += 32) s = fmaf(x[d], y[d], s);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o); // every lane: the same bits
+    if (lane == 0) D[row] = s;
+}
+
+mo_status attention_rowdot_cuda(mo_ctx *c, float *D, const float *X, long long xsb, long long xsh, int ldx,
+                                const float *Y, long long ysb, long long ysh, int ldy, int B, int NH, int T, int HS) {
+    if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0 || (long long)B * NH * T > 0x7fffffffLL)
+        return MO_FAIL(MO_ERR_INVALID, "attention_rowdot_cuda: bad shape B=%d NH=%d T=%d HS=%d", B, NH, T, HS);
+    const int rows = B * NH * T, per_block = 8;
+    attention_rowdot_kernel<<<(rows + per_block - 1) / per_block, 32 * per_block, 0, (cudaStream_t)c->stream>>>(
+        D, X, xsb, xsh, ldx, Y, ysb, ysh, ldy, NH, T, HS, rows);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }

@@ -83,6 +83,11 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     if (ag && strcmp(ag, "batched") == 0) c->attn_gemm = MO_ATTN_GEMM_BATCHED;
     const char *as = getenv("MEMOPT_ATTN_SCORES");
     c->attn_own_scores = !(as && strcmp(as, "cublas") == 0);
+    const char *ad = getenv("MEMOPT_ATTN_DPRE");
+    c->attn_fuse_dpre = !(ad && strcmp(ad, "0") == 0);
+    const char *gt = getenv("MEMOPT_GEMM_TABLE"), *gu = getenv("MEMOPT_GEMM_TUNE");
+    c->gemm_table = !(gt && strcmp(gt, "0") == 0);
+    c->gemm_tune = gu && strcmp(gu, "1") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
     if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
     mo_status st = MO_OK;

@@ -55,6 +55,14 @@ typedef struct mo_ctx {
     int attn_own_scores;          // materialized attention in fp32 without TF32: the score and datt GEMMs
                                   // run on attention_scores.cu's kernel (1, the default) or on cuBLAS (0);
                                   // MEMOPT_ATTN_SCORES=own | cublas in the environment sets it (to measure)
+    int attn_fuse_dpre;           // with own scores and the forward's out: the softmax backward in the datt
+                                  // kernel's epilogue (1, the default) or its own row kernel (0);
+                                  // MEMOPT_ATTN_DPRE=0 in the environment sets 0 (to measure)
+    int gemm_table;               // cuBLASLt GEMMs take the stored algorithm choices (lt_table.h) where one
+                                  // matches (1, the default); MEMOPT_GEMM_TABLE=0 sets 0 (to measure)
+    int gemm_tune;                // MEMOPT_GEMM_TUNE=1: every new cuBLASLt plan that can be rerun without
+                                  // changing its result times the heuristic's top candidates and prints a
+                                  // table line for the fastest (lt_gemm_cuda.c); the run then uses it
 } mo_ctx;
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):

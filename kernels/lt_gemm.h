@@ -8,6 +8,7 @@
 #include <cublasLt.h>
 #include <stdint.h>
 #include "ctx.h"
+#include "lt_table.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +33,7 @@ typedef struct mo_lt_gemm {
     const void *Cin;  // beta's input when not D (NULL: D, in place); layout and type of D
 } mo_lt_gemm;
 
+
 // Runs g with the heuristic's best algorithm. *no_algo = 1 (and nothing runs) when cuBLASLt has no
 // algorithm for the combination, so the caller may fall back; every other failure is an error.
 //
@@ -45,8 +47,14 @@ typedef struct mo_lt_gemm {
 // Not thread-safe: a context is used by one thread at a time (see ctx.h).
 mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo);
 
+// The stored table (mo_lt_table) is used unless c->gemm_table is 0 (MEMOPT_GEMM_TABLE=0); plans whose
+// key, device and version match an entry take its algorithm when the heuristic still lists it among its
+// top LT_TOP candidates (otherwise, and for every other key, the heuristic's first).
+//
 // Plan cache statistics of c (for tests): lookups that found a plan, and plans built.
 void mo_lt_cache_stats(const mo_ctx *c, long *hits, long *misses);
+// Plans built with a stored choice, and plans whose stored choice the heuristic no longer listed.
+void mo_lt_table_stats(const mo_ctx *c, long *used, long *missing);
 // Destroys c's plan cache (mo_ctx_destroy calls it); c->lt_cache is NULL afterwards.
 void mo_lt_cache_destroy(mo_ctx *c);
 

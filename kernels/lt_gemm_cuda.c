@@ -14,21 +14,18 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cuda_check.h"
 
 #define LT_CACHE_SLOTS 128 // a GPT step has ~20 distinct keys per precision
+#define LT_TOP 16          // heuristic candidates asked for when a stored choice or tuning needs them
+#define LT_TUNE_WARM 2
+#define LT_TUNE_REPS 9     // median of
+#define LT_TUNE_MIN_GAIN 0.01 // a tuned choice is printed (and used) when at least 1% faster than the first
 
-typedef struct lt_key {
-    cublasOperation_t ta, tb;
-    int m, n, k;
-    int64_t lda, ldb, ldd, aux_ld;
-    cudaDataType_t ab_type, d_type;
-    cublasLtEpilogue_t epilogue;
-    int tf32, beta_zero, has_bias, has_aux, has_c;
-    uint32_t al_a, al_b, al_c, al_d, al_bias, al_aux;
-    size_t ws_bytes;
-} lt_key;
+typedef mo_lt_key lt_key; // lt_table.h
 
 typedef struct lt_plan {
     lt_key key;
@@ -42,6 +39,8 @@ struct mo_lt_cache {
     int n;      // slots in use
     int victim; // next slot to replace once all are in use (round robin)
     long hits, misses;
+    long table_used, table_missing;
+    char device[256]; // cudaDeviceProp.name of the context's device, "" until first needed
     lt_plan slot[LT_CACHE_SLOTS];
 };
 
@@ -57,8 +56,8 @@ static uint32_t ptr_alignment(const void *p) {
 
 static lt_key make_key(const mo_ctx *c, const mo_lt_gemm *g) {
     lt_key k;
-    k.ta = g->ta;
-    k.tb = g->tb;
+    k.ta = (int)g->ta;
+    k.tb = (int)g->tb;
     k.m = g->m;
     k.n = g->n;
     k.k = g->k;
@@ -67,9 +66,9 @@ static lt_key make_key(const mo_ctx *c, const mo_lt_gemm *g) {
     k.ldd = g->ldd;
     k.has_aux = g->aux != NULL;
     k.aux_ld = k.has_aux ? g->aux_ld : 0;
-    k.ab_type = g->ab_type;
-    k.d_type = g->d_type;
-    k.epilogue = g->epilogue;
+    k.ab_type = (int)g->ab_type;
+    k.d_type = (int)g->d_type;
+    k.epilogue = (int)g->epilogue;
     k.tf32 = g->tf32 != 0;
     k.beta_zero = g->beta == 0.0f;
     k.has_bias = g->bias != NULL;
@@ -84,16 +83,7 @@ static lt_key make_key(const mo_ctx *c, const mo_lt_gemm *g) {
     return k;
 }
 
-// Field by field (no memcmp: padding bytes are unspecified).
-static int key_eq(const lt_key *x, const lt_key *y) {
-    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->lda == y->lda &&
-           x->ldb == y->ldb && x->ldd == y->ldd && x->aux_ld == y->aux_ld && x->ab_type == y->ab_type &&
-           x->d_type == y->d_type && x->epilogue == y->epilogue && x->tf32 == y->tf32 &&
-           x->beta_zero == y->beta_zero && x->has_bias == y->has_bias && x->has_aux == y->has_aux &&
-           x->has_c == y->has_c && x->al_c == y->al_c && x->al_a == y->al_a && x->al_b == y->al_b &&
-           x->al_d == y->al_d && x->al_bias == y->al_bias &&
-           x->al_aux == y->al_aux && x->ws_bytes == y->ws_bytes;
-}
+static int key_eq(const lt_key *x, const lt_key *y) { return mo_lt_key_eq(x, y); }
 
 // Destroys whatever p holds; the first destroy error is returned (after destroying the rest).
 static cublasStatus_t plan_release(lt_plan *p) {
@@ -108,6 +98,148 @@ static cublasStatus_t plan_release(lt_plan *p) {
     for (int i = 0; i < 4; i++)
         if (e[i] != CUBLAS_STATUS_SUCCESS) return e[i];
     return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- stored choices (lt_table.h) and tuning ----
+static mo_status device_name(mo_ctx *c, const char **name) {
+    mo_lt_cache *lc = c->lt_cache;
+    if (!lc->device[0]) {
+        int dev = 0;
+        struct cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        snprintf(lc->device, sizeof lc->device, "%s", prop.name);
+    }
+    *name = lc->device;
+    return MO_OK;
+}
+
+// The table's entry for key on this device and cuBLASLt version, or NULL.
+static mo_status table_find(mo_ctx *c, const lt_key *key, const mo_lt_choice **out) {
+    *out = NULL;
+    if (mo_lt_table_n == 0) return MO_OK;
+    const char *dev;
+    MO_TRY(device_name(c, &dev));
+    const long ver = (long)cublasLtGetVersion();
+    for (int i = 0; i < mo_lt_table_n; i++) {
+        const mo_lt_choice *t = &mo_lt_table[i];
+        if (t->cublaslt_version == ver && strcmp(t->device, dev) == 0 && mo_lt_key_eq(&t->key, key)) {
+            *out = t;
+            return MO_OK;
+        }
+    }
+    return MO_OK;
+}
+
+static cublasStatus_t algo_cfg(const cublasLtMatmulAlgo_t *a, mo_lt_algo_cfg *cfg) {
+    int32_t id = 0, splitk = 0;
+    uint32_t tile = 0, red = 0, swz = 0, custom = 0, stages = 0;
+    uint16_t inner = 0, cluster = 0;
+    size_t w;
+    cublasStatus_t e[9];
+    e[0] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    e[1] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+    e[2] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+    e[3] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &w);
+    e[4] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz, &w);
+    e[5] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom, &w);
+    e[6] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+    e[7] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof inner, &w);
+    e[8] = cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster,
+                                                &w);
+    for (int i = 0; i < 9; i++)
+        if (e[i] != CUBLAS_STATUS_SUCCESS) return e[i];
+    mo_lt_algo_cfg r = {id, (int)tile, splitk, (int)red, (int)swz, (int)custom, (int)stages, inner, cluster};
+    *cfg = r;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static int cfg_eq(const mo_lt_algo_cfg *x, const mo_lt_algo_cfg *y) {
+    return x->id == y->id && x->tile == y->tile && x->splitk == y->splitk && x->reduction == y->reduction &&
+           x->swizzle == y->swizzle && x->custom == y->custom && x->stages == y->stages && x->inner == y->inner &&
+           x->cluster == y->cluster;
+}
+
+// Whether g may run several times with the same result: D overwritten (beta 0, or beta reading a separate
+// Cin) and no operand aliasing D.
+static int lt_rerunnable(const mo_lt_gemm *g) {
+    if (g->A == g->D || g->B == g->D || (g->bias && g->bias == g->D) || (g->aux && g->aux == g->D)) return 0;
+    return g->beta == 0.0f || (g->Cin != NULL && g->Cin != g->D);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+// Median ms of one candidate on g's own operands (-1 when cuBLASLt refuses it at launch).
+static mo_status lt_time(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const cublasLtMatmulAlgo_t *algo,
+                         float *ms) {
+    cudaStream_t st = (cudaStream_t)c->stream;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    const float alpha = 1.0f;
+    const void *cin = g->Cin ? g->Cin : g->D;
+    float t[LT_TUNE_REPS];
+    *ms = -1.0f;
+    mo_status rs = MO_OK;
+    for (int r = 0; r < LT_TUNE_WARM + LT_TUNE_REPS; r++) {
+        cudaError_t ce = cudaEventRecord(e0, st);
+        cublasStatus_t ls = cublasLtMatmul((cublasLtHandle_t)c->cublaslt, p->op, &alpha, g->A, p->a, g->B, p->b,
+                                           &g->beta, cin, p->d, g->D, p->d, algo, c->gemm_ws, c->gemm_ws_bytes, st);
+        if (ls != CUBLAS_STATUS_SUCCESS) break; // refused: not a candidate
+        if (ce == cudaSuccess) ce = cudaEventRecord(e1, st);
+        if (ce == cudaSuccess) ce = cudaEventSynchronize(e1);
+        if (ce == cudaSuccess && r >= LT_TUNE_WARM) ce = cudaEventElapsedTime(&t[r - LT_TUNE_WARM], e0, e1);
+        if (ce != cudaSuccess) {
+            rs = MO_FAIL(MO_ERR_CUDA, "lt_time: %s", cudaGetErrorString(ce));
+            break;
+        }
+        if (r == LT_TUNE_WARM + LT_TUNE_REPS - 1) {
+            qsort(t, LT_TUNE_REPS, sizeof t[0], cmp_float);
+            *ms = t[LT_TUNE_REPS / 2];
+        }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return rs;
+}
+
+// Times the found candidates; *pick becomes the fastest when it beats the first by LT_TUNE_MIN_GAIN, and
+// a table line (or, when the first stays, a comment) goes to stderr.
+static mo_status lt_tune(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const cublasLtMatmulHeuristicResult_t *h,
+                         int found, int *pick) {
+    float t0 = -1.0f, tb = -1.0f;
+    int best = 0;
+    for (int i = 0; i < found; i++) {
+        if (h[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        float ms;
+        MO_TRY(lt_time(c, g, p, &h[i].algo, &ms));
+        if (i == 0) t0 = ms;
+        if (ms > 0 && (tb < 0 || ms < tb)) tb = ms, best = i;
+    }
+    const lt_key *k = &p->key;
+    const char *dev;
+    MO_TRY(device_name(c, &dev));
+    if (t0 <= 0 || best == 0 || (t0 - tb) / t0 < LT_TUNE_MIN_GAIN) {
+        fprintf(stderr, "lt-tune: // m %d n %d k %d ta %d tb %d epilogue %d tf32 %d ab %d d %d: the first stays "
+                        "(%.4f ms; best #%d of %d %.4f ms)\n",
+                k->m, k->n, k->k, k->ta, k->tb, k->epilogue, k->tf32, k->ab_type, k->d_type, t0, best, found, tb);
+        return MO_OK;
+    }
+    mo_lt_algo_cfg cf;
+    CUBLAS_CHECK(algo_cfg(&h[best].algo, &cf));
+    fprintf(stderr,
+            "lt-tune: {\"%s\", %ld, {%d, %d, %d, %d, %d, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %d, %d, %d, %u, %u, "
+            "%u, %u, %u, %u, %zu}, {%d, %d, %d, %d, %d, %d, %d, %d, %d}, %d, %.4ff, %.4ff}, // %.1f%% faster\n",
+            dev, (long)cublasLtGetVersion(), k->ta, k->tb, k->m, k->n, k->k, (long long)k->lda, (long long)k->ldb,
+            (long long)k->ldd, (long long)k->aux_ld, k->ab_type, k->d_type, k->epilogue, k->tf32, k->beta_zero,
+            k->has_bias, k->has_aux, k->has_c, k->al_a, k->al_b, k->al_c, k->al_d, k->al_bias, k->al_aux, k->ws_bytes,
+            cf.id, cf.tile, cf.splitk, cf.reduction, cf.swizzle, cf.custom, cf.stages, cf.inner, cf.cluster, best, t0,
+            tb, 100.0 * (t0 - tb) / t0);
+    *pick = best;
+    return MO_OK;
 }
 
 // Builds p for g (descriptors with g's pointers set, layouts, the heuristic's algorithm) into p, whose
@@ -157,11 +289,22 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
     if (e == CUBLAS_STATUS_SUCCESS)
         e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_d,
                                                  sizeof k->al_d);
-    cublasLtMatmulHeuristicResult_t heur;
+    // a stored choice for this key on this device, or a tuning run: the top candidates, not only the first
+    const mo_lt_choice *want = NULL;
+    if (c->gemm_table && e == CUBLAS_STATUS_SUCCESS) {
+        mo_status ts = table_find(c, k, &want);
+        if (ts != MO_OK) {
+            cublasLtMatmulPreferenceDestroy(pref); // the lookup's error is the one reported
+            return ts;
+        }
+    }
+    const int tune = c->gemm_tune && lt_rerunnable(g);
+    const int nreq = want || tune ? LT_TOP : 1;
+    cublasLtMatmulHeuristicResult_t heur[LT_TOP];
     int found = 0;
     cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
     if (e == CUBLAS_STATUS_SUCCESS)
-        hs = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &heur, &found);
+        hs = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, nreq, heur, &found);
     cublasStatus_t pe = cublasLtMatmulPreferenceDestroy(pref);
     CUBLAS_CHECK(e);
     if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
@@ -172,8 +315,21 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
     }
     CUBLAS_CHECK(hs);
     CUBLAS_CHECK(pe);
-    CUBLAS_CHECK(heur.state);
-    p->algo = heur.algo;
+    int pick = 0;
+    if (want) {
+        pick = -1;
+        for (int i = 0; i < found && pick < 0; i++) {
+            mo_lt_algo_cfg cfg;
+            if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
+            CUBLAS_CHECK(algo_cfg(&heur[i].algo, &cfg));
+            if (cfg_eq(&cfg, &want->cfg)) pick = i;
+        }
+        if (pick < 0) c->lt_cache->table_missing++, pick = 0; // the heuristic no longer lists it
+        else c->lt_cache->table_used++;
+    }
+    if (tune && found > 1) MO_TRY(lt_tune(c, g, p, heur, found, &pick));
+    CUBLAS_CHECK(heur[pick].state);
+    p->algo = heur[pick].algo;
     p->no_algo = 0;
     return MO_OK;
 }
@@ -245,6 +401,11 @@ mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo) {
 void mo_lt_cache_stats(const mo_ctx *c, long *hits, long *misses) {
     *hits = c->lt_cache ? c->lt_cache->hits : 0;
     *misses = c->lt_cache ? c->lt_cache->misses : 0;
+}
+
+void mo_lt_table_stats(const mo_ctx *c, long *used, long *missing) {
+    *used = c->lt_cache ? c->lt_cache->table_used : 0;
+    *missing = c->lt_cache ? c->lt_cache->table_missing : 0;
 }
 
 void mo_lt_cache_destroy(mo_ctx *c) {

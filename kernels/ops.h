@@ -77,9 +77,10 @@ mo_status mo_accumulate(mo_ctx *c, float *dst, const float *src, size_t n);
 // qkv (B,T,3C) holds q | k | v for each position, heads of size HS = C/NH interleaved as in GPT-2.
 // materialized: att (B,NH,T,T) receives the softmax probabilities (kept for backward); out (B,T,C).
 mo_status mo_attention_forward(mo_ctx *c, float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-// dqkv (B,T,3C) overwritten, from dout (B,T,C), qkv and att of the forward.
-mo_status mo_attention_backward(mo_ctx *c, float *dqkv, const float *dout, const float *qkv, const float *att,
-                                int B, int T, int C, int NH);
+// dqkv (B,T,3C) overwritten, from dout (B,T,C), qkv, out and att of the forward. out may be NULL; given,
+// the cuda backend may use it (attention.h: the fp32 softmax backward fused into the datt kernel).
+mo_status mo_attention_backward(mo_ctx *c, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                const float *att, int B, int T, int C, int NH);
 // fused (flash-style): stores only the row log-sum-exp lse (B,NH,T), never the (T,T) scores.
 mo_status mo_attention_fused_forward(mo_ctx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 mo_status mo_attention_fused_backward(mo_ctx *c, float *dqkv, const float *dout, const float *qkv,

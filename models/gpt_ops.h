@@ -57,7 +57,7 @@ static inline mo_status gpt_attention_bwd(mo_ctx *x, mo_dtype dt, int fused, voi
         if (dt == MO_F32) return mo_attention_fused_backward(x, dqkv, dout, qkv, out, att, B, T, C, NH);
         return mo_attention_fused_backward_mixed(x, dt, dqkv, dout, qkv, out, att, B, T, C, NH);
     }
-    if (dt == MO_F32) return mo_attention_backward(x, dqkv, dout, qkv, att, B, T, C, NH);
+    if (dt == MO_F32) return mo_attention_backward(x, dqkv, dout, qkv, out, att, B, T, C, NH);
     return mo_attention_backward_mixed(x, dt, dqkv, dout, qkv, att, B, T, C, NH);
 }
 

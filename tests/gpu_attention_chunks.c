@@ -105,9 +105,10 @@ static mo_status att_fwd(mo_ctx *c, mo_dtype dt, void *out, void *att, const voi
     if (dt == MO_F32) return mo_attention_forward(c, out, att, qkv, B, T, C, NH);
     return mo_attention_forward_mixed(c, dt, out, att, qkv, B, T, C, NH);
 }
-static mo_status att_bwd(mo_ctx *c, mo_dtype dt, void *dqkv, const void *dout, const void *qkv, const void *att,
-                         int B, int T, int C, int NH) {
-    if (dt == MO_F32) return mo_attention_backward(c, dqkv, dout, qkv, att, B, T, C, NH);
+// out: the forward's output, or NULL (fp32: the softmax backward then runs apart from the datt GEMM)
+static mo_status att_bwd(mo_ctx *c, mo_dtype dt, void *dqkv, const void *dout, const void *qkv, const void *out,
+                         const void *att, int B, int T, int C, int NH) {
+    if (dt == MO_F32) return mo_attention_backward(c, dqkv, dout, qkv, out, att, B, T, C, NH);
     return mo_attention_backward_mixed(c, dt, dqkv, dout, qkv, att, B, T, C, NH);
 }
 
@@ -132,9 +133,10 @@ static void chunk_case(mo_dtype dt, const at_shape *s) {
     void *qkv = hrand_dt(dt, nqkv, -2, 2), *dout = hrand_dt(dt, nout, -1, 1);
     void *out_ref = hmem(nout * e), *att_ref = hmem(natt * e), *dqkv_ref = hmem(nqkv * e);
     CHECK_OK(att_fwd(hc, dt, out_ref, att_ref, qkv, B, T, C, NH));
-    CHECK_OK(att_bwd(hc, dt, dqkv_ref, dout, qkv, att_ref, B, T, C, NH));
+    CHECK_OK(att_bwd(hc, dt, dqkv_ref, dout, qkv, out_ref, att_ref, B, T, C, NH));
 
     void *d_qkv = dup_dev(qkv, nqkv * e), *d_dout = dup_dev(dout, nout * e), *d_att_in = dup_dev(att_ref, natt * e);
+    void *d_out_in = dup_dev(out_ref, nout * e);
     void *d_out = dnew(nout * e), *d_att = dnew(natt * e), *d_dqkv = dnew(nqkv * e);
     void *got_out[2], *got_att[2], *got_dqkv[2];
     for (int r = 0; r < 2; r++) { got_out[r] = hmem(nout * e); got_att[r] = hmem(natt * e); got_dqkv[r] = hmem(nqkv * e); }
@@ -162,19 +164,24 @@ static void chunk_case(mo_dtype dt, const at_shape *s) {
         snprintf(label, sizeof label, "%s %s %s chunk rows %d (%d chunks of %d) out", pn, s->what, mn, rows_list[i], nc, L);
         CHECK_REL_DT(label, dt, got_out[0], out_ref, nout, tol);
         check_same(label, got_out[0], got_out[1], nout * e);
-        for (int r = 0; r < 2; r++) {
-            dpoison(dt, d_dqkv, nqkv);
-            CHECK_OK(att_bwd(gc, dt, d_dqkv, d_dout, d_qkv, d_att_in, B, T, C, NH));
-            d2h(got_dqkv[r], d_dqkv, nqkv * e);
+        // with the forward's out (fp32: the softmax backward in the datt kernel where it applies) and
+        // without (apart)
+        for (int wo = 0; wo < (dt == MO_F32 ? 2 : 1); wo++) {
+            for (int r = 0; r < 2; r++) {
+                dpoison(dt, d_dqkv, nqkv);
+                CHECK_OK(att_bwd(gc, dt, d_dqkv, d_dout, d_qkv, wo ? NULL : d_out_in, d_att_in, B, T, C, NH));
+                d2h(got_dqkv[r], d_dqkv, nqkv * e);
+            }
+            snprintf(label, sizeof label, "%s %s %s chunk rows %d (%d chunks of %d) dqkv%s", pn, s->what, mn,
+                     rows_list[i], nc, L, wo ? " (softmax backward apart)" : "");
+            CHECK_REL_DT(label, dt, got_dqkv[0], dqkv_ref, nqkv, tol);
+            check_same(label, got_dqkv[0], got_dqkv[1], nqkv * e);
         }
-        snprintf(label, sizeof label, "%s %s %s chunk rows %d (%d chunks of %d) dqkv", pn, s->what, mn, rows_list[i], nc, L);
-        CHECK_REL_DT(label, dt, got_dqkv[0], dqkv_ref, nqkv, tol);
-        check_same(label, got_dqkv[0], got_dqkv[1], nqkv * e);
     }
     gc->attn_chunk_rows = 0;
     gc->attn_gemm = 0;
     for (int r = 0; r < 2; r++) { free(got_out[r]); free(got_att[r]); free(got_dqkv[r]); }
-    dfree(d_qkv); dfree(d_dout); dfree(d_att_in); dfree(d_out); dfree(d_att); dfree(d_dqkv);
+    dfree(d_qkv); dfree(d_dout); dfree(d_att_in); dfree(d_out_in); dfree(d_out); dfree(d_att); dfree(d_dqkv);
     free(qkv); free(dout); free(out_ref); free(att_ref); free(dqkv_ref);
 }
 
@@ -195,6 +202,7 @@ static void chunk_timing(mo_dtype dt) {
     void *qkv = hrand_dt(dt, nqkv, -2, 2), *dout = hrand_dt(dt, nout, -1, 1);
     void *d_qkv = dup_dev(qkv, nqkv * e), *d_dout = dup_dev(dout, nout * e);
     void *d_out = dnew(nout * e), *d_att = dnew(natt * e), *d_att_in = dnew(natt * e), *d_dqkv = dnew(nqkv * e);
+    void *d_out_in = dnew(nout * e);
     void *base_out = hmem(nout * e), *base_att = hmem(natt * e), *base_dqkv = hmem(nqkv * e);
     void *got_out = hmem(nout * e), *got_att = hmem(natt * e), *got_dqkv = hmem(nqkv * e);
     mo_timer t;
@@ -217,18 +225,28 @@ static void chunk_timing(mo_dtype dt) {
             if (r) CHECK_OK(mo_timer_stop(gc, &t, &fwd[r - 1]));
         }
         if (i == 0) CHECK_OK(mo_memcpy_d2d(gc, d_att_in, d_att, natt * e)); // the backward's input, for all
+        if (i == 0) CHECK_OK(mo_memcpy_d2d(gc, d_out_in, d_out, nout * e));
+        // fp32: the backward with the softmax apart (out NULL) too, interleaved with the fused one
+        double bwd_apart[16];
         dpoison(dt, d_dqkv, nqkv);
         for (int r = 0; r <= reps; r++) {
             CHECK_OK(mo_timer_start(gc, &t));
-            CHECK_OK(att_bwd(gc, dt, d_dqkv, d_dout, d_qkv, d_att_in, B, T, C, NH));
+            CHECK_OK(att_bwd(gc, dt, d_dqkv, d_dout, d_qkv, d_out_in, d_att_in, B, T, C, NH));
             if (r) CHECK_OK(mo_timer_stop(gc, &t, &bwd[r - 1]));
+            if (dt != MO_F32) continue;
+            CHECK_OK(mo_timer_start(gc, &t));
+            CHECK_OK(att_bwd(gc, dt, d_dqkv, d_dout, d_qkv, NULL, d_att_in, B, T, C, NH));
+            if (r) CHECK_OK(mo_timer_stop(gc, &t, &bwd_apart[r - 1]));
         }
+        if (dt == MO_F32) CHECK_OK(att_bwd(gc, dt, d_dqkv, d_dout, d_qkv, d_out_in, d_att_in, B, T, C, NH));
         qsort(fwd, reps, sizeof fwd[0], cmp_double);
         qsort(bwd, reps, sizeof bwd[0], cmp_double);
-        printf("  %s chunk rows %4d (%2d chunks): forward %.3f ms, backward %.3f ms (medians of %d)%s\n",
+        qsort(bwd_apart, dt == MO_F32 ? reps : 0, sizeof bwd_apart[0], cmp_double);
+        char apart[80] = "";
+        if (dt == MO_F32) snprintf(apart, sizeof apart, " (softmax backward apart %.3f ms)", bwd_apart[reps / 2]);
+        printf("  %s chunk rows %4d (%2d chunks): forward %.3f ms, backward %.3f ms%s (medians of %d)\n",
                mode_name(modes[ii / nrows]), mo_attn_chunk_rows(gc, T, (int)esize(dt), B * NH),
-               nchunks(dt, T, B * NH), fwd[reps / 2], bwd[reps / 2], reps,
-               "");
+               nchunks(dt, T, B * NH), fwd[reps / 2], bwd[reps / 2], apart, reps);
         void *o = ii == 0 ? base_out : got_out, *a = ii == 0 ? base_att : got_att, *q = ii == 0 ? base_dqkv : got_dqkv;
         d2h(o, d_out, nout * e);
         d2h(a, d_att, natt * e);
@@ -246,7 +264,7 @@ static void chunk_timing(mo_dtype dt) {
     gc->attn_chunk_rows = 0;
     gc->attn_gemm = 0;
     mo_timer_destroy(&t);
-    dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_att); dfree(d_att_in); dfree(d_dqkv);
+    dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_att); dfree(d_att_in); dfree(d_out_in); dfree(d_dqkv);
     free(qkv); free(dout); free(base_out); free(base_att); free(base_dqkv); free(got_out); free(got_att);
     free(got_dqkv);
 }

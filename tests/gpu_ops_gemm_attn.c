@@ -243,13 +243,14 @@ static void gpu_attention(const at_shape *s) {
     float *out_ref = hnew(nout), *att_ref = hnew(natt), *dqkv_ref = hnew(nqkv);
     float *fout_ref = hnew(nout), *lse_ref = hnew(nlse), *fdqkv_ref = hnew(nqkv);
     CHECK_OK(mo_attention_forward(hc, out_ref, att_ref, qkv, B, T, C, NH));
-    CHECK_OK(mo_attention_backward(hc, dqkv_ref, dout, qkv, att_ref, B, T, C, NH));
+    CHECK_OK(mo_attention_backward(hc, dqkv_ref, dout, qkv, out_ref, att_ref, B, T, C, NH));
     CHECK_OK(mo_attention_fused_forward(hc, fout_ref, lse_ref, qkv, B, T, C, NH));
     CHECK_OK(mo_attention_fused_backward(hc, fdqkv_ref, dout, qkv, fout_ref, lse_ref, B, T, C, NH));
 
     float *d_qkv = dup_dev(qkv, nqkv), *d_dout = dup_dev(dout, nout), *d_out = dnew(nout), *d_att = dnew(natt);
     float *d_dqkv = dnew(nqkv), *d_lse = dnew(nlse);
     float *d_att_in = dup_dev(att_ref, natt), *d_fout_in = dup_dev(fout_ref, nout), *d_lse_in = dup_dev(lse_ref, nlse);
+    float *d_out_in = dup_dev(out_ref, nout);
     float *got_out[2], *got_att[2], *got_dqkv[2], *got_lse[2], *fused_fp32[3];
     for (int r = 0; r < 2; r++) {
         got_out[r] = hnew(nout); got_att[r] = hnew(natt); got_dqkv[r] = hnew(nqkv); got_lse[r] = hnew(nlse);
@@ -278,17 +279,21 @@ static void gpu_attention(const at_shape *s) {
         snprintf(label, sizeof label, "%s out (%s)", s->what, prec);
         CHECK_REL_L(label, got_out[0], out_ref, nout, mtol);
         check_same(label, got_out[0], got_out[1], nout);
-        for (int r = 0; r < 2; r++) {
-            dpoison(d_dqkv, nqkv);
-            if (r) tstart();
-            CHECK_OK(mo_attention_backward(gc, d_dqkv, d_dout, d_qkv, d_att_in, B, T, C, NH));
-            if (r) tstop();
-            d2h(got_dqkv[r], d_dqkv, nqkv);
+        // with the forward's out (fp32: the softmax backward fused into the datt kernel where the shape
+        // allows) and without
+        for (int wo = 0; wo < 2; wo++) {
+            for (int r = 0; r < 2; r++) {
+                dpoison(d_dqkv, nqkv);
+                if (r) tstart();
+                CHECK_OK(mo_attention_backward(gc, d_dqkv, d_dout, d_qkv, wo ? NULL : d_out_in, d_att_in, B, T, C, NH));
+                if (r) tstop();
+                d2h(got_dqkv[r], d_dqkv, nqkv);
+            }
+            printf("  materialized backward %s%s %.3f ms\n", prec, wo ? " (out NULL)" : "", timer_ms);
+            snprintf(label, sizeof label, "%s dqkv (%s%s)", s->what, prec, wo ? ", out NULL" : "");
+            CHECK_REL_L(label, got_dqkv[0], dqkv_ref, nqkv, mtol);
+            check_same(label, got_dqkv[0], got_dqkv[1], nqkv);
         }
-        printf("  materialized backward %s %.3f ms\n", prec, timer_ms);
-        snprintf(label, sizeof label, "%s dqkv (%s)", s->what, prec);
-        CHECK_REL_L(label, got_dqkv[0], dqkv_ref, nqkv, mtol);
-        check_same(label, got_dqkv[0], got_dqkv[1], nqkv);
 
         // fused (fp32 kernels whatever ctx->tf32 says)
         for (int r = 0; r < 2; r++) {
@@ -333,7 +338,7 @@ static void gpu_attention(const at_shape *s) {
     for (int r = 0; r < 2; r++) { free(got_out[r]); free(got_att[r]); free(got_dqkv[r]); free(got_lse[r]); }
     for (int i = 0; i < 3; i++) free(fused_fp32[i]);
     dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_att); dfree(d_dqkv); dfree(d_lse);
-    dfree(d_att_in); dfree(d_fout_in); dfree(d_lse_in);
+    dfree(d_att_in); dfree(d_fout_in); dfree(d_lse_in); dfree(d_out_in);
     free(qkv); free(dout); free(out_ref); free(att_ref); free(dqkv_ref); free(fout_ref); free(lse_ref); free(fdqkv_ref);
 }
 
@@ -382,6 +387,65 @@ static void gpu_attention_scores(const sc_shape *s) {
     dfree(d_x); dfree(d_y); dfree(d_s);
     free(x); free(y); free(ref);
 }
+// The dpreatt kernel (the datt GEMM with the softmax backward in its epilogue) and the rowdot kernel on
+// their own against their cpu references, at chunk rows L 0 (zeros to the end of the diagonal tile),
+// 256 (to the end of a 2-tile chunk) and 300 (a chunk end inside a tile). dP is poisoned with NaN: the
+// elements past attention_dpreatt_zero_end must stay NaN; two runs give the same bits.
+static void gpu_attention_dpreatt(const sc_shape *s) {
+    const int B = s->B, T = s->T, NH = s->NH, HS = 64, C = NH * HS;
+    const int ld = s->inplace ? 3 * C : HS;
+    const long long sb = s->inplace ? (long long)T * 3 * C : (long long)NH * T * HS, sh = s->inplace ? HS : (long long)T * HS;
+    const size_t nx = s->inplace ? (size_t)B * T * 3 * C : (size_t)B * NH * T * HS, ns = (size_t)B * NH * T * T;
+    const size_t nd = (size_t)B * NH * T;
+    const float alpha = 1.0f, scale = 0.125f;
+    float *x = hrand(nx, -1, 1), *y = hrand(nx, -1, 1), *p = hrand(ns, 0, 1), *dref = hnew(nd), *ref = hnew(ns);
+    const float *xh = x, *yh = s->inplace ? y + C : y;
+    float *d_x = dup_dev(x, nx), *d_y = dup_dev(y, nx), *d_p = dup_dev(p, ns), *d_s = dnew(ns), *d_d = dnew(nd);
+    const float *dxh = d_x, *dyh = s->inplace ? d_y + C : d_y;
+    // D of the rows of x and y (the backward passes dout and out); the GPU's D against the reference's
+    CHECK_OK(attention_rowdot_cpu(dref, xh, sb, sh, ld, yh, sb, sh, ld, B, NH, T, HS));
+    float *dgot = hnew(nd);
+    dpoison(d_d, nd);
+    CHECK_OK(attention_rowdot_cuda(gc, d_d, dxh, sb, sh, ld, dyh, sb, sh, ld, B, NH, T, HS));
+    d2h(dgot, d_d, nd);
+    char label[160];
+    snprintf(label, sizeof label, "rowdot %s", s->what);
+    CHECK_REL_L(label, dgot, dref, nd, tol_fp32(HS));
+    h2d(d_d, dref, nd); // both sides of the dpreatt check take the same D
+    const int Ls[] = {0, 256, 300};
+    float *got[2] = {hnew(ns), hnew(ns)};
+    for (size_t li = 0; li < sizeof Ls / sizeof Ls[0]; li++) {
+        const int L = Ls[li];
+        printf("attention dpreatt %s: B=%d T=%d NH=%d ld=%d L=%d\n", s->what, B, T, NH, ld, L);
+        for (size_t i = 0; i < ns; i++) ref[i] = NAN;
+        CHECK_OK(attention_dpreatt_cpu(ref, xh, sb, sh, ld, yh, sb, sh, ld, alpha, p, dref, scale, L, B, NH, T, HS));
+        for (int r = 0; r < 2; r++) {
+            dpoison(d_s, ns);
+            CHECK_OK(attention_dpreatt_cuda(gc, d_s, dxh, sb, sh, ld, dyh, sb, sh, ld, alpha, d_p, d_d, scale, L, B, NH,
+                                            T, HS));
+            d2h(got[r], d_s, ns);
+        }
+        // written exactly where the reference writes (NaN elsewhere), equal within tolerance there
+        size_t nw = 0, wrong_set = 0;
+        for (size_t e = 0; e < ns; e++) {
+            if (isnan(ref[e]) != isnan(got[0][e])) wrong_set++;
+            if (!isnan(ref[e])) nw++;
+        }
+        float *pg = hnew(nw), *pr = hnew(nw);
+        size_t k = 0;
+        for (size_t e = 0; e < ns; e++)
+            if (!isnan(ref[e])) { pg[k] = isnan(got[0][e]) ? 0.0f : got[0][e]; pr[k] = ref[e]; k++; }
+        snprintf(label, sizeof label, "dpreatt %s L=%d", s->what, L);
+        CHECK_REL_L(label, pg, pr, nw, tol_fp32(HS));
+        check_same(label, got[0], got[1], ns);
+        CHECK_MSG(wrong_set == 0, "%s: %zu elements written where the reference leaves them (or the reverse)", label,
+                  wrong_set);
+        free(pg); free(pr);
+    }
+    free(got[0]); free(got[1]); free(dgot);
+    dfree(d_x); dfree(d_y); dfree(d_p); dfree(d_s); dfree(d_d);
+    free(x); free(y); free(p); free(dref); free(ref);
+}
 static void gpu_attention_scores_refusals(void) {
     CHECK_MSG(!attention_scores_cuda_supported(1, 64, 32, 96, 96, NULL, NULL, NULL), "HS 32 accepted");
     CHECK_MSG(!attention_scores_cuda_supported(1, 37, 64, 192, 192, NULL, NULL, NULL), "T 37 accepted");
@@ -391,6 +455,7 @@ static void gpu_attention_scores_refusals(void) {
 }
 #else
 static void gpu_attention_scores(const sc_shape *s) { (void)s; } // not reached: test_require_gpu exits first
+static void gpu_attention_dpreatt(const sc_shape *s) { (void)s; }
 static void gpu_attention_scores_refusals(void) {}
 #endif
 
@@ -451,6 +516,7 @@ int main(void) {
         {3, 4, 1, 0, "T=4"},
     };
     for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) gpu_attention_scores(&sc[i]);
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) gpu_attention_dpreatt(&sc[i]);
     gpu_attention_scores_refusals(); // what it refuses (the attention then runs the scores on cuBLAS)
 
     mo_timer_destroy(&timer);

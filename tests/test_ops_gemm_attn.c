@@ -220,7 +220,7 @@ static void test_attention(int B, int T, int C, int NH, int do_fd) {
     float *dqkv = fnew(nqkv), *dqkv_f = fnew(nqkv);
     fill_nan(dqkv, nqkv);
     fill_nan(dqkv_f, nqkv);
-    CHECK_OK(mo_attention_backward(hc, dqkv, a.R, a.qkv, a.att, B, T, C, NH));
+    CHECK_OK(mo_attention_backward(hc, dqkv, a.R, a.qkv, a.out, a.att, B, T, C, NH));
     CHECK_OK(mo_attention_fused_backward(hc, dqkv_f, a.R, a.qkv, out_f, a.lse, B, T, C, NH));
     CHECK_REL(dqkv_f, dqkv, nqkv, 1e-5);
 
@@ -245,7 +245,7 @@ static void test_shapes(void) {
     printf("shape checks\n");
     float x[64];
     CHECK(mo_attention_forward(hc, x, x, x, 1, 4, 10, 3) == MO_ERR_INVALID); // C % NH
-    CHECK(mo_attention_backward(hc, x, x, x, x, 1, 4, 10, 3) == MO_ERR_INVALID);
+    CHECK(mo_attention_backward(hc, x, x, x, x, x, 1, 4, 10, 3) == MO_ERR_INVALID);
     CHECK(mo_attention_fused_forward(hc, x, x, x, 1, 4, 10, 3) == MO_ERR_INVALID);
     CHECK(mo_attention_fused_backward(hc, x, x, x, x, x, 1, 4, 10, 3) == MO_ERR_INVALID);
     CHECK(mo_attention_forward(hc, x, x, x, 0, 4, 8, 2) == MO_ERR_INVALID);
@@ -298,7 +298,7 @@ static void run_on(mo_backend_kind kind, int op, mo_alloc_stats *before, mo_allo
     case OP_MM_FWD: st = mo_matmul_forward(c, big, NULL, out, w, bias, N, C, OC); break;
     case OP_MM_BWD: st = mo_matmul_backward(c, out, w, bias, big, dqkv, w, N, C, OC); break;
     case OP_ATT_FWD: st = mo_attention_forward(c, out, att, qkv, B, T, C, NH); break;
-    case OP_ATT_BWD: st = mo_attention_backward(c, dqkv, out, qkv, att, B, T, C, NH); break;
+    case OP_ATT_BWD: st = mo_attention_backward(c, dqkv, out, qkv, NULL, att, B, T, C, NH); break;
     case OP_FA_FWD: st = mo_attention_fused_forward(c, out, lse, qkv, B, T, C, NH); break;
     case OP_FA_BWD: st = mo_attention_fused_backward(c, dqkv, out, qkv, out, lse, B, T, C, NH); break;
     }

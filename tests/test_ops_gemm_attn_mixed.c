@@ -92,7 +92,7 @@ static void test_attention(mo_dtype dt, int B, int T, int C, int NH) {
     float *qkv = frand_dt(dt, nqkv, -2, 2, &qkv16), *dout = frand_dt(dt, nout, -1, 1, &dout16);
     float *out_ref = fnew(nout), *att_ref = fnew(natt), *dqkv_ref = fnew(nqkv);
     CHECK_OK(mo_attention_forward(hc, out_ref, att_ref, qkv, B, T, C, NH));
-    CHECK_OK(mo_attention_backward(hc, dqkv_ref, dout, qkv, att_ref, B, T, C, NH));
+    CHECK_OK(mo_attention_backward(hc, dqkv_ref, dout, qkv, out_ref, att_ref, B, T, C, NH));
 
     uint16_t *out16 = hnew16(nout), *att16 = hnew16(natt), *dqkv16 = hnew16(nqkv);
     poison16(dt, out16, nout);

@@ -5,7 +5,8 @@
 #   in the whole step; "gputest" runs only the GPU tests
 #   of the model, the split and the attention kernels (their timing lines kept in gputest.log); "gpu" runs
 #   ctest -L gpu; "probe" runs bench/probes (GEMM algorithms) and ncu's per-kernel times of one fp32 and
-#   one bf16 step (ncu-*.csv; summed per kernel by tools/ncu_sum.py)
+#   one bf16 step (ncu-*.csv; summed per kernel by tools/ncu_sum.py); "tune" prints the cuBLASLt table
+#   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -91,6 +92,28 @@ if has attnab; then
     for v in $vs; do
       env $([ $v = default ] || echo ${v//,/ }) $M run --preset gpt2-124m --precision $prec \
         --steps 10 --warmup 3 --csv "$csv" | grep -E "step:" | sed "s/^/$prec attention $v rep $rep: /"
+    done
+  done; done
+fi
+if has tune; then
+  # MEMOPT_GEMM_TUNE=1 (lt_gemm_cuda.c): each new cuBLASLt plan times the heuristic's top candidates and
+  # prints a kernels/lt_algo_table.c line for the fastest; the shapes of every row of the gpt stage
+  for cfg in "fp32" "tf32" "bf16" "fp16" "fp32 --accum 2" "fp32 --accum 4" "bf16 --accum 2" "bf16 --accum 4"; do
+    set -- $cfg
+    echo "== tune: --precision $*"
+    MEMOPT_GEMM_TUNE=1 $M run --preset gpt2-124m --precision "$@" --steps 10 --warmup 3 2>&1 \
+      | tee -a "$R/tune.log" | grep -E "step:|lt-tune: \{" | sed 's/^lt-tune: /    /'
+  done
+fi
+if has abx; then
+  # interleaved A/B of this pass: the stored / tuned GEMM choices and the fused dpreatt (fp32)
+  csv="$R/abx.csv"
+  for rep in 1 2; do for prec in fp32 tf32 bf16; do
+    vs="default MEMOPT_GEMM_TUNE=1 MEMOPT_GEMM_TABLE=0"
+    [ $prec = fp32 ] && vs="$vs MEMOPT_ATTN_DPRE=0"
+    for v in $vs; do
+      env $([ $v = default ] || echo $v) $M run --preset gpt2-124m --precision $prec \
+        --steps 10 --warmup 3 --csv "$csv" 2>/dev/null | grep -E "step:|loss:" | sed "s/^/$prec $v rep $rep: /"
     done
   done; done
 fi
