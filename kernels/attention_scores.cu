@@ -76,6 +76,15 @@ __global__ void __launch_bounds__(AS_THREADS, 2)
     const int bj = t - bi * (bi + 1) / 2;
     const int b = blockIdx.y / NH, h = blockIdx.y % NH;
     const int i0 = bi * AS_TILE, j0 = bj * AS_TILE;
+    if (DPRE) {
+        // the epilogue's P tile toward L2 while the panels load and the FMAs run: each of the tile's
+        // 128-byte lines once (128 rows x 4 lines, 2 per thread)
+        for (int f = threadIdx.x; f < AS_TILE * 4; f += AS_THREADS) {
+            const int r = i0 + (f >> 2), col = j0 + (f & 3) * 32;
+            if (r < T && col < T)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(dp.P + ((size_t)blockIdx.y * T + r) * T + col));
+        }
+    }
     as_load_panel(Xs, X + b * xsb + h * xsh, ldx, i0, T);
     as_load_panel(Ys, Y + b * ysb + h * ysh, ldy, j0, T);
     __syncthreads();
@@ -104,37 +113,65 @@ __global__ void __launch_bounds__(AS_THREADS, 2)
     }
 
     float *Sh = S + (size_t)blockIdx.y * T * T;
+    // the epilogue in two halves of 4 rows: the dpreatt inputs of 4 rows (8 float4 of P, 4 of D) are
+    // loaded before any of them is used, so their latency is paid twice a tile, not once per row
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int row = i0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
-        if (row >= T) continue;
-        float drow = 0.0f;
-        if (DPRE) drow = dp.D[(size_t)blockIdx.y * T + row];
+    for (int i4 = 0; i4 < 8; i4 += 4) {
+        float4 pv[4][2];
+        float dv[4];
+        if (DPRE) {
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int col = j0 + half * 64 + tx * 4; // T % 4 == 0: a group of 4 is wholly inside or out
-            if (col >= T) continue;
-            float4 v = make_float4(alpha * acc[i][half * 4 + 0], alpha * acc[i][half * 4 + 1],
-                                   alpha * acc[i][half * 4 + 2], alpha * acc[i][half * 4 + 3]);
-            if (DPRE) {
-                // dP = scale * P * (g - D) on the causal part, exact zeros above it
-                const float4 p = *reinterpret_cast<const float4 *>(dp.P + ((size_t)blockIdx.y * T + row) * T + col);
-                v.x = col + 0 <= row ? dp.scale * p.x * (v.x - drow) : 0.0f;
-                v.y = col + 1 <= row ? dp.scale * p.y * (v.y - drow) : 0.0f;
-                v.z = col + 2 <= row ? dp.scale * p.z * (v.z - drow) : 0.0f;
-                v.w = col + 3 <= row ? dp.scale * p.w * (v.w - drow) : 0.0f;
+            for (int ii = 0; ii < 4; ii++) {
+                const int row = i0 + i4 * 16 + ty * 4 + ii; // i4 0: rows ty*4 + ii; 4: 64 + ty*4 + ii
+                dv[ii] = 0.0f;
+                pv[ii][0] = pv[ii][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (row >= T) continue;
+                dv[ii] = __ldg(dp.D + (size_t)blockIdx.y * T + row);
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int col = j0 + half * 64 + tx * 4;
+                    if (col < T)
+                        pv[ii][half] =
+                            __ldg(reinterpret_cast<const float4 *>(dp.P + ((size_t)blockIdx.y * T + row) * T + col));
+                }
             }
-            *reinterpret_cast<float4 *>(Sh + (size_t)row * T + col) = v;
+        }
+#pragma unroll
+        for (int ii = 0; ii < 4; ii++) {
+            const int i = i4 + ii, row = i0 + i4 * 16 + ty * 4 + ii;
+            if (row >= T) continue;
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int col = j0 + half * 64 + tx * 4; // T % 4 == 0: a group of 4 is wholly inside or out
+                if (col >= T) continue;
+                float4 v = make_float4(alpha * acc[i][half * 4 + 0], alpha * acc[i][half * 4 + 1],
+                                       alpha * acc[i][half * 4 + 2], alpha * acc[i][half * 4 + 3]);
+                if (DPRE) {
+                    // dP = scale * P * (g - D) on the causal part, exact zeros above it
+                    const float4 p = pv[ii][half];
+                    const float d = dv[ii];
+                    v.x = col + 0 <= row ? dp.scale * p.x * (v.x - d) : 0.0f;
+                    v.y = col + 1 <= row ? dp.scale * p.y * (v.y - d) : 0.0f;
+                    v.z = col + 2 <= row ? dp.scale * p.z * (v.z - d) : 0.0f;
+                    v.w = col + 3 <= row ? dp.scale * p.w * (v.w - d) : 0.0f;
+                }
+                *reinterpret_cast<float4 *>(Sh + (size_t)row * T + col) = v;
+            }
         }
     }
     // dpreatt: a diagonal tile also clears its rows past the tile up to the end of their chunk, which
-    // the dq / dk GEMMs read (attention_dpreatt_zero_end)
+    // the dq / dk GEMMs read (attention_dpreatt_zero_end). 32 threads a row, 8 rows at a time, 16-byte
+    // stores where the group of 4 is wholly before the end.
     if (DPRE && bi == bj && dp.L > AS_TILE) {
-        const int c0 = j0 + AS_TILE;
-        for (int r = 0; r < AS_TILE && i0 + r < T; r++) {
+        const int c0 = j0 + AS_TILE, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+        for (int r = w; r < AS_TILE && i0 + r < T; r += AS_THREADS / 32) {
             const int end = attention_dpreatt_zero_end(i0 + r, T, dp.L);
             float *srow = Sh + (size_t)(i0 + r) * T;
-            for (int col = c0 + (int)threadIdx.x; col < end; col += AS_THREADS) srow[col] = 0.0f;
+            for (int col = c0 + lane * 4; col < end; col += 128) {
+                if (col + 4 <= end) *reinterpret_cast<float4 *>(srow + col) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                else
+                    for (int q = col; q < end; q++) srow[q] = 0.0f;
+            }
         }
     }
 }

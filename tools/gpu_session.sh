@@ -6,7 +6,8 @@
 #   of the model, the split and the attention kernels (their timing lines kept in gputest.log); "gpu" runs
 #   ctest -L gpu; "probe" runs bench/probes (GEMM algorithms) and ncu's per-kernel times of one fp32 and
 #   one bf16 step (ncu-*.csv; summed per kernel by tools/ncu_sum.py); "tune" prints the cuBLASLt table
-#   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt
+#   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt;
+#   "peerlite" the PyTorch fp32 / TF32 rows only
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -109,7 +110,7 @@ if has abx; then
   # interleaved A/B of this pass: the stored / tuned GEMM choices and the fused dpreatt (fp32)
   csv="$R/abx.csv"
   for rep in 1 2; do for prec in fp32 tf32 bf16; do
-    vs="default MEMOPT_GEMM_TUNE=1 MEMOPT_GEMM_TABLE=0"
+    vs="default MEMOPT_GEMM_TABLE=0"
     [ $prec = fp32 ] && vs="$vs MEMOPT_ATTN_DPRE=0"
     for v in $vs; do
       env $([ $v = default ] || echo $v) $M run --preset gpt2-124m --precision $prec \
@@ -164,6 +165,11 @@ if has peer; then
   P --attn materialized,fused --precision fp32,tf32,bf16,fp16
   P --attn materialized --precision fp32,bf16 --ckpt full,sqrt,selective,every:2
   P --attn materialized --precision fp32,bf16 --accum 4
+fi
+if has peerlite; then
+  # the PyTorch rows of the targets (fp32 and TF32, both attention forms), beside the gpt stage
+  PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-gpt2-124m.csv" \
+    --attn materialized,fused --precision fp32,tf32 2>&1 | tail -8
 fi
 if has claims && [ "${MEMOPT_SESSION_BUDGET_S:-100000}" -gt "$SECONDS" ]; then
   $M claims --preset gpt2-124m --out-dir $R/claims 2>&1 | tail -40
