@@ -51,14 +51,16 @@ case "$device" in
   *) echo "gpu_regress.sh: note: this GPU is '$device'; the baseline is an H200's: times compare only on the same model" ;;
 esac
 
-# The set: gpt2-124m, batch 8 x 1024 tokens; 30 timed steps give p10/p90 worth comparing.
-# (Add the bf16 rows here once mixed precision is built: the baseline must then be remade.)
+# The set: gpt2-124m, batch 8 x 1024 tokens; 30 timed steps give p10/p90 worth comparing. A change
+# to the set needs the baseline remade.
 configs=(
   "--precision fp32 --attn materialized --ckpt none --accum 1"
   "--precision tf32 --attn materialized --ckpt none --accum 1"
   "--precision tf32 --attn fused --ckpt none --accum 1"
   "--precision tf32 --attn materialized --ckpt full --accum 1"
   "--precision tf32 --attn fused --ckpt none --accum 4"
+  "--precision bf16 --attn materialized --ckpt none --accum 1"
+  "--precision bf16 --attn fused --ckpt none --accum 1"
 )
 out="$new"
 [ "$make_baseline" -eq 1 ] && out="$base"
@@ -71,7 +73,8 @@ done
 [ "$failed" -eq 0 ] || echo "gpu_regress.sh: a run failed (its row records why)"
 
 if [ "$make_baseline" -eq 1 ]; then
-  rev="$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  # MEMOPT_GIT_REV names the revision of a copy without .git (the GPU machine's)
+  rev="${MEMOPT_GIT_REV:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
   [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && rev="$rev-dirty"
   {
     echo "# results/baseline-h200.csv: provenance"

@@ -7,7 +7,8 @@
 #   ctest -L gpu; "probe" runs bench/probes (GEMM algorithms) and ncu's per-kernel times of one fp32 and
 #   one bf16 step (ncu-*.csv; summed per kernel by tools/ncu_sum.py); "tune" prints the cuBLASLt table
 #   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt;
-#   "peerlite" the PyTorch fp32 / TF32 rows only
+#   "peerlite" the PyTorch fp32 / TF32 rows only; "regress" remakes results/baseline-h200.csv and compares a
+#   second run of the set with it
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -153,6 +154,14 @@ if has gpt; then
   r --precision fp32 --cap 8GiB
   for prec in fp32 tf32 bf16; do $M run --preset gpt2-124m --precision $prec --profile --steps 10 --warmup 3 | grep -E "step:|profile"; done
   $M run --preset gpt2-124m --precision bf16 --attn fused --profile --steps 10 --warmup 3 | grep -E "step:|profile"
+fi
+if has regress; then
+  # the GPU regression baseline remade, then the set run again and compared with it (same call)
+  bash bench/gpu_regress.sh --build $B --make-baseline 2>&1 | grep -vE "^memopt run|strategy:" | tail -20
+  cp results/baseline-h200.csv results/baseline-h200.md "$R/"
+  bash bench/gpu_regress.sh --build $B 2>&1 | tail -14
+  echo "gpu_regress compare exit ${PIPESTATUS[0]}"
+  cp results/gpu-regress-latest.csv "$R/h200-regress-repeat.csv"
 fi
 if has split; then
   csv="$R/h200-gpt2-124m-split.csv"
