@@ -88,6 +88,8 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     const char *gt = getenv("MEMOPT_GEMM_TABLE"), *gu = getenv("MEMOPT_GEMM_TUNE");
     c->gemm_table = !(gt && strcmp(gt, "0") == 0);
     c->gemm_tune = gu && strcmp(gu, "1") == 0;
+    const char *ce = getenv("MEMOPT_CE");
+    c->ce_loop = ce && strcmp(ce, "loop") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
     if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
     mo_status st = MO_OK;

@@ -338,7 +338,12 @@ int main(void) {
     gpu_residual((size_t)4096 * 768 + 1, 0);
     gpu_residual(1001, 1);
 
-    gpu_crossentropy(4, 256, 50304); // padded GPT-2 vocabulary: float4 path
+    gpu_crossentropy(4, 256, 50304); // padded GPT-2 vocabulary: register kernel, 25 float4 a thread
+    gpu_crossentropy(2, 16, 51200);  // register kernel full to the last float4 of every thread
+    gpu_crossentropy(1, 8, 51204);   // one float4 more than it holds: the float4 loop kernel
+    gpu_crossentropy(2, 8, 32768);   // register kernel, 16 a thread
+    gpu_crossentropy(2, 8, 12000);   // 8 a thread
+    gpu_crossentropy(3, 4, 8);       // 4 a thread, most threads past V
     gpu_crossentropy(2, 64, 50257);  // real GPT-2 vocabulary: scalar path
     gpu_crossentropy(1, 5, 37);
 

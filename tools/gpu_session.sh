@@ -119,6 +119,22 @@ if has abx; then
     done
   done; done
 fi
+if has ceab; then
+  # the fp32 cross-entropy's register kernel against the loop kernel (MEMOPT_CE=loop), interleaved, then
+  # one 30-step run and the profile at the default
+  (cd $B && timeout 200 ./gpu_ops_basic >"$R/gpu_ops_basic.log" 2>&1; echo "gpu_ops_basic exit $?: $(tail -1 "$R/gpu_ops_basic.log")") &
+  p1=$!
+  (cd $B && timeout 200 ./gpu_gpt >"$R/gpu_gpt.log" 2>&1; echo "gpu_gpt exit $?: $(tail -1 "$R/gpu_gpt.log")") &
+  p2=$!
+  wait $p1 $p2
+  grep -E "crossentropy|FAIL" "$R/gpu_ops_basic.log" | head -20
+  for rep in 1 2; do for v in default MEMOPT_CE=loop; do
+    env $([ $v = default ] || echo $v) $M run --preset gpt2-124m --precision fp32 --steps 10 --warmup 3 \
+      --csv "$R/ceab.csv" | grep -E "step:|loss:" | sed "s/^/fp32 $v rep $rep: /"
+  done; done
+  $M run --preset gpt2-124m --precision fp32 --steps 30 --warmup 5 --csv "$R/ceab.csv" | grep -E "step:" | sed "s/^/fp32 30 steps: /"
+  $M run --preset gpt2-124m --precision fp32 --profile --steps 10 --warmup 3 | grep -E "step:|profile"
+fi
 if has probe; then
   [ -x $B/memopt_probe_gemm_algos ] && timeout 240 $B/memopt_probe_gemm_algos fp32 bf16 2>&1 | tee "$R/probe-gemm-algos.log"
   for prec in fp32 bf16; do
