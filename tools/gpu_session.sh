@@ -8,7 +8,8 @@
 #   one bf16 step (ncu-*.csv; summed per kernel by tools/ncu_sum.py); "tune" prints the cuBLASLt table
 #   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt;
 #   "peerlite" the PyTorch fp32 / TF32 rows only; "regress" remakes results/baseline-h200.csv and compares a
-#   second run of the set with it
+#   second run of the set with it; "headline" the
+#   split model's GPU test and the eight precision x attention rows
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -178,6 +179,14 @@ if has regress; then
   bash bench/gpu_regress.sh --build $B 2>&1 | tail -14
   echo "gpu_regress compare exit ${PIPESTATUS[0]}"
   cp results/gpu-regress-latest.csv "$R/h200-regress-repeat.csv"
+fi
+if has headline; then
+  # the split model's GPU test, then the eight unsplit precision x attention rows (a subset of stage gpt)
+  (cd $B && timeout 100 ./gpu_gpt_split >"$R/gpu_gpt_split.log" 2>&1; echo "gpu_gpt_split exit $?: $(tail -1 "$R/gpu_gpt_split.log")")
+  for prec in fp32 tf32 bf16 fp16; do for attn in materialized fused; do
+    $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $prec --attn $attn --csv "$R/h200-gpt2-124m-headline.csv" \
+      | grep -E "step:|peak alloc" | sed "s/^/$prec $attn: /"
+  done; done
 fi
 if has split; then
   csv="$R/h200-gpt2-124m-split.csv"
