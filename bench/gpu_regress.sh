@@ -62,6 +62,10 @@ configs=(
   "--precision bf16 --attn materialized --ckpt none --accum 1"
   "--precision bf16 --attn fused --ckpt none --accum 1"
 )
+# the revision before the runs (which rewrite a tracked file: the baseline); MEMOPT_GIT_REV names it in
+# a copy without .git (the GPU machine's)
+rev="${MEMOPT_GIT_REV:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
+[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && rev="$rev-dirty"
 out="$new"
 [ "$make_baseline" -eq 1 ] && out="$base"
 rm -f "$out"
@@ -73,9 +77,6 @@ done
 [ "$failed" -eq 0 ] || echo "gpu_regress.sh: a run failed (its row records why)"
 
 if [ "$make_baseline" -eq 1 ]; then
-  # MEMOPT_GIT_REV names the revision of a copy without .git (the GPU machine's)
-  rev="${MEMOPT_GIT_REV:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
-  [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && rev="$rev-dirty"
   {
     echo "# results/baseline-h200.csv: provenance"
     echo

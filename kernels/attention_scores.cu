@@ -18,8 +18,9 @@
 // The same kernel computes the backward's dpreatt (attention_dpreatt_cuda): the datt tile dout v^T in
 // registers, the softmax backward applied in the epilogue with att and D = rowdot(dout, out) (read from
 // memory), so datt is never stored and read back by a separate softmax-backward pass (in fp32 at B 8,
-// T 1024 that pass moves about 0.65 GB a layer). CPU references: attention_dpreatt_cpu and
-// attention_rowdot_cpu (attention.c).
+// T 1024 that pass moves about 0.65 GB a layer). Measured on the H200 (61a57418a7be): a layer's backward
+// 0.943 ms against 1.044 with the pass apart, the fp32 step 149.3 ms against 150.5 (MEMOPT_ATTN_DPRE=0).
+// CPU references: attention_dpreatt_cpu and attention_rowdot_cpu (attention.c).
 #include <cuda_runtime.h>
 #include "attention.h"
 #include "cuda_check.h"
