@@ -162,8 +162,9 @@ __global__ void __launch_bounds__(AS_THREADS, 2)
     }
     // dpreatt: a diagonal tile also clears its rows past the tile up to the end of their chunk, which
     // the dq / dk GEMMs read (attention_dpreatt_zero_end). 32 threads a row, 8 rows at a time, 16-byte
-    // stores where the group of 4 is wholly before the end.
-    if (DPRE && bi == bj && dp.L > AS_TILE) {
+    // stores where the group of 4 is wholly before the end. Any L > 0: a chunk shorter than the tile can
+    // still cross into the next one (L 96: rows 96..127 read up to column 191).
+    if (DPRE && bi == bj && dp.L > 0) {
         const int c0 = j0 + AS_TILE, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
         for (int r = w; r < AS_TILE && i0 + r < T; r += AS_THREADS / 32) {
             const int end = attention_dpreatt_zero_end(i0 + r, T, dp.L);

@@ -178,7 +178,11 @@ static mo_status lt_time(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const
     cudaStream_t st = (cudaStream_t)c->stream;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
+    const cudaError_t ce1 = cudaEventCreate(&e1);
+    if (ce1 != cudaSuccess) {
+        cudaEventDestroy(e0);
+        CUDA_CHECK(ce1);
+    }
     const float alpha = 1.0f;
     const void *cin = g->Cin ? g->Cin : g->D;
     float t[LT_TUNE_REPS];
@@ -222,6 +226,14 @@ static mo_status lt_tune(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const
     const lt_key *k = &p->key;
     const char *dev;
     MO_TRY(device_name(c, &dev));
+    if (t0 <= 0 && tb > 0) {
+        // the first was refused at launch: run the fastest that ran (no table line: there is no first to beat)
+        fprintf(stderr, "lt-tune: // m %d n %d k %d ta %d tb %d epilogue %d: the first was refused; #%d of %d used "
+                        "(%.4f ms)\n",
+                k->m, k->n, k->k, k->ta, k->tb, k->epilogue, best, found, tb);
+        *pick = best;
+        return MO_OK;
+    }
     if (t0 <= 0 || best == 0 || (t0 - tb) / t0 < LT_TUNE_MIN_GAIN) {
         fprintf(stderr, "lt-tune: // m %d n %d k %d ta %d tb %d epilogue %d tf32 %d ab %d d %d: the first stays "
                         "(%.4f ms; best #%d of %d %.4f ms)\n",

@@ -487,6 +487,7 @@ int main(void) {
         {2, 200, 96, 3, "T=200"},              // default: 3 x 64 + 8
         {1, 517, 128, 2, "T=517"},             // default: 4 x 128 + 5
         {2, 256, 768, 12, "gpt2 T=256"},       // default: 4 x 64
+        {1, 384, 128, 2, "T=384 HS=64"},       // fp32: the fused dpreatt, chunks crossing tiles (3, 7, 64)
         {1, 1024, 768, 12, "gpt2 T=1024"},     // default: 8 x 128
     };
     const mo_dtype dts[3] = {MO_F32, MO_BF16, MO_F16};

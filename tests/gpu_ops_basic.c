@@ -236,6 +236,7 @@ static void gpu_crossentropy(int B, int T, int V) {
     int *tg = hnew(N * sizeof(int));
     for (size_t i = 0; i < N; i++) tg[i] = (int)(test_rng_u64(&rng) % (uint64_t)V);
     tg[0] = V - 1; // the last column (a tail element when V % 4 != 0)
+    if (N > 2) tg[1] = -1, tg[2] = V; // invalid targets: NaN loss, no one-hot term
     const float dloss = 1.0f / (float)N;
     float *g_ref = fdup(x, NV), *l_ref = fnew(N);
     CHECK_OK(mo_crossentropy_fused(hc, l_ref, g_ref, tg, B, T, V, dloss));
@@ -249,6 +250,11 @@ static void gpu_crossentropy(int B, int T, int V) {
         CHECK_OK(mo_crossentropy_fused(gc, d_l, d_x, d_tg, B, T, V, dloss));
         down(g[run], d_x, NV * 4);
         down(l[run], d_l, N * 4);
+    }
+    if (N > 2) {
+        CHECK_MSG(isnan(l[0][1]) && isnan(l[0][2]) && isnan(l_ref[1]) && isnan(l_ref[2]),
+                  "crossentropy V=%d: invalid targets must give NaN losses", V);
+        l[0][1] = l[0][2] = l[1][1] = l[1][2] = l_ref[1] = l_ref[2] = 0.0f; // the rest compared as usual
     }
     CHECK_REL(l[0], l_ref, N, TOL_CE);
     CHECK_REL(g[0], g_ref, NV, TOL_CE);

@@ -389,7 +389,8 @@ static void gpu_attention_scores(const sc_shape *s) {
 }
 // The dpreatt kernel (the datt GEMM with the softmax backward in its epilogue) and the rowdot kernel on
 // their own against their cpu references, at chunk rows L 0 (zeros to the end of the diagonal tile),
-// 256 (to the end of a 2-tile chunk) and 300 (a chunk end inside a tile). dP is poisoned with NaN: the
+// 256 (to the end of a 2-tile chunk), 300 (a chunk end inside a tile), and 3 and 96 (chunks shorter than
+// a tile that still cross into the next one). dP is poisoned with NaN: the
 // elements past attention_dpreatt_zero_end must stay NaN; two runs give the same bits.
 static void gpu_attention_dpreatt(const sc_shape *s) {
     const int B = s->B, T = s->T, NH = s->NH, HS = 64, C = NH * HS;
@@ -412,7 +413,7 @@ static void gpu_attention_dpreatt(const sc_shape *s) {
     snprintf(label, sizeof label, "rowdot %s", s->what);
     CHECK_REL_L(label, dgot, dref, nd, tol_fp32(HS));
     h2d(d_d, dref, nd); // both sides of the dpreatt check take the same D
-    const int Ls[] = {0, 256, 300};
+    const int Ls[] = {0, 256, 300, 3, 96};
     float *got[2] = {hnew(ns), hnew(ns)};
     for (size_t li = 0; li < sizeof Ls / sizeof Ls[0]; li++) {
         const int L = Ls[li];
