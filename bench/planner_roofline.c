@@ -61,14 +61,9 @@ static void layernorm_fwd(acc *a, const shape *s) { op(a, 0, 8 * s->N * s->C, s-
 static void layernorm_bwd(acc *a, const shape *s) { op(a, 0, 12 * s->N * s->C, s->e * 4 * s->N * s->C + 8 * s->N); }
 static void residual(acc *a, const shape *s) { op(a, 0, s->N * s->C, s->e * 3 * s->N * s->C); }
 
-// The share of the T x T products the materialized attention's GEMMs compute: the queries run in
-// chunks of mo_attn_chunk_rows rows (kernels/ctx.h: its default count for the precision and GEMM form,
-// scaled by B*NH / 96, rounded up to 64 rows), the chunk [i0, i1) over keys [0, i1): sum of rows * i1
-// over T^2.
-static double causal_share(const shape *s) {
-    mo_ctx c;
-    memset(&c, 0, sizeof c); // attn_chunk_rows 0, attn_gemm 0: the defaults
-    int T = (int)s->T, r = mo_attn_chunk_rows(&c, T, (int)s->e, (int)(s->Bm * s->NH));
+// The share of the T x T products computed when the queries run in blocks of r rows, the block
+// [i0, i1) over keys [0, i1): sum of rows * i1 over T^2.
+static double block_share(int T, int r) {
     double sum = 0;
     for (int i0 = 0; i0 < T; i0 += r) {
         int i1 = i0 + r < T ? i0 + r : T;
@@ -76,17 +71,17 @@ static double causal_share(const shape *s) {
     }
     return T > 0 ? sum / ((double)T * T) : 1.0;
 }
+// The materialized attention's GEMMs: chunks of mo_attn_chunk_rows rows (kernels/ctx.h: its default
+// count for the precision and GEMM form, scaled by B*NH / 96, rounded up to 64 rows).
+static double causal_share(const shape *s) {
+    mo_ctx c;
+    memset(&c, 0, sizeof c); // attn_chunk_rows 0, attn_gemm 0: the defaults
+    return block_share((int)s->T, mo_attn_chunk_rows(&c, (int)s->T, (int)s->e, (int)(s->Bm * s->NH)));
+}
 // The share of the T x T scores the score and datt GEMMs compute: the causal chunks' share on cuBLAS,
 // the tiles on and below the diagonal (128 x 128) on attention_scores.cu's kernel.
 static double scores_share(const shape *s) {
-    if (!s->own_scores) return causal_share(s);
-    int T = (int)s->T;
-    double sum = 0;
-    for (int i0 = 0; i0 < T; i0 += ATTENTION_SCORES_TILE) {
-        int i1 = i0 + ATTENTION_SCORES_TILE < T ? i0 + ATTENTION_SCORES_TILE : T;
-        sum += (double)(i1 - i0) * i1;
-    }
-    return T > 0 ? sum / ((double)T * T) : 1.0;
+    return s->own_scores ? block_share((int)s->T, ATTENTION_SCORES_TILE) : causal_share(s);
 }
 // Whether the default form permutes q, k, v (and the outputs) to head-major copies around its GEMMs;
 // the in-place forms read and write qkv / out / dqkv where they are.

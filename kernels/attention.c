@@ -40,6 +40,12 @@ int attention_scores_cuda_supported(int BH, int T, int HS, int ldx, int ldy, con
            BH <= 65535;
 }
 
+int attention_dpreatt_cuda_supported(int BH, int T, int HS, int ldx, int ldy, const void *dP, const void *X,
+                                     const void *Y, const void *P, const void *D) {
+    const int aligned = ((uintptr_t)P & 15u) == 0 && ((uintptr_t)D & 15u) == 0;
+    return aligned && attention_scores_cuda_supported(BH, T, HS, ldx, ldy, dP, X, Y);
+}
+
 mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long long xsh, int ldx, const float *Y,
                                long long ysb, long long ysh, int ldy, float alpha, int B, int NH, int T, int HS) {
     if (B <= 0 || NH <= 0 || T <= 0 || HS <= 0 || ldx < HS || ldy < HS)

@@ -67,7 +67,7 @@ mo_status attention_scores_cpu(float *S, const float *X, long long xsb, long lon
 // dout[i] . out[i] (out = P v): attention_rowdot_* computes it from dout and out without g. L is the
 // chunk rows of the GEMMs that read dP (they read up to the end of a row's chunk); the zeros always
 // cover the rest of the row's 128-wide diagonal tile. P and dP (B, NH, T, T) row-major; X, Y as for
-// attention_scores_cuda. _supported: attention_scores_cuda_supported plus P, D aligned.
+// attention_scores_cuda. _supported: attention_scores_cuda_supported plus P, D 16-byte aligned (pure C).
 #ifdef __CUDACC__
 #define ATTENTION_HD __host__ __device__
 #else
@@ -78,6 +78,8 @@ static inline ATTENTION_HD int attention_dpreatt_zero_end(int i, int T, int L) {
     if (L > 0 && (i / L + 1) * L > e) e = (i / L + 1) * L;
     return e < T ? e : T;
 }
+int attention_dpreatt_cuda_supported(int BH, int T, int HS, int ldx, int ldy, const void *dP, const void *X,
+                                     const void *Y, const void *P, const void *D);
 mo_status attention_dpreatt_cuda(mo_ctx *c, float *dP, const float *X, long long xsb, long long xsh, int ldx,
                                  const float *Y, long long ysb, long long ysh, int ldy, float alpha, const float *P,
                                  const float *D, float scale, int L, int B, int NH, int T, int HS);

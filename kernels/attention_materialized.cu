@@ -587,8 +587,8 @@ static mo_status am_backward(mo_ctx *c, E *dqkv, const E *dout, const E *qkv, co
     // arrays sit at the scratch's start)
     const int fuse_dpre = sizeof(E) == 4 && out != NULL && g.compute == CUBLAS_COMPUTE_32F && c->attn_own_scores &&
                           c->attn_fuse_dpre &&
-                          attention_scores_cuda_supported(g.n, T, HS, dy.ld, v.ld, datt, dy.p, v.p) &&
-                          attention_scores_cuda_supported(g.n, T, HS, 4, 4, att, scratch + 5 * n, NULL) &&
+                          attention_dpreatt_cuda_supported(g.n, T, HS, dy.ld, v.ld, datt, dy.p, v.p, att,
+                                                           scratch + 5 * n) &&
                           (g.mode == MO_ATTN_GEMM_STRIDED || am_ptr_bytes(&g, 4) <= 5 * n * sizeof(E));
     if (fuse_dpre) {
         float *D = (float *)(scratch + 5 * n); // (B, NH, T)

@@ -210,8 +210,7 @@ mo_status attention_scores_cuda(mo_ctx *c, float *S, const float *X, long long x
 mo_status attention_dpreatt_cuda(mo_ctx *c, float *dP, const float *X, long long xsb, long long xsh, int ldx,
                                  const float *Y, long long ysb, long long ysh, int ldy, float alpha, const float *P,
                                  const float *D, float scale, int L, int B, int NH, int T, int HS) {
-    if (!attention_scores_cuda_supported(B * NH, T, HS, ldx, ldy, dP, X, Y) ||
-        !attention_scores_cuda_supported(B * NH, T, HS, ldx, ldy, P, D, NULL))
+    if (!attention_dpreatt_cuda_supported(B * NH, T, HS, ldx, ldy, dP, X, Y, P, D))
         return AS_REFUSE("attention_dpreatt_cuda");
     const as_dpre dp = {P, D, scale, L};
     return as_launch<1>(c, dP, X, xsb, xsh, ldx, Y, ysb, ysh, ldy, alpha, B, NH, T, dp);
