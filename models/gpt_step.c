@@ -20,6 +20,7 @@
 #include <string.h>
 #include "gpt_ops.h"
 #include "gpt_shard.h"
+#include "kernels/cost.h"
 #include "strategies/comm.h"
 
 // The tensors one block produces. in is not owned: it is the previous block's out (or the
@@ -305,6 +306,7 @@ static mo_status forward(step_state *s) {
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
     int K = segment_len(m);
+    mo_cost_set_region(x, MO_COST_BODY); // the cost trace's part of the step (kernels/cost.h)
     if (is_first(m)) {
         MO_TRY(act_alloc(m, NC, &s->enc));
         OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
@@ -324,6 +326,7 @@ static mo_status forward(step_state *s) {
         }
     }
     if (!is_last(m)) return MO_OK;
+    mo_cost_set_region(x, MO_COST_HEAD);
     void *last = s->acts[L - 1].out;
     MO_TRY(act_alloc(m, NC, &s->lnf));
     MO_TRY(stat_alloc(m, (size_t)N, &s->lnf_mean));
@@ -336,6 +339,7 @@ static mo_status forward(step_state *s) {
     // the loss scale (1 unless fp16's scaler is on), so that small gradients stay representable.
     float dloss = m->loss_scale / ((float)c->batch * (float)T);
     OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, s->Bm, T, V, dloss));
+    mo_cost_set_region(x, MO_COST_BODY);
     return MO_OK;
 }
 
@@ -348,6 +352,7 @@ static mo_status backward(step_state *s) {
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
     int K = segment_len(m);
+    mo_cost_set_region(x, MO_COST_HEAD);
     if (is_last(m)) {
         // logits now hold dlogits.
         MO_TRY(act_alloc(m, NC, &s->dhead));
@@ -362,6 +367,7 @@ static mo_status backward(step_state *s) {
         act_free(m, &s->dhead); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
         act_free(m, &s->acts[L - 1].out);
     }
+    mo_cost_set_region(x, MO_COST_BODY);
     void *dresid = s->dresid;
     mo_status st = MO_OK;
     if (!K) {
@@ -527,7 +533,9 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
         slot[i].acts = calloc((size_t)layers_of(m), sizeof *slot[i].acts);
         if (!slot[i].acts) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
     }
+    mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients: the optimizer's part of the step
     if (st == MO_OK) st = mo_memset_zero(x, m->grads, m->num_params * sizeof(float));
+    mo_cost_set_region(x, MO_COST_BODY);
     if (nslots == 1 && !(sh && sh->pp > 1)) {
         step_state *s = &slot[0];
         for (int k = 0; k < c->accum && st == MO_OK; k++) {
@@ -640,6 +648,7 @@ mo_status mo_gpt_update(mo_gpt *m) {
     mo_ctx *x = m->ctx;
     // The gradients carry the loss scale of the step that made them (the scaler changes it below).
     float scale_used = m->loss_scale;
+    mo_cost_set_region(x, MO_COST_OPTIMIZER); // until the next forward
     int skip = 0;
     MO_TRY(scaler_check(m, &skip));
     m->last_skipped = skip;
