@@ -196,7 +196,7 @@ static void split_step(const mo_run_config *rc, const mo_gpu_spec *g, const shap
     out->comm_s = link > 0 ? bytes / link : 0;
 }
 
-void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
+void mo_roofline_step_handwritten(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
     memset(out, 0, sizeof *out);
     int half = rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16;
     const double peak = 1e12 * mo_gpu_gemm_tflops(g, rc->precision, NULL);
@@ -253,6 +253,188 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
     out->bubble = 1.0;
     split_part parts = {head_gemm, head_mem, out->gemm_s - og0, out->mem_s - om0};
     split_step(rc, g, &s, &parts, out);
+}
+
+// ---------------------------------------------------------------- the roofline from the cost trace
+
+// Seconds of one traced op at the datasheet rates: its compute at the rate of its class, its traffic
+// at the bandwidth, at least a launch. GEMMs (and convolutions) at the dense rate of the precision;
+// the fused attention kernels in 16 bits at MO_PLAN_EFF_FLASH16 of it (kern_s, not fitted), in fp32
+// (CUDA-core code) as memory-bound ops; memory-bound ops at the fp32 rate where they compute more than
+// they move.
+typedef struct rates {
+    double gemm, vec, bw, flash;
+    int half;
+} rates;
+
+static void rates_of(const mo_gpu_spec *g, mo_precision p, rates *r) {
+    r->half = p == MO_PREC_FP16 || p == MO_PREC_BF16;
+    r->gemm = 1e12 * mo_gpu_gemm_tflops(g, p, NULL);
+    r->vec = 1e12 * g->fp32;
+    r->bw = 1e9 * g->mem_bw_gbs;
+    r->flash = MO_PLAN_EFF_FLASH16 * r->gemm;
+}
+
+// 0 GEMM part (gemm_s), 1 memory-bound part (mem_s), 2 fixed-rate kernels (kern_s)
+static int part_of(const rates *r, int cls) {
+    if (cls == MO_COST_GEMM || cls == MO_COST_CONV) return 0;
+    if (cls == MO_COST_ATTENTION && r->half) return 2;
+    return 1;
+}
+
+static double op_seconds(const rates *r, const mo_cost_op *o, int part) {
+    double rate = part == 0 ? r->gemm : part == 2 ? r->flash : r->vec;
+    double t = fmax(o->flops / rate, o->bytes / r->bw);
+    return fmax(t, MO_PLAN_KERNEL_FLOOR_S);
+}
+
+// The unsplit step's roofline and its parts per region (what the split model divides).
+typedef struct roof_parts {
+    mo_roofline r;
+    double s[MO_COST_REGIONS][3]; // seconds by region and part
+} roof_parts;
+
+static void roof_of_trace(const mo_cost_trace *t, const mo_gpu_spec *g, mo_precision p, roof_parts *out) {
+    memset(out, 0, sizeof *out);
+    rates rt;
+    rates_of(g, p, &rt);
+    for (size_t i = 0; i < t->n; i++) {
+        const mo_cost_op *o = &t->ops[i];
+        int part = part_of(&rt, o->cls);
+        double sec = op_seconds(&rt, o, part);
+        out->s[o->region < MO_COST_REGIONS ? o->region : 0][part] += sec;
+        if (part == 0) {
+            out->r.gemm_s += sec;
+            out->r.gemm_flops += o->flops;
+        } else if (part == 1) {
+            out->r.mem_s += sec;
+            out->r.mem_bytes += o->bytes;
+        } else {
+            out->r.kern_s += sec;
+        }
+        out->r.flops += o->flops;
+        out->r.kernels++;
+    }
+    out->r.bubble = 1.0;
+}
+
+// A split's time per rank, first order, for the critical rank: a tp rank of the last stage (it runs
+// the LM head, replicated on every tp rank, besides its share of the blocks). Per micro-batch its
+// compute is the body (embedding and blocks) / (tp*pp) plus the whole head; the 1F1B pipeline
+// stretches the micro-batch part by (accum + pp - 1) / accum; the optimizer (not pipelined) is divided
+// by tp*pp (optimistic: the replicated LayerNorms and the tied wte copies are updated on several
+// ranks). The link carries, per micro-batch and block of the stage, 4 tp all-reduces of (B/accum, T, C)
+// in fp32 (16-bit runs widen to fp32 before the sum; a ring moves 2 (tp-1)/tp of each), one activation
+// forward and one gradient back per stage boundary (16 bits when mixed), and once per step the tied wte
+// gradient's all-reduce between the first and last stage (V*C fp32); recompute's extra forward
+// all-reduces are ignored. The parts per region come from the unsplit step's trace.
+static void split_of(const mo_run_config *rc, const mo_gpu_spec *g, const roof_parts *pp_, mo_roofline *out) {
+    int tp = rc->tp, pp = rc->pp, W = tp * pp;
+    if (W <= 1) return;
+    double bubble = (double)(rc->accum + pp - 1) / rc->accum;
+    double part[3];
+    for (int k = 0; k < 3; k++)
+        part[k] = (pp_->s[MO_COST_BODY][k] / W + pp_->s[MO_COST_HEAD][k]) * bubble + pp_->s[MO_COST_OPTIMIZER][k] / W;
+    out->gemm_s = part[0];
+    out->mem_s = part[1];
+    out->kern_s = part[2];
+    out->bubble = bubble;
+    int half = rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16;
+    double N = (double)(rc->batch / rc->accum) * rc->seq, C = rc->hidden;
+    double act32 = N * C * 4, act = N * C * (half ? 2 : 4); // one (B/accum, T, C) activation, bytes
+    double bytes = 0;
+    if (tp > 1) bytes += rc->accum * (double)(rc->layers / pp) * 4 * act32 * 2.0 * (tp - 1) / tp;
+    if (pp > 1) bytes += rc->accum * 2 * act + (double)rc->vocab * C * 4.0; // boundaries; the wte tie (2 ranks)
+    double link = g->link_gbs > 0 ? 0.5e9 * g->link_gbs : 0; // the vendor states both directions together
+    out->comm_s = link > 0 ? bytes / link : 0;
+}
+
+void mo_roofline_from_trace(const mo_cost_trace *t, const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
+    roof_parts p;
+    roof_of_trace(t, g, rc->precision, &p);
+    *out = p.r;
+    split_of(rc, g, &p, out);
+}
+
+double mo_plan_op_ms(const mo_cost_op *o, const mo_gpu_spec *g, mo_precision p, const mo_plan_calib *c) {
+    rates rt;
+    rates_of(g, p, &rt);
+    int part = part_of(&rt, o->cls);
+    double sec = op_seconds(&rt, o, part);
+    return 1e3 * (part == 0 ? sec / c->eff_gemm[p] : part == 1 ? sec / c->eff_mem[p] : sec);
+}
+
+// The run whose trace times rc: its step on the dry backend, unsplit (the split model divides the
+// unsplit step), uncapped (a plan times configurations that do not fit too), one step, no warm-up (the
+// op list of every step is the same).
+mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t) {
+    static mo_run_env env;
+    static int have_env;
+    if (!have_env) {
+        MO_TRY(mo_plan_env_init(&env));
+        have_env = 1;
+    }
+    mo_run_config d = *rc;
+    d.backend = MO_BACKEND_DRY;
+    d.steps = 1;
+    d.warmup = 0;
+    d.monitor = 0;
+    d.csv[0] = '\0';
+    d.profile = 0;
+    d.tp = d.pp = 1;
+    d.comm = MO_COMM_LOCAL;
+    memset(&d.cap, 0, sizeof d.cap);
+    snprintf(d.cap_text, sizeof d.cap_text, "none");
+    mo_csv_row row;
+    MO_TRY(mo_run_execute_traced(&d, &env, &row, NULL, t));
+    if (strcmp(row.status, "ok") || t->overflow)
+        return MO_FAIL(MO_ERR_INTERNAL, "the dry run that traces the step: %s %s", row.status, row.detail);
+    return MO_OK;
+}
+
+// Rooflines already made, by what the trace depends on (the shape, batch, accum, precision, attention,
+// checkpointing; the process's MEMOPT_* knobs are fixed) and the GPU: --validate's leave-one-out fits
+// time every row once per other row.
+#define ROOF_CACHE 512
+typedef struct roof_cached {
+    char key[160];
+    const mo_gpu_spec *g;
+    roof_parts p;
+} roof_cached;
+static roof_cached roof_cache[ROOF_CACHE];
+static int roof_cache_n, roof_cache_next;
+
+static void trace_key(const mo_run_config *rc, char *key, size_t n) {
+    snprintf(key, n, "L%d C%d H%d T%d B%d V%d a%d p%d at%d ck%d/%d", rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch,
+             rc->vocab, rc->accum, (int)rc->precision, (int)rc->attn, (int)rc->ckpt.kind, rc->ckpt.every);
+}
+
+void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
+    memset(out, 0, sizeof *out);
+    char key[160];
+    trace_key(rc, key, sizeof key);
+    const roof_parts *p = NULL;
+    for (int i = 0; i < roof_cache_n && !p; i++)
+        if (roof_cache[i].g == g && !strcmp(roof_cache[i].key, key)) p = &roof_cache[i].p;
+    if (!p) {
+        mo_cost_trace t = {0};
+        mo_status st = mo_plan_trace(rc, &t);
+        if (st != MO_OK) {
+            mo_cost_trace_free(&t);
+            mo_clear_error(); // a configuration the engine refuses: no time (callers test plannable first)
+            return;
+        }
+        roof_cached *c = &roof_cache[roof_cache_next];
+        roof_cache_next = (roof_cache_next + 1) % ROOF_CACHE;
+        if (roof_cache_n < ROOF_CACHE) roof_cache_n++;
+        snprintf(c->key, sizeof c->key, "%s", key);
+        c->g = g;
+        roof_of_trace(&t, g, rc->precision, &c->p);
+        mo_cost_trace_free(&t);
+        p = &c->p;
+    }
+    *out = p->r;
+    split_of(rc, g, p, out);
 }
 
 // ---------------------------------------------------------------- calibration
@@ -366,4 +548,35 @@ mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char 
     mo_plan_calib_fit(c, g, all, n, -1);
     free(all);
     return MO_OK;
+}
+
+// ---------------------------------------------------------------- --profile: predicted beside measured
+
+int mo_plan_profile_predict(const mo_cost_trace *t, int steps, const char *device_name, mo_precision p,
+                            double ms[MO_PROF_COUNT + 1], char *how, size_t n) {
+    for (int k = 0; k <= MO_PROF_COUNT; k++) ms[k] = 0;
+    snprintf(how, n, "no prediction");
+    mo_gpu_catalog cat;
+    if (mo_gpu_catalog_load(NULL, &cat) != MO_OK) {
+        mo_clear_error();
+        snprintf(how, n, "no prediction: the GPU catalog bench/gpus.txt was not found");
+        return 0;
+    }
+    const mo_gpu_spec *g = mo_gpu_catalog_match_device(&cat, device_name);
+    if (!g || steps < 1) {
+        snprintf(how, n, "no prediction: '%s' is not a GPU of the catalog", device_name);
+        mo_gpu_catalog_free(&cat);
+        return 0;
+    }
+    char dir[MO_PATH_MAX];
+    if (!mo_plan_find_file("results", dir, sizeof dir)) snprintf(dir, sizeof dir, "results");
+    mo_plan_calib cal;
+    mo_plan_calib_load(&cal, g, dir, NULL);
+    for (size_t i = 0; i < t->n; i++) {
+        int k = t->ops[i].prof < MO_PROF_COUNT ? t->ops[i].prof : MO_PROF_COUNT;
+        ms[k] += mo_plan_op_ms(&t->ops[i], g, p, &cal) / steps;
+    }
+    snprintf(how, n, "%s, %s", g->key, cal.how[p]);
+    mo_gpu_catalog_free(&cat);
+    return 1;
 }

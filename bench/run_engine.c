@@ -518,6 +518,19 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
                 fprintf(out, "  profile (device time per step, mean over %d timed steps; %.2f ms in ops):", s->n, sum / s->n);
                 for (int k = 0; k < MO_PROF_COUNT; k++)
                     fprintf(out, " %s %.2f%s", mo_prof_name((mo_prof_cat)k), s->prof_ms[k] / s->n, k + 1 < MO_PROF_COUNT ? "," : "\n");
+                // The same categories from the cost trace of the timed steps, at the planner's calibrated rates.
+                double pred[MO_PROF_COUNT + 1];
+                char how[160];
+                if (s->trace && mo_plan_profile_predict(s->trace, s->n, s->env->dev.name, rc->precision, pred, how, sizeof how)) {
+                    double psum = 0;
+                    for (int k = 0; k <= MO_PROF_COUNT; k++) psum += pred[k];
+                    fprintf(out, "  predicted (the planner's roofline of the traced ops, %s; %.2f ms):", how, psum);
+                    for (int k = 0; k < MO_PROF_COUNT; k++)
+                        fprintf(out, " %s %.2f%s", mo_prof_name((mo_prof_cat)k), pred[k], k + 1 < MO_PROF_COUNT ? "," : "");
+                    fprintf(out, "; outside the profiled ops %.2f\n", pred[MO_PROF_COUNT]);
+                } else {
+                    fprintf(out, "  predicted: %s\n", how);
+                }
             }
             fprintf(out, "  loss: %.4f (first step) -> %.4f (last)\n", row->loss_first, row->loss_last);
             if (s->g.loss_scaling)

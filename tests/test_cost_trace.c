@@ -1,7 +1,9 @@
 // The cost trace (kernels/cost.h): the cpu backend, which computes, records the same ops as the dry
 // backend, which does not, for every precision, attention form, checkpoint policy and accumulation;
 // the trace follows what runs (recompute adds the forward ops it repeats, the 16-bit step's fused
-// epilogues drop the residual adds and the GELU backward, fp16's loss scaler adds its check).
+// epilogues drop the residual adds and the GELU backward, fp16's loss scaler adds its check); a
+// warmed-up timed step traces as a single step does; --profile's prediction per category sums to the
+// planner's step time of the same trace.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +141,46 @@ static void test_follows_what_runs(const mo_run_env *env) {
     mo_cost_trace_free(&t);
 }
 
+// The planner's trace (one step, no warm-up) is the timed step's of a warmed-up run; --profile's
+// prediction per category adds up to the step time of the roofline of the same trace.
+static void test_planner_trace(const mo_run_env *env) {
+    mo_cost_trace a = {0}, b = {0};
+    mo_run_config rc = tiny();
+    rc.precision = MO_PREC_BF16;
+    rc.ckpt.kind = MO_CKPT_SQRT;
+    CHECK_OK(mo_plan_trace(&rc, &a));
+    mo_csv_row row;
+    CHECK_OK(mo_plan_predict_traced(&rc, env, &row, &b)); // warm-up 1, then the timed step
+    same_trace(&a, &b, "plan trace vs the timed step");
+    mo_gpu_catalog cat;
+    if (!CHECK_OK(mo_gpu_catalog_load(NULL, &cat))) return;
+    const mo_gpu_spec *g = mo_gpu_catalog_match_device(&cat, "NVIDIA H200");
+    if (CHECK(g != NULL)) {
+        double ms[MO_PROF_COUNT + 1], sum = 0;
+        char how[160];
+        CHECK(mo_plan_profile_predict(&a, 1, "NVIDIA H200", rc.precision, ms, how, sizeof how) == 1);
+        for (int k = 0; k <= MO_PROF_COUNT; k++) sum += ms[k];
+        char dir[MO_PATH_MAX];
+        if (!mo_plan_find_file("results", dir, sizeof dir)) snprintf(dir, sizeof dir, "results");
+        mo_plan_calib cal;
+        mo_plan_calib_load(&cal, g, dir, NULL);
+        mo_roofline r;
+        mo_roofline_from_trace(&a, &rc, g, &r);
+        double step = mo_plan_step_ms(&r, &cal, rc.precision);
+        CHECK_MSG(fabs(sum - step) <= 1e-9 * step, "profile prediction %.6f ms vs the step's %.6f", sum, step);
+        mo_roofline r2;
+        mo_roofline_step(&rc, g, &r2);
+        CHECK_MSG(r2.gemm_s == r.gemm_s && r2.mem_s == r.mem_s && r2.kern_s == r.kern_s && r2.kernels == (int)a.n,
+                  "mo_roofline_step differs from the trace's roofline");
+        printf("  profile prediction (%s): %.4f ms\n", how, sum);
+        double none[MO_PROF_COUNT + 1];
+        CHECK(mo_plan_profile_predict(&a, 1, "not a GPU", rc.precision, none, how, sizeof how) == 0);
+    }
+    mo_gpu_catalog_free(&cat);
+    mo_cost_trace_free(&a);
+    mo_cost_trace_free(&b);
+}
+
 int main(void) {
     mo_run_env env;
     mo_run_config rc = tiny();
@@ -146,5 +188,6 @@ int main(void) {
     if (!CHECK_OK(mo_run_env_init(&env, &rc))) return test_finish();
     test_cpu_equals_dry(&env);
     test_follows_what_runs(&env);
+    test_planner_trace(&env);
     return test_finish();
 }
