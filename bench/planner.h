@@ -5,7 +5,8 @@
 // allocations through the real allocator over a fake address space, so a predicted peak is the peak a
 // GPU run of the same configuration reports, to the byte (tests/test_plan.c holds it to that).
 //
-// Time is modelled: a roofline of the step's ops (each op's FLOPs at the catalog's dense matrix rate
+// Time is modelled: a roofline of the step's ops, the cost trace of its dry run (kernels/cost.h; each
+// op's FLOPs at the catalog's dense matrix rate
 // for the precision, its bytes at the memory bandwidth, whichever is slower), divided by efficiencies
 // that are fitted to the measured rows in results/*.csv when there are any for the device, and
 // otherwise the stated defaults (MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM).
@@ -145,7 +146,7 @@ typedef struct mo_roofline {
     double kern_s;                 // the 16-bit fused attention kernels at MO_PLAN_EFF_FLASH16 (not fitted)
 } mo_roofline;
 
-// The step's ops (forward, backward, recompute, optimizer) of rc on GPU g. GEMMs (the linear layers,
+// The step's ops (forward, backward, recompute, optimizer: every op the step dispatches) of rc on GPU g. GEMMs (the linear layers,
 // the materialized attention's batched GEMMs) run at mo_gpu_gemm_tflops; everything else
 // (LayerNorm, GELU, residual, softmax, permutes, cross-entropy, embedding, AdamW, the fp32 fused
 // attention kernel, which is CUDA-core code) at the memory bandwidth, or at the fp32 rate where it
@@ -158,8 +159,7 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
 void mo_roofline_from_trace(const mo_cost_trace *t, const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
 // The trace of rc's step: the dry backend, unsplit, uncapped, one step.
 mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t);
-// The old hand-written op list (to be deleted once the trace's agreement is checked).
-void mo_roofline_step_handwritten(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
+
 
 // Efficiencies per precision for one GPU, fitted to measured rows.
 typedef struct mo_plan_calib {
