@@ -149,29 +149,36 @@ mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t) {
 }
 
 // Rooflines already made, by what the trace depends on (the shape, batch, accum, precision, attention,
-// checkpointing; the process's MEMOPT_* knobs are fixed) and the GPU: --validate's leave-one-out fits
-// time every row once per other row.
+// checkpointing, the MEMOPT_* knobs the context reads) and the GPU's rates: --validate's leave-one-out
+// fits time every row once per other row.
 #define ROOF_CACHE 512
 typedef struct roof_cached {
-    char key[160];
-    const mo_gpu_spec *g;
+    char key[512];
     roof_parts p;
 } roof_cached;
 static roof_cached roof_cache[ROOF_CACHE];
 static int roof_cache_n, roof_cache_next;
 
-static void trace_key(const mo_run_config *rc, char *key, size_t n) {
-    snprintf(key, n, "L%d C%d H%d T%d B%d V%d a%d p%d at%d ck%d/%d", rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch,
-             rc->vocab, rc->accum, (int)rc->precision, (int)rc->attn, (int)rc->ckpt.kind, rc->ckpt.every);
+static const char *env_or(const char *name) {
+    const char *v = getenv(name);
+    return v ? v : "-";
+}
+
+static void trace_key(const mo_run_config *rc, const mo_gpu_spec *g, char *key, size_t n) {
+    snprintf(key, n, "L%d C%d H%d T%d B%d V%d a%d p%d at%d ck%d/%d | %s %g %g %g %g %g | %.24s %.24s %.24s %.24s %.24s",
+             rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch, rc->vocab, rc->accum, (int)rc->precision, (int)rc->attn,
+             (int)rc->ckpt.kind, rc->ckpt.every, g->key, g->fp32, g->tf32, g->fp16, g->bf16, g->mem_bw_gbs,
+             env_or("MEMOPT_FUSE_EPILOGUES"), env_or("MEMOPT_ATTN_GEMM"), env_or("MEMOPT_ATTN_SCORES"),
+             env_or("MEMOPT_ATTN_DPRE"), env_or("MEMOPT_ATTN_CHUNK_ROWS"));
 }
 
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
     memset(out, 0, sizeof *out);
-    char key[160];
-    trace_key(rc, key, sizeof key);
+    char key[512];
+    trace_key(rc, g, key, sizeof key);
     const roof_parts *p = NULL;
     for (int i = 0; i < roof_cache_n && !p; i++)
-        if (roof_cache[i].g == g && !strcmp(roof_cache[i].key, key)) p = &roof_cache[i].p;
+        if (!strcmp(roof_cache[i].key, key)) p = &roof_cache[i].p;
     if (!p) {
         mo_cost_trace t = {0};
         mo_status st = mo_plan_trace(rc, &t);
@@ -184,7 +191,6 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
         roof_cache_next = (roof_cache_next + 1) % ROOF_CACHE;
         if (roof_cache_n < ROOF_CACHE) roof_cache_n++;
         snprintf(c->key, sizeof c->key, "%s", key);
-        c->g = g;
         roof_of_trace(&t, g, rc->precision, &c->p);
         mo_cost_trace_free(&t);
         p = &c->p;

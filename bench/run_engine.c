@@ -385,6 +385,7 @@ static int64_t predicted_peak(const mo_run_session *s) {
         r = (int64_t)d->stats.peak_allocated_bytes;
     }
     session_release(d);
+    mo_cost_trace_free(&d->own_trace); // a --profile row's replay traced too
     free(d->times); free(d->recompute); free(d);
     return r;
 }
