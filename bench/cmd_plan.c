@@ -115,11 +115,18 @@ static double model_tflops(const mo_run_config *rc, double ms) {
 }
 
 static mo_status evaluate(entry *e, const target *t, const mo_run_env *env, int want_max, int *runs) {
-    MO_TRY(mo_plan_fit_check(&e->rc, env, t->headroom, &e->fit));
+    // The fit check's first run is the step on the dry backend: its cost trace times it (a split run,
+    // or one that ran out of memory under its own cap, is traced again unsplit and uncapped).
+    static mo_cost_trace trace; // reused from one configuration to the next
+    const int split = e->rc.tp * e->rc.pp > 1;
+    MO_TRY(mo_plan_fit_check_traced(&e->rc, env, t->headroom, &e->fit, t->time_gpu && !split ? &trace : NULL));
     *runs += e->fit.runs;
     e->ms = NAN;
     if (t->time_gpu) {
-        mo_roofline_step(&e->rc, t->time_gpu, &e->roof);
+        if (!split && !strcmp(e->fit.row.status, "ok") && !trace.overflow && trace.n > 0)
+            mo_roofline_from_trace(&trace, &e->rc, t->time_gpu, &e->roof);
+        else
+            mo_roofline_step(&e->rc, t->time_gpu, &e->roof);
         e->ms = mo_plan_step_ms(&e->roof, &t->cal, e->rc.precision);
     }
     if (want_max && e->fit.plannable) {

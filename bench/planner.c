@@ -48,9 +48,13 @@ static void dry_config(const mo_run_config *rc, mo_run_config *d) {
 }
 
 mo_status mo_plan_predict(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row) {
+    return mo_plan_predict_traced(rc, env, row, NULL);
+}
+
+mo_status mo_plan_predict_traced(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, mo_cost_trace *trace) {
     mo_run_config d;
     dry_config(rc, &d);
-    return mo_run_execute(&d, env, row, NULL);
+    return mo_run_execute_traced(&d, env, row, NULL, trace);
 }
 
 static int plannable_status(const mo_csv_row *r) { return !strcmp(r->status, "ok") || !strcmp(r->status, "oom"); }
@@ -67,8 +71,13 @@ static void capped(const mo_run_config *rc, uint64_t headroom, mo_run_config *ou
 }
 
 mo_status mo_plan_fit_check(const mo_run_config *rc, const mo_run_env *env, uint64_t headroom, mo_plan_fit *out) {
+    return mo_plan_fit_check_traced(rc, env, headroom, out, NULL);
+}
+
+mo_status mo_plan_fit_check_traced(const mo_run_config *rc, const mo_run_env *env, uint64_t headroom, mo_plan_fit *out,
+                                   mo_cost_trace *trace) {
     memset(out, 0, sizeof *out);
-    MO_TRY(mo_plan_predict(rc, env, &out->row));
+    MO_TRY(mo_plan_predict_traced(rc, env, &out->row, trace));
     out->runs = 1;
     out->plannable = plannable_status(&out->row);
     if (!out->plannable || strcmp(out->row.status, "ok")) return MO_OK; // its own cap already fails it

@@ -5,7 +5,8 @@
 // allocations through the real allocator over a fake address space, so a predicted peak is the peak a
 // GPU run of the same configuration reports, to the byte (tests/test_plan.c holds it to that).
 //
-// Time is modelled: a roofline of the step's ops (each op's FLOPs at the catalog's dense matrix rate
+// Time is modelled: a roofline of the step's ops, the cost trace of its dry run (kernels/cost.h; each
+// op's FLOPs at the catalog's dense matrix rate
 // for the precision, its bytes at the memory bandwidth, whichever is slower), divided by efficiencies
 // that are fitted to the measured rows in results/*.csv when there are any for the device, and
 // otherwise the stated defaults (MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM).
@@ -106,6 +107,8 @@ mo_status mo_plan_env_init(mo_run_env *env);
 // was produced; row->status says how the run went (ok, oom under rc's own cap, invalid, error).
 // Why steps 1 / warm-up 1 gives a real run's timed-step peak: see bench/planner.c.
 mo_status mo_plan_predict(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row);
+// The same, keeping the cost trace of the timed step in *trace (unsplit runs; see mo_run_execute_traced).
+mo_status mo_plan_predict_traced(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, mo_cost_trace *trace);
 
 // Fits or not in `headroom` bytes: the dry run again under a cap of the headroom (min with rc's own
 // cap), the cap being counted against reserved bytes exactly as device memory is. A run that
@@ -118,6 +121,9 @@ typedef struct mo_plan_fit {
     int runs;           // dry runs made
 } mo_plan_fit;
 mo_status mo_plan_fit_check(const mo_run_config *rc, const mo_run_env *env, uint64_t headroom, mo_plan_fit *out);
+// The same, keeping the uncapped run's cost trace in *trace (as mo_plan_predict_traced).
+mo_status mo_plan_fit_check_traced(const mo_run_config *rc, const mo_run_env *env, uint64_t headroom, mo_plan_fit *out,
+                                   mo_cost_trace *trace);
 
 // The largest global batch (a multiple of rc->accum, up to MO_MAX_BATCH) that fits in headroom, by
 // doubling from rc->batch and then bisecting. *best is 0 when not even batch = accum fits; *at_limit
@@ -140,13 +146,20 @@ typedef struct mo_roofline {
     double kern_s;                 // the 16-bit fused attention kernels at MO_PLAN_EFF_FLASH16 (not fitted)
 } mo_roofline;
 
-// The step's ops (forward, backward, recompute, optimizer) of rc on GPU g. GEMMs (the linear layers,
+// The step's ops (forward, backward, recompute, optimizer: every op the step dispatches) of rc on GPU g. GEMMs (the linear layers,
 // the materialized attention's batched GEMMs) run at mo_gpu_gemm_tflops; everything else
 // (LayerNorm, GELU, residual, softmax, permutes, cross-entropy, embedding, AdamW, the fp32 fused
 // attention kernel, which is CUDA-core code) at the memory bandwidth, or at the fp32 rate where it
 // computes more than it moves; the 16-bit fused attention at MO_PLAN_EFF_FLASH16 of the tensor peak
 // (kern_s). Each op costs at least MO_PLAN_KERNEL_FLOOR_S.
+// The ops are the cost trace (kernels/cost.h) of rc's step on the dry backend (mo_plan_trace), so
+// the roofline follows whatever the model and the dispatchers run, recompute and fusions included.
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
+// The same from a trace already made (of rc's unsplit step; rc's tp and pp apply the split model).
+void mo_roofline_from_trace(const mo_cost_trace *t, const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
+// The trace of rc's step: the dry backend, unsplit, uncapped, one step.
+mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t);
+
 
 // Efficiencies per precision for one GPU, fitted to measured rows.
 typedef struct mo_plan_calib {
@@ -162,6 +175,13 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
 mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, FILE *notes);
 // The predicted step time (ms) of a roofline under a calibration.
 double mo_plan_step_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p);
+// One traced op's predicted time (ms) on g under a calibration (--profile's prediction per class).
+double mo_plan_op_ms(const mo_cost_op *o, const mo_gpu_spec *g, mo_precision p, const mo_plan_calib *c);
+// --profile: the predicted time (ms per step) of a traced run of `steps` steps on the GPU named
+// device_name (its catalog entry, calibrated on results/*.csv), by the profiler's category of each op
+// (ms[MO_PROF_COUNT]: ops outside any profiled op). 0 (and why in how) without a catalog entry.
+int mo_plan_profile_predict(const mo_cost_trace *t, int steps, const char *device_name, mo_precision p,
+                            double ms[MO_PROF_COUNT + 1], char *how, size_t n);
 
 // A results row back to the configuration that produced it (for validation and calibration).
 mo_status mo_plan_config_from_row(const mo_csv_row *row, mo_run_config *rc);

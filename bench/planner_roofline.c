@@ -1,10 +1,11 @@
-// The planner's time side: a roofline of the training step, op by op, and its calibration against
-// measured rows. The op list mirrors models/gpt_step.c (forward, backward, the recompute of each
-// checkpoint policy, the optimizer); each op's FLOPs and bytes come from its shapes. It is a model of
-// time only: memory is always the dry run's.
+// The planner's time side: a roofline of the training step and its calibration against measured rows.
+// The op list is the cost trace of the step on the dry backend (kernels/cost.h: every op dispatch
+// records its class, FLOPs and bytes, recompute included, as the model and the dispatchers run it);
+// nothing here restates the model's schedule, so a new model adds no planner code. Each op costs the
+// larger of its FLOPs at the rate of its class and its bytes at the bandwidth. It is a model of time
+// only: memory is always the dry run's.
 #include "bench/planner.h"
-#include "kernels/attention.h" // which shapes the fp32 score kernel takes, its tile
-#include "kernels/ctx.h" // the attention's causal chunk counts
+#include "kernels/cost.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -12,247 +13,190 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct acc {
-    mo_roofline *r;
-    double gemm_rate, vec_rate, bw; // FLOP/s, FLOP/s, B/s
-    double flash_rate;              // the 16-bit fused attention's FLOP/s (MO_PLAN_EFF_FLASH16 of the peak)
-} acc;
+// Seconds of one traced op at the datasheet rates: its compute at the rate of its class, its traffic
+// at the bandwidth, at least a launch. GEMMs (and convolutions) at the dense rate of the precision;
+// the fused attention kernels in 16 bits at MO_PLAN_EFF_FLASH16 of it (kern_s, not fitted), in fp32
+// (CUDA-core code) as memory-bound ops; memory-bound ops at the fp32 rate where they compute more than
+// they move.
+typedef struct rates {
+    double gemm, vec, bw, flash;
+    int half;
+} rates;
 
-#define OP_FLASH 2 // op class: the 16-bit fused attention kernels (kern_s, not fitted)
+static void rates_of(const mo_gpu_spec *g, mo_precision p, rates *r) {
+    r->half = p == MO_PREC_FP16 || p == MO_PREC_BF16;
+    r->gemm = 1e12 * mo_gpu_gemm_tflops(g, p, NULL);
+    r->vec = 1e12 * g->fp32;
+    r->bw = 1e9 * g->mem_bw_gbs;
+    r->flash = MO_PLAN_EFF_FLASH16 * r->gemm;
+}
 
-// One op: at least its compute at the rate of its class (1 GEMM, 0 vector, OP_FLASH), its traffic at
-// the bandwidth, a launch.
-static void op(acc *a, int gemm, double flops, double bytes) {
-    double rate = gemm == OP_FLASH ? a->flash_rate : gemm ? a->gemm_rate : a->vec_rate;
-    double t = fmax(flops / rate, bytes / a->bw);
-    t = fmax(t, MO_PLAN_KERNEL_FLOOR_S);
-    if (gemm == OP_FLASH) {
-        a->r->kern_s += t;
-    } else if (gemm) {
-        a->r->gemm_s += t;
-        a->r->gemm_flops += flops;
-    } else {
-        a->r->mem_s += t;
-        a->r->mem_bytes += bytes;
+// 0 GEMM part (gemm_s), 1 memory-bound part (mem_s), 2 fixed-rate kernels (kern_s)
+static int part_of(const rates *r, int cls) {
+    if (cls == MO_COST_GEMM || cls == MO_COST_CONV) return 0;
+    if (cls == MO_COST_ATTENTION && r->half) return 2;
+    return 1;
+}
+
+static double op_seconds(const rates *r, const mo_cost_op *o, int part) {
+    double rate = part == 0 ? r->gemm : part == 2 ? r->flash : r->vec;
+    double t = fmax(o->flops / rate, o->bytes / r->bw);
+    return fmax(t, MO_PLAN_KERNEL_FLOOR_S);
+}
+
+// The unsplit step's roofline and its parts per region (what the split model divides).
+typedef struct roof_parts {
+    mo_roofline r;
+    double s[MO_COST_REGIONS][3]; // seconds by region and part
+} roof_parts;
+
+static void roof_of_trace(const mo_cost_trace *t, const mo_gpu_spec *g, mo_precision p, roof_parts *out) {
+    memset(out, 0, sizeof *out);
+    rates rt;
+    rates_of(g, p, &rt);
+    for (size_t i = 0; i < t->n; i++) {
+        const mo_cost_op *o = &t->ops[i];
+        int part = part_of(&rt, o->cls);
+        double sec = op_seconds(&rt, o, part);
+        out->s[o->region < MO_COST_REGIONS ? o->region : 0][part] += sec;
+        if (part == 0) {
+            out->r.gemm_s += sec;
+            out->r.gemm_flops += o->flops;
+        } else if (part == 1) {
+            out->r.mem_s += sec;
+            out->r.mem_bytes += o->bytes;
+        } else {
+            out->r.kern_s += sec;
+        }
+        out->r.flops += o->flops;
+        out->r.kernels++;
     }
-    a->r->flops += flops;
-    a->r->kernels++;
+    out->r.bubble = 1.0;
 }
-
-typedef struct shape {
-    double Bm, T, C, NH, V, N, e; // micro-batch, seq, channels, heads, vocab, rows Bm*T, activation bytes
-    int fused;
-    int own_scores; // fp32 without TF32, HS 64: the score GEMMs on attention_scores.cu's 128-row tiles
-} shape;
-
-// out (N,O) = in (N,K) W^T (+ extra bytes written by a fused epilogue)
-static void linear_fwd(acc *a, const shape *s, double K, double O, double extra) {
-    op(a, 1, 2 * s->N * K * O, s->e * (s->N * K + K * O + s->N * O) + extra);
-}
-
-// dinp = dout W; dW += dout^T inp (fp32 gradient read and written); dbias over the rows of dout.
-static void linear_bwd(acc *a, const shape *s, double K, double O, int bias) {
-    op(a, 1, 2 * s->N * K * O, s->e * (s->N * O + O * K + s->N * K));
-    op(a, 1, 2 * s->N * K * O, s->e * (s->N * O + s->N * K) + 8 * O * K);
-    if (bias) op(a, 0, s->N * O, s->e * s->N * O + 8 * O);
-}
-
-static void layernorm_fwd(acc *a, const shape *s) { op(a, 0, 8 * s->N * s->C, s->e * 2 * s->N * s->C + 8 * s->N); }
-static void layernorm_bwd(acc *a, const shape *s) { op(a, 0, 12 * s->N * s->C, s->e * 4 * s->N * s->C + 8 * s->N); }
-static void residual(acc *a, const shape *s) { op(a, 0, s->N * s->C, s->e * 3 * s->N * s->C); }
-
-// The share of the T x T products computed when the queries run in blocks of r rows, the block
-// [i0, i1) over keys [0, i1): sum of rows * i1 over T^2.
-static double block_share(int T, int r) {
-    double sum = 0;
-    for (int i0 = 0; i0 < T; i0 += r) {
-        int i1 = i0 + r < T ? i0 + r : T;
-        sum += (double)(i1 - i0) * i1;
-    }
-    return T > 0 ? sum / ((double)T * T) : 1.0;
-}
-// The materialized attention's GEMMs: chunks of mo_attn_chunk_rows rows (kernels/ctx.h: its default
-// count for the precision and GEMM form, scaled by B*NH / 96, rounded up to 64 rows).
-static double causal_share(const shape *s) {
-    mo_ctx c;
-    memset(&c, 0, sizeof c); // attn_chunk_rows 0, attn_gemm 0: the defaults
-    return block_share((int)s->T, mo_attn_chunk_rows(&c, (int)s->T, (int)s->e, (int)(s->Bm * s->NH)));
-}
-// The share of the T x T scores the score and datt GEMMs compute: the causal chunks' share on cuBLAS,
-// the tiles on and below the diagonal (128 x 128) on attention_scores.cu's kernel.
-static double scores_share(const shape *s) {
-    return s->own_scores ? block_share((int)s->T, ATTENTION_SCORES_TILE) : causal_share(s);
-}
-// Whether the default form permutes q, k, v (and the outputs) to head-major copies around its GEMMs;
-// the in-place forms read and write qkv / out / dqkv where they are.
-static int attn_permutes(const shape *s) {
-    mo_ctx c;
-    memset(&c, 0, sizeof c);
-    return mo_attn_gemm_mode(&c, (int)s->e) == MO_ATTN_GEMM_STRIDED;
-}
-
-static void attention_fwd(acc *a, const shape *s) {
-    double NC = s->N * s->C, S = s->Bm * s->NH * s->T * s->T, qk = 2 * s->Bm * s->T * s->T * s->C;
-    if (s->fused) {
-        // One kernel over the causal tiles (about half of the T x T scores), keeping lse: CUDA cores in
-        // fp32 (attention_fused.cu), tensor cores (mma.sync) in 16 bits (attention_fused_mixed.cu).
-        op(a, s->e < 4 ? OP_FLASH : 0, 0.5 * 2 * qk, s->e * 4 * NC + 4 * s->Bm * s->NH * s->T);
-        return;
-    }
-    const double f = causal_share(s), fs = scores_share(s);
-    const int pm = attn_permutes(s);
-    if (pm) op(a, 0, 0, s->e * 6 * NC);             // permute qkv to per-head q, k, v
-    op(a, 1, qk * fs, s->e * (2 * NC + fs * S));    // scores q k^T (the chunks' keys, or the tiles)
-    qk *= f;
-    op(a, 0, 5 * S, s->e * 2 * S);                  // scale, mask, softmax in place
-    op(a, 1, qk, s->e * (f * S + 2 * NC));          // att v
-    if (pm) op(a, 0, 0, s->e * 2 * NC);             // heads side by side
-}
-
-static void attention_bwd(acc *a, const shape *s) {
-    double NC = s->N * s->C, S = s->Bm * s->NH * s->T * s->T, qk = 2 * s->Bm * s->T * s->T * s->C;
-    if (s->fused) {
-        op(a, 0, 2 * NC, s->e * 2 * NC);            // D = rowsum(dout * out)
-        // dk/dv kernel and dq kernel each recompute the scores and dP: 8 products of the forward's 2.
-        op(a, s->e < 4 ? OP_FLASH : 0, 0.5 * 4 * qk, s->e * 6 * NC);
-        op(a, s->e < 4 ? OP_FLASH : 0, 0.5 * 4 * qk, s->e * 6 * NC);
-        return;
-    }
-    const double f = causal_share(s), fs = scores_share(s);
-    const int pm = attn_permutes(s);
-    if (pm) op(a, 0, 0, s->e * 8 * NC);             // permute q, k, v and dout
-    if (s->own_scores) {
-        // dpreatt from the datt kernel's epilogue (attention_dpreatt_cuda): it reads att on its tiles,
-        // after D = rowsum(dy * out); no softmax-backward pass
-        op(a, 0, 2 * NC, s->e * 2 * NC);
-        op(a, 1, qk * fs, s->e * (2 * NC + 2 * fs * S));
-    } else {
-        op(a, 1, qk * fs, s->e * (2 * NC + fs * S)); // datt = dy v^T
-    }
-    qk *= f;
-    op(a, 1, qk, s->e * (f * S + 2 * NC));          // dv = att^T dy
-    if (!s->own_scores) op(a, 0, 4 * S, s->e * 3 * S); // softmax backward in place
-    op(a, 1, qk, s->e * (f * S + 2 * NC));          // dq
-    op(a, 1, qk, s->e * (f * S + 2 * NC));          // dk
-    if (pm) op(a, 0, 0, s->e * 6 * NC);             // back to (B, T, 3C)
-}
-
-static void block_fwd(acc *a, const shape *s) {
-    double C = s->C, NC = s->N * s->C;
-    layernorm_fwd(a, s);
-    linear_fwd(a, s, C, 3 * C, 0);
-    attention_fwd(a, s);
-    linear_fwd(a, s, C, C, 0);
-    residual(a, s);
-    layernorm_fwd(a, s);
-    linear_fwd(a, s, C, 4 * C, s->e * 4 * NC); // GELU epilogue writes the activation too
-    linear_fwd(a, s, 4 * C, C, 0);
-    residual(a, s);
-}
-
-static void block_bwd(acc *a, const shape *s, int recompute_attention) {
-    double C = s->C, NC = s->N * s->C;
-    linear_bwd(a, s, 4 * C, C, 1);
-    op(a, 0, 8 * 4 * NC, s->e * 3 * 4 * NC); // GELU backward
-    linear_bwd(a, s, C, 4 * C, 1);
-    layernorm_bwd(a, s);
-    linear_bwd(a, s, C, C, 1);
-    if (recompute_attention) attention_fwd(a, s);
-    attention_bwd(a, s);
-    linear_bwd(a, s, C, 3 * C, 1);
-    layernorm_bwd(a, s);
-}
-
-// The parts of the step a split does not divide evenly (seconds at the datasheet rates).
-typedef struct split_part {
-    double head_gemm, head_mem; // lnf, LM head, loss and their backward: all micro-batches
-    double opt_gemm, opt_mem;   // the optimizer, once per step
-} split_part;
 
 // A split's time per rank, first order, for the critical rank: a tp rank of the last stage (it runs
 // the LM head, replicated on every tp rank, besides its share of the blocks). Per micro-batch its
-// compute is the blocks / (tp*pp) plus the whole head; the 1F1B pipeline stretches the micro-batch
-// part by (accum + pp - 1) / accum; the optimizer (not pipelined) is divided by tp*pp (optimistic: the
-// replicated LayerNorms and the tied wte copies are updated on several ranks). The link carries, per
-// micro-batch and block of the stage, 4 tp all-reduces of (B/accum, T, C) in fp32 (16-bit runs widen
-// to fp32 before the sum; a ring moves 2 (tp-1)/tp of each), one activation forward and one gradient
-// back per stage boundary (16 bits when mixed), and once per step the tied wte gradient's all-reduce
-// between the first and last stage (V*C fp32); recompute's extra forward all-reduces are ignored.
-static void split_step(const mo_run_config *rc, const mo_gpu_spec *g, const shape *s, const split_part *pt,
-                       mo_roofline *out) {
+// compute is the body (embedding and blocks) / (tp*pp) plus the whole head; the 1F1B pipeline
+// stretches the micro-batch part by (accum + pp - 1) / accum; the optimizer (not pipelined) is divided
+// by tp*pp (optimistic: the replicated LayerNorms and the tied wte copies are updated on several
+// ranks). The link carries, per micro-batch and block of the stage, 4 tp all-reduces of (B/accum, T, C)
+// in fp32 (16-bit runs widen to fp32 before the sum; a ring moves 2 (tp-1)/tp of each), one activation
+// forward and one gradient back per stage boundary (16 bits when mixed), and once per step the tied wte
+// gradient's all-reduce between the first and last stage (V*C fp32); recompute's extra forward
+// all-reduces are ignored. The parts per region come from the unsplit step's trace.
+static void split_of(const mo_run_config *rc, const mo_gpu_spec *g, const roof_parts *pp_, mo_roofline *out) {
     int tp = rc->tp, pp = rc->pp, W = tp * pp;
     if (W <= 1) return;
     double bubble = (double)(rc->accum + pp - 1) / rc->accum;
-    double blocks_gemm = out->gemm_s - pt->head_gemm - pt->opt_gemm, blocks_mem = out->mem_s - pt->head_mem - pt->opt_mem;
-    // the head is on one stage, in full on each of its tp ranks: not divided
-    out->gemm_s = (blocks_gemm / W + pt->head_gemm) * bubble + pt->opt_gemm / W;
-    out->mem_s = (blocks_mem / W + pt->head_mem) * bubble + pt->opt_mem / W;
+    double part[3];
+    for (int k = 0; k < 3; k++)
+        part[k] = (pp_->s[MO_COST_BODY][k] / W + pp_->s[MO_COST_HEAD][k]) * bubble + pp_->s[MO_COST_OPTIMIZER][k] / W;
+    out->gemm_s = part[0];
+    out->mem_s = part[1];
+    out->kern_s = part[2];
     out->bubble = bubble;
-    double act32 = s->N * s->C * 4, act = s->N * s->C * s->e; // one (B/accum, T, C) activation, bytes
+    int half = rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16;
+    double N = (double)(rc->batch / rc->accum) * rc->seq, C = rc->hidden;
+    double act32 = N * C * 4, act = N * C * (half ? 2 : 4); // one (B/accum, T, C) activation, bytes
     double bytes = 0;
     if (tp > 1) bytes += rc->accum * (double)(rc->layers / pp) * 4 * act32 * 2.0 * (tp - 1) / tp;
-    if (pp > 1) bytes += rc->accum * 2 * act + s->V * s->C * 4.0; // boundaries; the wte tie (2 ranks: ring factor 1)
+    if (pp > 1) bytes += rc->accum * 2 * act + (double)rc->vocab * C * 4.0; // boundaries; the wte tie (2 ranks)
     double link = g->link_gbs > 0 ? 0.5e9 * g->link_gbs : 0; // the vendor states both directions together
     out->comm_s = link > 0 ? bytes / link : 0;
 }
 
+void mo_roofline_from_trace(const mo_cost_trace *t, const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
+    roof_parts p;
+    roof_of_trace(t, g, rc->precision, &p);
+    *out = p.r;
+    split_of(rc, g, &p, out);
+}
+
+double mo_plan_op_ms(const mo_cost_op *o, const mo_gpu_spec *g, mo_precision p, const mo_plan_calib *c) {
+    rates rt;
+    rates_of(g, p, &rt);
+    int part = part_of(&rt, o->cls);
+    double sec = op_seconds(&rt, o, part);
+    return 1e3 * (part == 0 ? sec / c->eff_gemm[p] : part == 1 ? sec / c->eff_mem[p] : sec);
+}
+
+// The run whose trace times rc: its step on the dry backend, unsplit (the split model divides the
+// unsplit step), uncapped (a plan times configurations that do not fit too), one step, no warm-up (the
+// op list of every step is the same).
+mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t) {
+    static mo_run_env env;
+    static int have_env;
+    if (!have_env) {
+        MO_TRY(mo_plan_env_init(&env));
+        have_env = 1;
+    }
+    mo_run_config d = *rc;
+    d.backend = MO_BACKEND_DRY;
+    d.steps = 1;
+    d.warmup = 0;
+    d.monitor = 0;
+    d.csv[0] = '\0';
+    d.profile = 0;
+    d.tp = d.pp = 1;
+    d.comm = MO_COMM_LOCAL;
+    memset(&d.cap, 0, sizeof d.cap);
+    snprintf(d.cap_text, sizeof d.cap_text, "none");
+    mo_csv_row row;
+    MO_TRY(mo_run_execute_traced(&d, &env, &row, NULL, t));
+    if (strcmp(row.status, "ok") || t->overflow)
+        return MO_FAIL(MO_ERR_INTERNAL, "the dry run that traces the step: %s %s", row.status, row.detail);
+    return MO_OK;
+}
+
+// Rooflines already made, by what the trace depends on (the shape, batch, accum, precision, attention,
+// checkpointing, the MEMOPT_* knobs the context reads) and the GPU's rates: --validate's leave-one-out
+// fits time every row once per other row.
+#define ROOF_CACHE 512
+typedef struct roof_cached {
+    char key[512];
+    roof_parts p;
+} roof_cached;
+static roof_cached roof_cache[ROOF_CACHE];
+static int roof_cache_n, roof_cache_next;
+
+static const char *env_or(const char *name) {
+    const char *v = getenv(name);
+    return v ? v : "-";
+}
+
+static void trace_key(const mo_run_config *rc, const mo_gpu_spec *g, char *key, size_t n) {
+    snprintf(key, n, "L%d C%d H%d T%d B%d V%d a%d p%d at%d ck%d/%d | %s %g %g %g %g %g | %.24s %.24s %.24s %.24s %.24s",
+             rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch, rc->vocab, rc->accum, (int)rc->precision, (int)rc->attn,
+             (int)rc->ckpt.kind, rc->ckpt.every, g->key, g->fp32, g->tf32, g->fp16, g->bf16, g->mem_bw_gbs,
+             env_or("MEMOPT_FUSE_EPILOGUES"), env_or("MEMOPT_ATTN_GEMM"), env_or("MEMOPT_ATTN_SCORES"),
+             env_or("MEMOPT_ATTN_DPRE"), env_or("MEMOPT_ATTN_CHUNK_ROWS"));
+}
+
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
     memset(out, 0, sizeof *out);
-    int half = rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16;
-    const double peak = 1e12 * mo_gpu_gemm_tflops(g, rc->precision, NULL);
-    acc a = {out, peak, 1e12 * g->fp32, 1e9 * g->mem_bw_gbs, MO_PLAN_EFF_FLASH16 * peak};
-    shape s;
-    s.Bm = (double)(rc->batch / rc->accum);
-    s.T = rc->seq;
-    s.C = rc->hidden;
-    s.NH = rc->heads;
-    s.V = rc->vocab;
-    s.N = s.Bm * s.T;
-    s.e = half ? 2 : 4; // activations in 16 bits under mixed precision (DESIGN.md)
-    s.fused = rc->attn == MO_ATTN_FUSED;
-    // the operands in place in qkv (ld 3C); a tp rank has fewer heads of the same size
-    s.own_scores = rc->precision == MO_PREC_FP32 && rc->heads > 0 && rc->hidden % rc->heads == 0 &&
-                   attention_scores_cuda_supported((int)(s.Bm * s.NH), rc->seq, rc->hidden / rc->heads,
-                                                   3 * rc->hidden, 3 * rc->hidden, NULL, NULL, NULL);
-    int L = rc->layers;
-    double NC = s.N * s.C, NV = s.N * s.V;
-    int recompute_blocks = rc->ckpt.kind == MO_CKPT_FULL || rc->ckpt.kind == MO_CKPT_EVERY || rc->ckpt.kind == MO_CKPT_SQRT;
-    int recompute_attention = rc->ckpt.kind == MO_CKPT_SELECTIVE && !s.fused;
-    double head_gemm = 0, head_mem = 0;
-    for (int micro = 0; micro < rc->accum; micro++) {
-        op(&a, 0, 0, s.e * NC + 8 * NC);                 // embedding: wte and wpe rows (fp32) to the stream
-        for (int l = 0; l < L; l++) block_fwd(&a, &s);
-        double g0 = out->gemm_s, m0 = out->mem_s;        // the head: on every tp rank of the last stage
-        layernorm_fwd(&a, &s);
-        linear_fwd(&a, &s, s.C, s.V, 0);                  // logits
-        op(&a, 0, 5 * NV, s.e * 2 * NV);                  // softmax cross-entropy, dlogits in place
-        linear_bwd(&a, &s, s.C, s.V, 0);
-        op(&a, 0, 0, s.e * NC);                           // zero the residual gradient
-        layernorm_bwd(&a, &s);
-        head_gemm += out->gemm_s - g0;
-        head_mem += out->mem_s - m0;
-        for (int l = L - 1; l >= 0; l--) {
-            if (recompute_blocks) block_fwd(&a, &s);      // every block's forward once more, by segments
-            block_bwd(&a, &s, recompute_attention);
+    char key[512];
+    trace_key(rc, g, key, sizeof key);
+    const roof_parts *p = NULL;
+    for (int i = 0; i < roof_cache_n && !p; i++)
+        if (!strcmp(roof_cache[i].key, key)) p = &roof_cache[i].p;
+    if (!p) {
+        mo_cost_trace t = {0};
+        mo_status st = mo_plan_trace(rc, &t);
+        if (st != MO_OK) {
+            mo_cost_trace_free(&t);
+            mo_clear_error(); // a configuration the engine refuses: no time (callers test plannable first)
+            return;
         }
-        op(&a, 0, 0, s.e * NC + 16 * NC);                 // embedding backward into dwte, dwpe
+        roof_cached *c = &roof_cache[roof_cache_next];
+        roof_cache_next = (roof_cache_next + 1) % ROOF_CACHE;
+        if (roof_cache_n < ROOF_CACHE) roof_cache_n++;
+        snprintf(c->key, sizeof c->key, "%s", key);
+        roof_of_trace(&t, g, rc->precision, &c->p);
+        mo_cost_trace_free(&t);
+        p = &c->p;
     }
-    // The optimizer, once per step, on fp32 state: zero grads, the clipping norm, AdamW.
-    size_t P = 0;
-    {
-        mo_gpt_config gc;
-        memset(&gc, 0, sizeof gc);
-        gc.layers = rc->layers; gc.hidden = rc->hidden; gc.heads = rc->heads; gc.seq = rc->seq;
-        gc.batch = rc->batch; gc.vocab = rc->vocab; gc.accum = rc->accum;
-        P = mo_gpt_num_params(&gc);
-    }
-    double og0 = out->gemm_s, om0 = out->mem_s;
-    op(&a, 0, 0, 4.0 * P);
-    op(&a, 0, 2.0 * P, 4.0 * P);
-    op(&a, 0, 12.0 * P, 28.0 * P + (half ? 6.0 * P : 0)); // p, g, m, v read; p, m, v written (+16-bit copy)
-    out->bubble = 1.0;
-    split_part parts = {head_gemm, head_mem, out->gemm_s - og0, out->mem_s - om0};
-    split_step(rc, g, &s, &parts, out);
+    *out = p->r;
+    split_of(rc, g, p, out);
 }
 
 // ---------------------------------------------------------------- calibration
@@ -366,4 +310,35 @@ mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char 
     mo_plan_calib_fit(c, g, all, n, -1);
     free(all);
     return MO_OK;
+}
+
+// ---------------------------------------------------------------- --profile: predicted beside measured
+
+int mo_plan_profile_predict(const mo_cost_trace *t, int steps, const char *device_name, mo_precision p,
+                            double ms[MO_PROF_COUNT + 1], char *how, size_t n) {
+    for (int k = 0; k <= MO_PROF_COUNT; k++) ms[k] = 0;
+    snprintf(how, n, "no prediction");
+    mo_gpu_catalog cat;
+    if (mo_gpu_catalog_load(NULL, &cat) != MO_OK) {
+        mo_clear_error();
+        snprintf(how, n, "no prediction: the GPU catalog bench/gpus.txt was not found");
+        return 0;
+    }
+    const mo_gpu_spec *g = mo_gpu_catalog_match_device(&cat, device_name);
+    if (!g || steps < 1) {
+        snprintf(how, n, "no prediction: '%s' is not a GPU of the catalog", device_name);
+        mo_gpu_catalog_free(&cat);
+        return 0;
+    }
+    char dir[MO_PATH_MAX];
+    if (!mo_plan_find_file("results", dir, sizeof dir)) snprintf(dir, sizeof dir, "results");
+    mo_plan_calib cal;
+    mo_plan_calib_load(&cal, g, dir, NULL);
+    for (size_t i = 0; i < t->n; i++) {
+        int k = t->ops[i].prof < MO_PROF_COUNT ? t->ops[i].prof : MO_PROF_COUNT;
+        ms[k] += mo_plan_op_ms(&t->ops[i], g, p, &cal) / steps;
+    }
+    snprintf(how, n, "%s, %s", g->key, cal.how[p]);
+    mo_gpu_catalog_free(&cat);
+    return 1;
 }

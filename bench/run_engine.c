@@ -158,6 +158,8 @@ struct mo_run_session {
     uint64_t static_bytes;
     uint64_t dev_used_before, dev_used_peak_seen;
     double prof_ms[MO_PROF_COUNT]; // --profile: summed over the timed steps
+    mo_cost_trace *trace;    // the ops of the timed steps (unsplit runs; NULL: none kept)
+    mo_cost_trace own_trace; // --profile's, when the caller asked for none
 };
 
 static mo_status session_fail(mo_run_session *s, mo_status st) {
@@ -211,7 +213,11 @@ static mo_status session_build(mo_run_session *s) {
     mo_alloc_stats s0;
     mo_allocator_stats(s->a, &s0);
     s->static_bytes = static_of(&s0);
-    if (s->rc.profile) MO_TRY(mo_prof_enable(s->x));
+    if (s->rc.profile) {
+        MO_TRY(mo_prof_enable(s->x));
+        if (!s->trace) s->trace = &s->own_trace; // predicted time per class beside the measured
+    }
+    if (s->trace) mo_cost_trace_attach(s->x, s->trace);
     MO_TRY(mo_timer_init(s->x, &s->t));
     s->timer_ok = 1;
     return MO_OK;
@@ -250,10 +256,12 @@ static void session_release(mo_run_session *s) {
 }
 
 static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo_backend_kind be, FILE *out,
-                              mo_run_session **res) {
+                              mo_cost_trace *trace, mo_run_session **res) {
     *res = NULL;
     mo_run_session *s = calloc(1, sizeof *s);
     if (!s) return MO_FAIL(MO_ERR_OOM, "host memory exhausted");
+    s->trace = trace;
+    if (trace) mo_cost_trace_reset(trace);
     s->rc = *rc;
     s->env = env;
     s->be = be;
@@ -278,13 +286,14 @@ static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo
 }
 
 mo_status mo_run_begin(const mo_run_config *rc, const mo_run_env *env, FILE *out, mo_run_session **res) {
-    return session_open(rc, env, rc->backend, out, res);
+    return session_open(rc, env, rc->backend, out, NULL, res);
 }
 
 mo_status mo_run_status(const mo_run_session *s) { return s->st; }
 
 void mo_run_mark_timed(mo_run_session *s) {
     if (s->a) mo_allocator_reset_peaks(s->a); // peaks over the timed steps
+    if (s->trace) mo_cost_trace_reset(s->trace); // and the ops
     if (s->sp) {
         mo_gpt_split_reset_peaks(s->sp);
         mo_gpt_split_comm_reset(s->sp); // communication over the timed steps
@@ -365,7 +374,7 @@ static int64_t predicted_peak(const mo_run_session *s) {
     // nccl needs GPUs: the dry replay runs the same ranks over local (nccl's ordered sums take scratch
     // from the rank's allocator that local does not, so a nccl row's prediction may differ).
     rc.comm = MO_COMM_LOCAL;
-    if (session_open(&rc, s->env, MO_BACKEND_DRY, NULL, &d) != MO_OK || !d) return -1;
+    if (session_open(&rc, s->env, MO_BACKEND_DRY, NULL, NULL, &d) != MO_OK || !d) return -1;
     int warm = s->steps_run - s->n;
     for (int i = 0; i < s->steps_run && d->st == MO_OK; i++) {
         if (i == warm) mo_run_mark_timed(d);
@@ -376,6 +385,7 @@ static int64_t predicted_peak(const mo_run_session *s) {
         r = (int64_t)d->stats.peak_allocated_bytes;
     }
     session_release(d);
+    mo_cost_trace_free(&d->own_trace); // a --profile row's replay traced too
     free(d->times); free(d->recompute); free(d);
     return r;
 }
@@ -452,6 +462,7 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     }
 finish:
     if (s->out) print_summary(s, row, s->out);
+    mo_cost_trace_free(&s->own_trace);
     free(s->times);
     free(s->recompute);
     free(s);
@@ -459,8 +470,13 @@ finish:
 }
 
 mo_status mo_run_execute(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, FILE *out) {
+    return mo_run_execute_traced(rc, env, row, out, NULL);
+}
+
+mo_status mo_run_execute_traced(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, FILE *out,
+                                mo_cost_trace *trace) {
     mo_run_session *s = NULL;
-    MO_TRY(mo_run_begin(rc, env, out, &s));
+    MO_TRY(session_open(rc, env, rc->backend, out, trace, &s));
     for (int i = 0; i < rc->warmup + rc->steps && mo_run_status(s) == MO_OK; i++) {
         if (i == rc->warmup) mo_run_mark_timed(s);
         mo_run_step(s, NULL);
@@ -503,6 +519,19 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
                 fprintf(out, "  profile (device time per step, mean over %d timed steps; %.2f ms in ops):", s->n, sum / s->n);
                 for (int k = 0; k < MO_PROF_COUNT; k++)
                     fprintf(out, " %s %.2f%s", mo_prof_name((mo_prof_cat)k), s->prof_ms[k] / s->n, k + 1 < MO_PROF_COUNT ? "," : "\n");
+                // The same categories from the cost trace of the timed steps, at the planner's calibrated rates.
+                double pred[MO_PROF_COUNT + 1];
+                char how[160];
+                if (s->trace && mo_plan_profile_predict(s->trace, s->n, s->env->dev.name, rc->precision, pred, how, sizeof how)) {
+                    double psum = 0;
+                    for (int k = 0; k <= MO_PROF_COUNT; k++) psum += pred[k];
+                    fprintf(out, "  predicted (the planner's roofline of the traced ops, %s; %.2f ms):", how, psum);
+                    for (int k = 0; k < MO_PROF_COUNT; k++)
+                        fprintf(out, " %s %.2f%s", mo_prof_name((mo_prof_cat)k), pred[k], k + 1 < MO_PROF_COUNT ? "," : "");
+                    fprintf(out, "; outside the profiled ops %.2f\n", pred[MO_PROF_COUNT]);
+                } else {
+                    fprintf(out, "  predicted: %s\n", how);
+                }
             }
             fprintf(out, "  loss: %.4f (first step) -> %.4f (last)\n", row->loss_first, row->loss_last);
             if (s->g.loss_scaling)

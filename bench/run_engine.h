@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include "bench/config.h"
 #include "bench/csv.h"
+#include "kernels/cost.h"
 #include "kernels/device.h"
 
 #ifdef __cplusplus
@@ -25,6 +26,10 @@ mo_status mo_run_env_init(mo_run_env *env, const mo_run_config *rc);
 // error); the row's status says how the run went. Prints a summary to out when out is non-NULL.
 // Everything the run took is given back before it returns, also after an out-of-memory.
 mo_status mo_run_execute(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, FILE *out);
+// The same, also keeping the cost trace (kernels/cost.h) of the timed steps in *trace (reset first;
+// the caller frees it with mo_cost_trace_free). Unsplit runs only: a split run leaves it empty.
+mo_status mo_run_execute_traced(const mo_run_config *rc, const mo_run_env *env, mo_csv_row *row, FILE *out,
+                                mo_cost_trace *trace);
 
 // The same, step by step, for callers that drive the loop themselves (the Google Benchmark shim):
 // begin builds the model (a failure, out of memory included, is recorded in the session, not

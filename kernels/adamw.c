@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include "ops.h"
+#include "cost.h"
 
 float adamw_bias_correction(float beta, int t) { return 1.0f - powf(beta, (float)t); }
 
@@ -28,6 +29,7 @@ mo_status adamw_cpu(float *param, const float *grad, float *m, float *v, size_t 
 mo_status mo_adamw(mo_ctx *c, float *param, const float *grad, float *m, float *v, size_t n, float lr,
                    float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
     if (t < 1) return MO_FAIL(MO_ERR_INVALID, "adamw: step t=%d must be >= 1", t);
+    mo_cost_record(c, "adamw", MO_COST_MEMORY, 12.0 * n, 28.0 * n); // p, g, m, v read; p, m, v written
     switch (c->backend) {
     case MO_BACKEND_CPU:
         return adamw_cpu(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);

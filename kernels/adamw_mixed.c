@@ -4,6 +4,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "ops_mixed_impl.h"
+#include "cost.h"
 
 mo_status adamw_mixed_cpu(mo_dtype dt, float *master, void *param16, const float *grad, float *m, float *v, size_t n,
                           float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
@@ -18,6 +19,7 @@ mo_status mo_adamw_mixed(mo_ctx *c, mo_dtype dt, float *master, void *param16, c
     if (dt == MO_F32) return mo_adamw(c, master, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
     MO_TRY(mixed_check_dtype(dt, "adamw_mixed"));
     if (t < 1) return MO_FAIL(MO_ERR_INVALID, "adamw_mixed: step t=%d must be >= 1", t);
+    mo_cost_record(c, "adamw", MO_COST_MEMORY, 12.0 * n, 28.0 * n + 6.0 * n); // and the 16-bit copy
     switch (c->backend) {
     case MO_BACKEND_CPU:
         return adamw_mixed_cpu(dt, master, param16, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t,

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include "ops.h"
+#include "cost.h"
 
 size_t mo_attention_forward_scratch_bytes(int B, int T, int C, int NH) {
     (void)NH;
@@ -208,6 +209,7 @@ mo_status mo_attention_forward(mo_ctx *c, float *out, float *att, const float *q
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_attention_forward_scratch_bytes(B, T, C, NH), &scratch));
     mo_status st;
+    mo_cost_attention_forward(c, 4, B, T, C, NH);
     switch (c->backend) {
     case MO_BACKEND_CPU: st = attention_forward_cpu(out, att, qkv, B, T, C, NH); break;
     case MO_BACKEND_CUDA:
@@ -230,6 +232,7 @@ mo_status mo_attention_backward(mo_ctx *c, float *dqkv, const float *dout, const
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_attention_backward_scratch_bytes(B, T, C, NH), &scratch));
     mo_status st;
+    mo_cost_attention_backward(c, 4, B, T, C, NH, out != NULL);
     switch (c->backend) {
     case MO_BACKEND_CPU: st = attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, C, NH); break;
     case MO_BACKEND_CUDA:

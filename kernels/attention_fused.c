@@ -7,6 +7,7 @@
 #include <math.h>
 #include "attention.h"
 #include "ops.h"
+#include "cost.h"
 
 size_t mo_attention_fused_backward_scratch_bytes(int B, int T, int C, int NH) {
     (void)C;
@@ -124,6 +125,7 @@ mo_status attention_fused_backward_cpu(float *dqkv, float *Dbuf, const float *do
 mo_status mo_attention_fused_forward(mo_ctx *c, float *out, float *lse, const float *qkv, int B, int T, int C,
                                      int NH) {
     MO_TRY(fused_check_shape("attention_fused_forward", B, T, C, NH));
+    mo_cost_attention_fused_forward(c, 4, B, T, C, NH);
     switch (c->backend) {
     case MO_BACKEND_CPU: return attention_fused_forward_cpu(out, lse, qkv, B, T, C, NH);
     case MO_BACKEND_CUDA:
@@ -143,6 +145,7 @@ mo_status mo_attention_fused_backward(mo_ctx *c, float *dqkv, const float *dout,
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_attention_fused_backward_scratch_bytes(B, T, C, NH), &scratch));
     mo_status st;
+    mo_cost_attention_fused_backward(c, 4, B, T, C, NH);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = attention_fused_backward_cpu(dqkv, (float *)scratch, dout, qkv, out, lse, B, T, C, NH);

@@ -12,6 +12,7 @@
 #include "attention_fused.h"
 #include "matmul_mixed.h"
 #include "ops.h"
+#include "cost.h"
 
 size_t mo_attention_fused_forward_mixed_scratch_bytes(int B, int T, int C, int NH) {
     (void)B; (void)T; (void)C; (void)NH;
@@ -151,6 +152,7 @@ mo_status mo_attention_fused_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, fl
                                            int T, int C, int NH) {
     if (dt == MO_F32) return mo_attention_fused_forward(c, (float *)out, lse, (const float *)qkv, B, T, C, NH);
     MO_TRY(check_args("attention_fused_forward_mixed", dt, B, T, C, NH));
+    mo_cost_attention_fused_forward(c, (int)mo_dtype_size(dt), B, T, C, NH);
     switch (c->backend) {
     case MO_BACKEND_CPU: return attention_fused_forward_mixed_cpu(dt, out, lse, qkv, B, T, C, NH);
     case MO_BACKEND_CUDA:
@@ -173,6 +175,7 @@ mo_status mo_attention_fused_backward_mixed(mo_ctx *c, mo_dtype dt, void *dqkv, 
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_attention_fused_backward_mixed_scratch_bytes(B, T, C, NH), &scratch));
     mo_status st;
+    mo_cost_attention_fused_backward(c, (int)mo_dtype_size(dt), B, T, C, NH);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = attention_fused_backward_mixed_cpu(dt, dqkv, (float *)scratch, dout, qkv, out, lse, B, T, C, NH);

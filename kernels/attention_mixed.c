@@ -8,6 +8,7 @@
 #include "attention.h"
 #include "matmul_mixed.h"
 #include "ops_mixed_gemm.h"
+#include "cost.h"
 
 size_t mo_attention_forward_mixed_scratch_bytes(mo_dtype dt, int B, int T, int C, int NH) {
     (void)NH;
@@ -154,6 +155,7 @@ mo_status mo_attention_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, void *at
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_attention_forward_mixed_scratch_bytes(dt, B, T, C, NH), &scratch));
     mo_status st;
+    mo_cost_attention_forward(c, (int)mo_dtype_size(dt), B, T, C, NH);
     switch (c->backend) {
     case MO_BACKEND_CPU: st = attention_forward_mixed_cpu(dt, out, att, qkv, B, T, C, NH); break;
     case MO_BACKEND_CUDA:
@@ -176,6 +178,7 @@ mo_status mo_attention_backward_mixed(mo_ctx *c, mo_dtype dt, void *dqkv, const 
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_attention_backward_mixed_scratch_bytes(dt, B, T, C, NH), &scratch));
     mo_status st;
+    mo_cost_attention_backward(c, (int)mo_dtype_size(dt), B, T, C, NH, 0);
     switch (c->backend) {
     case MO_BACKEND_CPU: st = attention_backward_mixed_cpu(dt, dqkv, scratch, dout, qkv, att, B, T, C, NH); break;
     case MO_BACKEND_CUDA:

@@ -6,6 +6,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "ops_mixed_impl.h"
+#include "cost.h"
 
 mo_status mixed_check_dtype(mo_dtype dt, const char *op) {
     if (dt == MO_F16 || dt == MO_BF16) return MO_OK;
@@ -35,6 +36,7 @@ mo_status mo_cast_mixed(mo_ctx *c, mo_dtype dst_dt, void *dst, mo_dtype src_dt, 
                        (int)dst_dt);
     if (n == 0) return MO_OK;
     if (dst_dt == src_dt) return mo_memcpy_d2d(c, dst, src, n * mo_dtype_size(src_dt)); // no-op on dry
+    mo_cost_record(c, "cast", MO_COST_MEMORY, 0, (double)n * (mo_dtype_size(src_dt) + mo_dtype_size(dst_dt)));
     switch (c->backend) {
     case MO_BACKEND_CPU: return cast_mixed_cpu(dst_dt, dst, src_dt, src, n);
     case MO_BACKEND_CUDA:
@@ -66,6 +68,7 @@ mo_status mo_nonfinite(mo_ctx *c, const float *g, size_t n, int *out_host) {
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_nonfinite_scratch_bytes(n), &scratch));
     mo_status st;
+    mo_cost_record(c, "nonfinite", MO_COST_MEMORY, (double)n, 4.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: st = nonfinite_cpu(g, n, out_host); break;
     case MO_BACKEND_CUDA:

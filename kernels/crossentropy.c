@@ -6,6 +6,7 @@
 #include <float.h>
 #include <math.h>
 #include "ops.h"
+#include "cost.h"
 
 mo_status crossentropy_fused_cpu(float *losses, float *logits, const int *targets, int N, int V, float dloss) {
     for (int r = 0; r < N; r++) {
@@ -36,6 +37,7 @@ mo_status mo_crossentropy_fused(mo_ctx *c, float *losses, float *logits, const i
     if ((size_t)B * T > (size_t)0x7fffffff)
         return MO_FAIL(MO_ERR_INVALID, "crossentropy: B*T=%zu rows too many", (size_t)B * T);
     int N = B * T;
+    mo_cost_record(c, "crossentropy", MO_COST_MEMORY, 5.0 * B * T * V, 4 * 2.0 * B * T * V); // logits read, dlogits written
     switch (c->backend) {
     case MO_BACKEND_CPU: return crossentropy_fused_cpu(losses, logits, targets, N, V, dloss);
     case MO_BACKEND_CUDA:

@@ -7,6 +7,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "ops_mixed_impl.h"
+#include "cost.h"
 
 mo_status crossentropy_fused_mixed_cpu(mo_dtype dt, float *losses, void *logits, const int *targets, int N, int V,
                                        float dloss) {
@@ -31,6 +32,7 @@ mo_status mo_crossentropy_fused_mixed(mo_ctx *c, mo_dtype dt, float *losses, voi
     if ((size_t)B * T > (size_t)0x7fffffff)
         return MO_FAIL(MO_ERR_INVALID, "crossentropy_mixed: B*T=%zu rows too many", (size_t)B * T);
     int N = B * T;
+    mo_cost_record(c, "crossentropy", MO_COST_MEMORY, 5.0 * B * T * V, mo_dtype_size(dt) * 2.0 * B * T * V);
     switch (c->backend) {
     case MO_BACKEND_CPU: return crossentropy_fused_mixed_cpu(dt, losses, logits, targets, N, V, dloss);
     case MO_BACKEND_CUDA:

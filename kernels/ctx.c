@@ -1,4 +1,5 @@
 #include "ctx.h"
+#include "cost.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,7 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->backend = backend;
     c->alloc = alloc;
     c->gemm_ws_bytes = MO_GEMM_WORKSPACE_BYTES;
+    c->prof_cat = MO_PROF_COUNT;
     const char *fe = getenv("MEMOPT_FUSE_EPILOGUES");
     c->fuse_epilogues = -1;
     if (fe && (strcmp(fe, "0") == 0 || strcmp(fe, "off") == 0 || strcmp(fe, "false") == 0)) c->fuse_epilogues = 0;
@@ -176,6 +178,7 @@ mo_status mo_memcpy_d2d(mo_ctx *c, void *dst, const void *src, size_t bytes) {
 }
 
 mo_status mo_memset_zero(mo_ctx *c, void *dst, size_t bytes) {
+    mo_cost_record(c, "memset", MO_COST_MEMORY, 0, (double)bytes);
     switch (c->backend) {
     case MO_BACKEND_DRY: return MO_OK;
     case MO_BACKEND_CPU: memset(dst, 0, bytes); return MO_OK;
@@ -387,6 +390,7 @@ static mo_status prof_drain(mo_ctx *c, double ms[MO_PROF_COUNT]) {
 }
 
 mo_status mo_prof_begin(mo_ctx *c, mo_prof_cat cat) {
+    c->prof_cat = (int)cat; // the cost trace's category of the ops that follow (cost.h)
     mo_profiler *p = c->prof;
     if (!p) return MO_OK;
     if (p->n == PROF_PAIRS) MO_TRY(prof_drain(c, p->pending));
@@ -403,6 +407,7 @@ mo_status mo_prof_begin(mo_ctx *c, mo_prof_cat cat) {
 }
 
 mo_status mo_prof_end(mo_ctx *c) {
+    c->prof_cat = MO_PROF_COUNT; // ops from here on are outside any profiled op
     mo_profiler *p = c->prof;
     if (!p || !p->open) return MO_OK;
     p->open = 0;

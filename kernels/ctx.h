@@ -19,6 +19,7 @@ extern "C" {
 
 typedef struct mo_profiler mo_profiler;
 typedef struct mo_lt_cache mo_lt_cache; // lt_gemm_cuda.c
+struct mo_cost_trace;                    // cost.h
 
 typedef struct mo_ctx {
     mo_backend_kind backend;
@@ -65,6 +66,10 @@ typedef struct mo_ctx {
     int gemm_tune;                // MEMOPT_GEMM_TUNE=1: every new cuBLASLt plan that can be rerun without
                                   // changing its result times the heuristic's top candidates and prints a
                                   // table line for the fastest (lt_gemm_cuda.c); the run then uses it
+    struct mo_cost_trace *trace;  // the cost trace (cost.h): NULL (the default) records nothing
+    int prof_cat;                 // the mo_prof_cat of the last mo_prof_begin (profiling on or off): the
+                                  // trace's per-op category, for --profile's predicted time beside measured
+    int cost_region;              // mo_cost_region the model is in (cost.h)
 } mo_ctx;
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):

@@ -2,6 +2,7 @@
 #include "encoder.h"
 
 #include "ops.h"
+#include "cost.h"
 
 size_t encoder_backward_scratch_ints(int B, int T) { return 3 * (size_t)B * (size_t)T + 1; }
 
@@ -49,6 +50,7 @@ mo_status mo_encoder_forward(mo_ctx *c, float *out, const int *inp, const float 
                              int C) {
     if (B <= 0 || T <= 0 || C <= 0)
         return MO_FAIL(MO_ERR_INVALID, "encoder_forward: bad shape B=%d T=%d C=%d", B, T, C);
+    mo_cost_record(c, "encoder_fwd", MO_COST_MEMORY, 0, (4.0 + 8.0) * B * T * C); // out, wte and wpe rows
     switch (c->backend) {
     case MO_BACKEND_CPU: return encoder_forward_cpu(out, inp, wte, wpe, B, T, C);
     case MO_BACKEND_CUDA:
@@ -71,6 +73,7 @@ mo_status mo_encoder_backward(mo_ctx *c, float *dwte, float *dwpe, const float *
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_encoder_backward_scratch_bytes(B, T), &scratch));
     mo_status st;
+    mo_cost_record(c, "encoder_bwd", MO_COST_MEMORY, 0, (4.0 + 16.0) * B * T * C); // dout; dwte, dwpe rows +=
     switch (c->backend) {
     case MO_BACKEND_CPU: st = encoder_backward_cpu(dwte, dwpe, dout, inp, B, T, C, V); break;
     case MO_BACKEND_CUDA:

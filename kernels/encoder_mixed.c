@@ -3,6 +3,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "ops_mixed_impl.h"
+#include "cost.h"
 
 mo_status encoder_forward_mixed_cpu(mo_dtype dt, void *out, const int *inp, const void *wte, const void *wpe, int B,
                                     int T, int C) {
@@ -45,6 +46,7 @@ mo_status mo_encoder_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, const int 
     MO_TRY(mixed_check_dtype(dt, "encoder_forward_mixed"));
     if (B <= 0 || T <= 0 || C <= 0)
         return MO_FAIL(MO_ERR_INVALID, "encoder_forward_mixed: bad shape B=%d T=%d C=%d", B, T, C);
+    mo_cost_record(c, "encoder_fwd", MO_COST_MEMORY, 0, (mo_dtype_size(dt) + 8.0) * B * T * C);
     switch (c->backend) {
     case MO_BACKEND_CPU: return encoder_forward_mixed_cpu(dt, out, inp, wte, wpe, B, T, C);
     case MO_BACKEND_CUDA:
@@ -69,6 +71,7 @@ mo_status mo_encoder_backward_mixed(mo_ctx *c, mo_dtype dt, float *dwte, float *
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_encoder_backward_scratch_bytes(B, T), &scratch));
     mo_status st;
+    mo_cost_record(c, "encoder_bwd", MO_COST_MEMORY, 0, (mo_dtype_size(dt) + 16.0) * B * T * C);
     switch (c->backend) {
     case MO_BACKEND_CPU: st = encoder_backward_mixed_cpu(dt, dwte, dwpe, dout, inp, B, T, C, V); break;
     case MO_BACKEND_CUDA:

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include "ops.h"
+#include "cost.h"
 
 #define GELU_SCALING_FACTOR MO_GELU_SCALE
 
@@ -31,6 +32,7 @@ mo_status gelu_backward_cpu(float *dinp, const float *inp, const float *dout, si
 }
 
 mo_status mo_gelu_forward(mo_ctx *c, float *out, const float *inp, size_t n) {
+    mo_cost_record(c, "gelu_fwd", MO_COST_MEMORY, 8.0 * n, 4 * 2.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: return gelu_forward_cpu(out, inp, n);
     case MO_BACKEND_CUDA:
@@ -45,6 +47,7 @@ mo_status mo_gelu_forward(mo_ctx *c, float *out, const float *inp, size_t n) {
 }
 
 mo_status mo_gelu_backward(mo_ctx *c, float *dinp, const float *inp, const float *dout, size_t n) {
+    mo_cost_record(c, "gelu_bwd", MO_COST_MEMORY, 8.0 * n, 4 * 3.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: return gelu_backward_cpu(dinp, inp, dout, n);
     case MO_BACKEND_CUDA:

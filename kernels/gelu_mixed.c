@@ -4,6 +4,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "ops_mixed_impl.h"
+#include "cost.h"
 
 mo_status gelu_forward_mixed_cpu(mo_dtype dt, void *out, const void *inp, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -26,6 +27,7 @@ mo_status gelu_backward_mixed_cpu(mo_dtype dt, void *dinp, const void *inp, cons
 mo_status mo_gelu_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, const void *inp, size_t n) {
     if (dt == MO_F32) return mo_gelu_forward(c, (float *)out, (const float *)inp, n);
     MO_TRY(mixed_check_dtype(dt, "gelu_forward_mixed"));
+    mo_cost_record(c, "gelu_fwd", MO_COST_MEMORY, 8.0 * n, mo_dtype_size(dt) * 2.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: return gelu_forward_mixed_cpu(dt, out, inp, n);
     case MO_BACKEND_CUDA:
@@ -42,6 +44,7 @@ mo_status mo_gelu_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, const void *i
 mo_status mo_gelu_backward_mixed(mo_ctx *c, mo_dtype dt, void *dinp, const void *inp, const void *dout, size_t n) {
     if (dt == MO_F32) return mo_gelu_backward(c, (float *)dinp, (const float *)inp, (const float *)dout, n);
     MO_TRY(mixed_check_dtype(dt, "gelu_backward_mixed"));
+    mo_cost_record(c, "gelu_bwd", MO_COST_MEMORY, 8.0 * n, mo_dtype_size(dt) * 3.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: return gelu_backward_mixed_cpu(dt, dinp, inp, dout, n);
     case MO_BACKEND_CUDA:

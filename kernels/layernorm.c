@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include "ops.h"
+#include "cost.h"
 
 // 8 rows per block (one warp each) up to 512 blocks: enough blocks to fill an H200 (132 SMs x 4 blocks),
 // few enough that the second stage reads little (512 x 2C floats = 3 MiB at C=768).
@@ -78,6 +79,7 @@ mo_status layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, cons
 mo_status mo_layernorm_forward(mo_ctx *c, float *out, float *mean, float *rstd, const float *inp,
                                const float *weight, const float *bias, int N, int C) {
     if (N <= 0 || C <= 0) return MO_FAIL(MO_ERR_INVALID, "layernorm_forward: bad shape N=%d C=%d", N, C);
+    mo_cost_record(c, "layernorm_fwd", MO_COST_MEMORY, 8.0 * N * C, 4 * 2.0 * N * C + 8.0 * N);
     switch (c->backend) {
     case MO_BACKEND_CPU: return layernorm_forward_cpu(out, mean, rstd, inp, weight, bias, N, C);
     case MO_BACKEND_CUDA:
@@ -98,6 +100,7 @@ mo_status mo_layernorm_backward(mo_ctx *c, float *dinp, float *dweight, float *d
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_layernorm_backward_scratch_bytes(N, C), &scratch));
     mo_status st;
+    mo_cost_record(c, "layernorm_bwd", MO_COST_MEMORY, 12.0 * N * C, 4 * 4.0 * N * C + 8.0 * N);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = layernorm_backward_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);

@@ -6,6 +6,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "ops_mixed_impl.h"
+#include "cost.h"
 
 mo_status layernorm_forward_mixed_cpu(mo_dtype dt, void *out, float *mean, float *rstd, const void *inp,
                                       const void *weight, const void *bias, int N, int C) {
@@ -70,6 +71,7 @@ mo_status mo_layernorm_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, float *m
                                     (const float *)bias, N, C);
     MO_TRY(mixed_check_dtype(dt, "layernorm_forward_mixed"));
     if (N <= 0 || C <= 0) return MO_FAIL(MO_ERR_INVALID, "layernorm_forward_mixed: bad shape N=%d C=%d", N, C);
+    mo_cost_record(c, "layernorm_fwd", MO_COST_MEMORY, 8.0 * N * C, mo_dtype_size(dt) * 2.0 * N * C + 8.0 * N);
     switch (c->backend) {
     case MO_BACKEND_CPU: return layernorm_forward_mixed_cpu(dt, out, mean, rstd, inp, weight, bias, N, C);
     case MO_BACKEND_CUDA:
@@ -94,6 +96,7 @@ mo_status mo_layernorm_backward_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float 
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_layernorm_backward_scratch_bytes(N, C), &scratch));
     mo_status st;
+    mo_cost_record(c, "layernorm_bwd", MO_COST_MEMORY, 12.0 * N * C, mo_dtype_size(dt) * 4.0 * N * C + 8.0 * N);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = layernorm_backward_mixed_cpu(dt, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);

@@ -7,6 +7,7 @@
 #include "gelu.h"
 #include "ops.h"
 #include "residual.h"
+#include "cost.h"
 
 size_t mo_matmul_backward_scratch_bytes(int N, int OC, int has_dbias) {
     if (!has_dbias || N <= 0 || OC <= 0) return 0;
@@ -103,6 +104,7 @@ static mo_status check_shape(const char *op, int N, int C, int OC) {
 mo_status mo_matmul_forward(mo_ctx *c, float *out, float *gelu_out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC) {
     MO_TRY(check_shape("matmul_forward", N, C, OC));
+    mo_cost_matmul_forward(c, 4, N, C, OC, gelu_out != NULL, 0);
     switch (c->backend) {
     case MO_BACKEND_CPU: return matmul_forward_cpu(out, gelu_out, inp, weight, bias, N, C, OC);
     case MO_BACKEND_CUDA:
@@ -122,6 +124,7 @@ mo_status mo_matmul_backward(mo_ctx *c, float *dinp, float *dweight, float *dbia
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_scratch_bytes(N, OC, dbias != NULL), &scratch));
     mo_status st;
+    mo_cost_matmul_backward(c, 4, N, C, OC, dinp != NULL, dbias != NULL, 0);
     switch (c->backend) {
     case MO_BACKEND_CPU: st = matmul_backward_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC); break;
     case MO_BACKEND_CUDA:
@@ -142,6 +145,7 @@ mo_status mo_matmul_forward_add(mo_ctx *c, float *out, const float *inp, const f
                                 const float *add, int N, int C, int OC) {
     MO_TRY(check_shape("matmul_forward_add", N, C, OC));
     if (!add) return MO_FAIL(MO_ERR_INVALID, "matmul_forward_add: add is required");
+    mo_cost_matmul_forward(c, 4, N, C, OC, 0, 1);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         MO_TRY(matmul_forward_cpu(out, NULL, inp, weight, bias, N, C, OC));
@@ -164,6 +168,7 @@ mo_status mo_matmul_backward_dgelu(mo_ctx *c, float *dinp, float *dweight, float
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_scratch_bytes(N, OC, dbias != NULL), &scratch));
     mo_status st;
+    mo_cost_matmul_backward(c, 4, N, C, OC, 1, dbias != NULL, 1);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = matmul_backward_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC);

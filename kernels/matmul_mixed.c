@@ -6,6 +6,7 @@
 #include "gelu.h"
 #include "matmul.h"
 #include "ops_mixed_gemm.h"
+#include "cost.h"
 
 int mo_mmg_is_16bit(mo_dtype dt) { return dt == MO_F16 || dt == MO_BF16; }
 
@@ -75,6 +76,7 @@ static mo_status check_args(const char *op, mo_dtype dt, int N, int C, int OC) {
 mo_status mo_matmul_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, void *gelu_out, const void *inp,
                                   const void *weight, const void *bias, int N, int C, int OC) {
     MO_TRY(check_args("matmul_forward_mixed", dt, N, C, OC));
+    mo_cost_matmul_forward(c, (int)mo_dtype_size(dt), N, C, OC, gelu_out != NULL, 0);
     switch (c->backend) {
     case MO_BACKEND_CPU: return matmul_forward_mixed_cpu(dt, out, gelu_out, inp, weight, bias, N, C, OC);
     case MO_BACKEND_CUDA:
@@ -94,6 +96,7 @@ mo_status mo_matmul_backward_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dw
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_mixed_scratch_bytes(N, OC, dbias != NULL), &scratch));
     mo_status st;
+    mo_cost_matmul_backward(c, (int)mo_dtype_size(dt), N, C, OC, dinp != NULL, dbias != NULL, 0);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = matmul_backward_mixed_cpu(dt, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
@@ -155,6 +158,7 @@ mo_status mo_matmul_forward_add_mixed(mo_ctx *c, mo_dtype dt, void *out, const v
                                       const void *bias, const void *add, int N, int C, int OC) {
     MO_TRY(check_args("matmul_forward_add_mixed", dt, N, C, OC));
     if (!add) return MO_FAIL(MO_ERR_INVALID, "matmul_forward_add_mixed: add is required");
+    mo_cost_matmul_forward(c, (int)mo_dtype_size(dt), N, C, OC, 0, 1);
     switch (c->backend) {
     case MO_BACKEND_CPU: return matmul_forward_add_mixed_cpu(dt, out, inp, weight, bias, add, N, C, OC);
     case MO_BACKEND_CUDA:
@@ -177,6 +181,7 @@ mo_status mo_matmul_backward_dgelu_mixed(mo_ctx *c, mo_dtype dt, void *dinp, flo
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_mixed_scratch_bytes(N, OC, dbias != NULL), &scratch));
     mo_status st;
+    mo_cost_matmul_backward(c, (int)mo_dtype_size(dt), N, C, OC, 1, dbias != NULL, 1);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = matmul_backward_dgelu_mixed_cpu(dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);

@@ -2,6 +2,7 @@
 #include "residual.h"
 
 #include "ops.h"
+#include "cost.h"
 
 mo_status residual_forward_cpu(float *out, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -14,6 +15,7 @@ mo_status accumulate_cpu(float *dst, const float *src, size_t n) {
 }
 
 mo_status mo_residual_forward(mo_ctx *c, float *out, const float *a, const float *b, size_t n) {
+    mo_cost_record(c, "residual", MO_COST_MEMORY, (double)n, 4 * 3.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: return residual_forward_cpu(out, a, b, n);
     case MO_BACKEND_CUDA:
@@ -28,6 +30,7 @@ mo_status mo_residual_forward(mo_ctx *c, float *out, const float *a, const float
 }
 
 mo_status mo_accumulate(mo_ctx *c, float *dst, const float *src, size_t n) {
+    mo_cost_record(c, "accumulate", MO_COST_MEMORY, (double)n, 4 * 3.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: return accumulate_cpu(dst, src, n);
     case MO_BACKEND_CUDA:

@@ -3,6 +3,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "ops_mixed_impl.h"
+#include "cost.h"
 
 mo_status residual_forward_mixed_cpu(mo_dtype dt, void *out, const void *a, const void *b, size_t n) {
     for (size_t i = 0; i < n; i++) mixed_st(dt, out, i, mixed_ld(dt, a, i) + mixed_ld(dt, b, i));
@@ -12,6 +13,7 @@ mo_status residual_forward_mixed_cpu(mo_dtype dt, void *out, const void *a, cons
 mo_status mo_residual_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, const void *a, const void *b, size_t n) {
     if (dt == MO_F32) return mo_residual_forward(c, (float *)out, (const float *)a, (const float *)b, n);
     MO_TRY(mixed_check_dtype(dt, "residual_forward_mixed"));
+    mo_cost_record(c, "residual", MO_COST_MEMORY, (double)n, mo_dtype_size(dt) * 3.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: return residual_forward_mixed_cpu(dt, out, a, b, n);
     case MO_BACKEND_CUDA:
@@ -29,6 +31,7 @@ mo_status mo_residual_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, const voi
 mo_status mo_accumulate_mixed(mo_ctx *c, mo_dtype dt, void *dst, const void *src, size_t n) {
     if (dt == MO_F32) return mo_accumulate(c, (float *)dst, (const float *)src, n);
     MO_TRY(mixed_check_dtype(dt, "accumulate_mixed"));
+    mo_cost_record(c, "accumulate", MO_COST_MEMORY, (double)n, mo_dtype_size(dt) * 3.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: return residual_forward_mixed_cpu(dt, dst, dst, src, n);
     case MO_BACKEND_CUDA:

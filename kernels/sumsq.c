@@ -2,6 +2,7 @@
 #include "sumsq.h"
 
 #include "ops.h"
+#include "cost.h"
 
 // One block per 8 Ki elements up to 1024 blocks: a single wave on an H200 (132 SMs x 8 blocks of 256
 // threads), each thread then reads ~32 float4 per 128 Mi elements.
@@ -27,6 +28,7 @@ mo_status mo_sumsq(mo_ctx *c, double *out, const float *g, size_t n) {
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_sumsq_scratch_bytes(n), &scratch));
     mo_status st;
+    mo_cost_record(c, "sumsq", MO_COST_MEMORY, 2.0 * n, 4.0 * n);
     switch (c->backend) {
     case MO_BACKEND_CPU: st = sumsq_cpu(out, g, n); break;
     case MO_BACKEND_CUDA:

@@ -15,7 +15,6 @@ extern "C" {
 #endif
 
 struct mo_comm;          // strategies/comm.h
-typedef struct gpt_sync gpt_sync; // gpt_split.c
 
 typedef struct mo_gpt_shard {
     int tp, tp_rank;          // tensor-parallel degree; this rank's index among the tp ranks of its stage
@@ -27,9 +26,8 @@ typedef struct mo_gpt_shard {
     struct mo_comm *pp_comm;  // the stages of this tp index (pp > 1), rank stage
     struct mo_comm *emb_comm; // stage 0 (rank 0) and stage pp-1 (rank 1) of this tp index (pp > 1)
     struct mo_comm *world_comm; // every rank (W > 1), rank `rank`
-    // Host barriers before each op of the matching comm (gpt_sync_wait): a rank never enters an op
-    // that a failed peer will not join (a failure anywhere wakes every waiter with an error).
-    gpt_sync *sync_tp, *sync_prev, *sync_next, *sync_emb, *sync_world;
+    // The groups of these comms are guarded (mo_comm_group_guard): a rank never enters an op that a
+    // failed peer will not join; models/gpt_split.c aborts them all when any rank fails.
 } mo_gpt_shard;
 
 // Allocates the shard's parameters, gradients and optimizer state (sh NULL: the whole model, as
@@ -44,10 +42,6 @@ size_t gpt_shard_global_index(const mo_gpt_config *cfg, const mo_gpt_shard *sh, 
 int gpt_param_is_tp_split(int p);
 // The shard's tensor sizes (sh NULL: the whole model's).
 void gpt_param_sizes(const mo_gpt_config *cfg, const mo_gpt_shard *sh, size_t s[GPT_NPARAMS]);
-
-// gpt_split.c: waits until every party of b has arrived (MO_OK), or fails once any rank of the
-// split has failed (then the op it guards is not entered).
-mo_status gpt_sync_wait(gpt_sync *b);
 
 #ifdef __cplusplus
 }

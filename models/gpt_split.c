@@ -21,7 +21,7 @@ static mo_status gpt_split_get_device(int *dev) { *dev = 0; return MO_OK; }
 static mo_status gpt_split_set_device(int dev) { (void)dev; return MO_OK; }
 #endif
 
-// ---- host barriers that unwind on a failure anywhere ---------------------------------------------
+// ---- a host barrier that unwinds on a failure anywhere ---------------------------------------------
 
 typedef struct split_world {
     pthread_mutex_t mu;
@@ -32,12 +32,14 @@ typedef struct split_world {
     char root_msg[1024];
 } split_world;
 
-struct gpt_sync {
+typedef struct gpt_sync {
     split_world *w;
     int parties, arrived, gen;
-};
+} gpt_sync;
 
-mo_status gpt_sync_wait(gpt_sync *b) {
+// The split's own barrier (the ranks' creation, before their communicators exist); the ops of the
+// step are guarded by the communicators themselves (mo_comm_group_guard, aborted by world_fail).
+static mo_status gpt_sync_wait(gpt_sync *b) {
     split_world *w = b->w;
     pthread_mutex_lock(&w->mu);
     int gen = b->gen, ok;
@@ -56,18 +58,6 @@ mo_status gpt_sync_wait(gpt_sync *b) {
     }
     pthread_mutex_unlock(&w->mu);
     return ok ? MO_OK : MO_FAIL(MO_ERR_INTERNAL, "stopped: another rank failed");
-}
-
-static void world_fail(split_world *w, int rank, mo_status st, const char *msg) {
-    pthread_mutex_lock(&w->mu);
-    if (!w->failed) {
-        w->failed = 1;
-        w->root_st = st;
-        w->root_rank = rank;
-        snprintf(w->root_msg, sizeof w->root_msg, "%s", msg);
-    }
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
 }
 
 // ---- the split -----------------------------------------------------------------------------------
@@ -96,7 +86,7 @@ struct mo_gpt_split {
     int tp, pp, W;
     mo_comm_group *g_world, **g_tp, **g_pp, **g_emb; // [pp], [tp], [tp]
     split_world w;
-    gpt_sync create_sync, world_sync, *tp_sync, *link_sync, *emb_sync; // [pp], [(pp-1)*tp], [tp]
+    gpt_sync create_sync;
     rank_state *r;          // [W]
     rank_op op;             // the op of the current run_all
     int read_what;
@@ -105,6 +95,30 @@ struct mo_gpt_split {
     char broken_msg[1200];
     double last_loss, last_grad_norm, step_ms, recompute_ms;
 };
+
+// Every communicator group of the split (NULL entries are skipped by the callee).
+static void for_each_group(mo_gpt_split *s, void (*fn)(mo_comm_group *)) {
+    for (int i = 0; s->g_tp && i < s->pp; i++) fn(s->g_tp[i]);
+    for (int i = 0; s->g_pp && i < s->tp; i++) fn(s->g_pp[i]);
+    for (int i = 0; s->g_emb && i < s->tp; i++) fn(s->g_emb[i]);
+    fn(s->g_world);
+}
+
+// A rank failed: every rank waiting at a barrier of the split (its creation barrier, or the entry
+// barrier of any of its communicators' ops) returns an error, and so does every later op.
+static void world_fail(mo_gpt_split *s, int rank, mo_status st, const char *msg) {
+    split_world *w = &s->w;
+    pthread_mutex_lock(&w->mu);
+    if (!w->failed) {
+        w->failed = 1;
+        w->root_st = st;
+        w->root_rank = rank;
+        snprintf(w->root_msg, sizeof w->root_msg, "%s", msg);
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    for_each_group(s, mo_comm_group_abort);
+}
 
 static mo_status rank_create(rank_state *rs) {
     mo_gpt_split *s = rs->s;
@@ -200,7 +214,7 @@ static mo_status rank_do(rank_state *rs) {
 static void *rank_main(void *arg) {
     rank_state *rs = arg;
     rs->st = rank_do(rs);
-    if (rs->st != MO_OK) world_fail(&rs->s->w, rs->rank, rs->st, mo_errmsg());
+    if (rs->st != MO_OK) world_fail(rs->s, rs->rank, rs->st, mo_errmsg());
     return NULL;
 }
 
@@ -225,7 +239,7 @@ static mo_status run_all(mo_gpt_split *s, rank_op op) {
         started[r] = pthread_create(&th[r], NULL, rank_main, &s->r[r]) == 0;
         if (!started[r]) {
             s->r[r].st = MO_ERR_INTERNAL;
-            world_fail(&s->w, r, MO_ERR_INTERNAL, "pthread_create failed");
+            world_fail(s, r, MO_ERR_INTERNAL, "pthread_create failed");
         }
     }
     for (int r = 0; r < s->W; r++)
@@ -281,16 +295,11 @@ mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_confi
     return MO_OK;
 }
 
-static gpt_sync *syncs(mo_gpt_split *s, int n, int parties) {
-    gpt_sync *b = calloc((size_t)(n > 0 ? n : 1), sizeof *b);
-    for (int i = 0; b && i < n; i++) { b[i].w = &s->w; b[i].parties = parties; }
-    return b;
-}
-
 static mo_status group(mo_gpt_split *s, int world, mo_comm_group **g) {
     MO_TRY(mo_comm_group_create((mo_comm_kind)s->sc.comm, world, s->sc.backend, g));
     if (s->sc.link_gbps > 0) MO_TRY(mo_comm_set_link_gbps(*g, s->sc.link_gbps));
-    return MO_OK;
+    // No rank enters an op that a failed peer will not join (world_fail aborts every group).
+    return mo_comm_group_guard(*g);
 }
 
 static void split_free(mo_gpt_split *s) {
@@ -299,7 +308,6 @@ static void split_free(mo_gpt_split *s) {
     if (s->g_emb) for (int i = 0; i < s->tp; i++) mo_comm_group_destroy(s->g_emb[i]);
     mo_comm_group_destroy(s->g_world);
     free(s->g_tp); free(s->g_pp); free(s->g_emb);
-    free(s->tp_sync); free(s->link_sync); free(s->emb_sync);
     free(s->r);
     pthread_cond_destroy(&s->w.cv);
     pthread_mutex_destroy(&s->w.mu);
@@ -310,6 +318,7 @@ void mo_gpt_split_destroy(mo_gpt_split *s) {
     if (!s) return;
     // Destroy is not a step: it runs on a dead split too (the failure flag would stop nothing here).
     s->w.failed = 0;
+    for_each_group(s, mo_comm_group_clear_abort);
     run_all(s, OP_DESTROY);
     split_free(s);
 }
@@ -333,12 +342,8 @@ mo_status mo_gpt_split_create(mo_gpt_split **out, const mo_gpt_config *cfg, cons
     s->g_tp = calloc((size_t)P, sizeof *s->g_tp);
     s->g_pp = calloc((size_t)T, sizeof *s->g_pp);
     s->g_emb = calloc((size_t)T, sizeof *s->g_emb);
-    s->tp_sync = syncs(s, P, T);
-    s->link_sync = syncs(s, (P - 1) * T, 2);
-    s->emb_sync = syncs(s, T, 2);
     s->create_sync = (gpt_sync){&s->w, W, 0, 0};
-    s->world_sync = (gpt_sync){&s->w, W, 0, 0};
-    if (!s->r || !s->g_tp || !s->g_pp || !s->g_emb || !s->tp_sync || !s->link_sync || !s->emb_sync) {
+    if (!s->r || !s->g_tp || !s->g_pp || !s->g_emb) {
         split_free(s);
         return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the split");
     }
@@ -372,11 +377,6 @@ mo_status mo_gpt_split_create(mo_gpt_split **out, const mo_gpt_config *cfg, cons
         sh->world = W; sh->rank = r;
         sh->layer0 = sh->stage * Ls; sh->layers = Ls;
         sh->first = sh->stage == 0; sh->last = sh->stage == P - 1;
-        sh->sync_tp = &s->tp_sync[sh->stage];
-        sh->sync_next = sh->stage < P - 1 ? &s->link_sync[sh->stage * T + sh->tp_rank] : NULL;
-        sh->sync_prev = sh->stage > 0 ? &s->link_sync[(sh->stage - 1) * T + sh->tp_rank] : NULL;
-        sh->sync_emb = &s->emb_sync[sh->tp_rank];
-        sh->sync_world = &s->world_sync;
     }
     st = run_all(s, OP_CREATE);
     if (st != MO_OK) {

@@ -20,6 +20,7 @@
 #include <string.h>
 #include "gpt_ops.h"
 #include "gpt_shard.h"
+#include "kernels/cost.h"
 #include "strategies/comm.h"
 
 // The tensors one block produces. in is not owned: it is the previous block's out (or the
@@ -98,13 +99,11 @@ static mo_status tp_allreduce(mo_gpt *m, void *buf, size_t n) {
     const mo_gpt_shard *sh = m->shard;
     if (!sh || sh->tp == 1) return MO_OK;
     if (DT == MO_F32) {
-        MO_TRY(gpt_sync_wait(sh->sync_tp));
         return mo_comm_allreduce_sum(sh->tp_comm, (float *)buf, n);
     }
-    void *f = NULL; // (n) fp32; taken before the barrier (an out-of-memory after it would hang the peers)
+    void *f = NULL; // (n) fp32; taken before the all-reduce (an out-of-memory inside it would hang the peers)
     MO_TRY(mo_scratch_alloc(m->ctx, n * sizeof(float), &f));
     mo_status st = mo_cast_mixed(m->ctx, MO_F32, f, DT, buf, n);
-    if (st == MO_OK) st = gpt_sync_wait(sh->sync_tp);
     if (st == MO_OK) st = mo_comm_allreduce_sum(sh->tp_comm, (float *)f, n);
     if (st == MO_OK) st = mo_cast_mixed(m->ctx, DT, buf, MO_F32, f, n);
     mo_status st2 = mo_scratch_free(m->ctx, f);
@@ -307,6 +306,7 @@ static mo_status forward(step_state *s) {
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
     int K = segment_len(m);
+    mo_cost_set_region(x, MO_COST_BODY); // the cost trace's part of the step (kernels/cost.h)
     if (is_first(m)) {
         MO_TRY(act_alloc(m, NC, &s->enc));
         OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
@@ -326,6 +326,7 @@ static mo_status forward(step_state *s) {
         }
     }
     if (!is_last(m)) return MO_OK;
+    mo_cost_set_region(x, MO_COST_HEAD);
     void *last = s->acts[L - 1].out;
     MO_TRY(act_alloc(m, NC, &s->lnf));
     MO_TRY(stat_alloc(m, (size_t)N, &s->lnf_mean));
@@ -338,6 +339,7 @@ static mo_status forward(step_state *s) {
     // the loss scale (1 unless fp16's scaler is on), so that small gradients stay representable.
     float dloss = m->loss_scale / ((float)c->batch * (float)T);
     OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, s->Bm, T, V, dloss));
+    mo_cost_set_region(x, MO_COST_BODY);
     return MO_OK;
 }
 
@@ -350,6 +352,7 @@ static mo_status backward(step_state *s) {
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
     int K = segment_len(m);
+    mo_cost_set_region(x, MO_COST_HEAD);
     if (is_last(m)) {
         // logits now hold dlogits.
         MO_TRY(act_alloc(m, NC, &s->dhead));
@@ -364,6 +367,7 @@ static mo_status backward(step_state *s) {
         act_free(m, &s->dhead); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
         act_free(m, &s->acts[L - 1].out);
     }
+    mo_cost_set_region(x, MO_COST_BODY);
     void *dresid = s->dresid;
     mo_status st = MO_OK;
     if (!K) {
@@ -419,7 +423,6 @@ static mo_status recv_input(step_state *s) {
     const mo_gpt_shard *sh = m->shard;
     if (sh->first) return MO_OK;
     MO_TRY(act_alloc(m, (size_t)s->N * m->cfg.hidden, &s->enc));
-    MO_TRY(gpt_sync_wait(sh->sync_prev));
     return mo_comm_recv(sh->pp_comm, s->enc, stage_bytes(s), sh->stage - 1);
 }
 
@@ -429,7 +432,6 @@ static mo_status send_output(step_state *s) {
     const mo_gpt_shard *sh = m->shard;
     if (sh->last) return MO_OK;
     void **out = &s->acts[sh->layers - 1].out;
-    MO_TRY(gpt_sync_wait(sh->sync_next));
     MO_TRY(mo_comm_send(sh->pp_comm, *out, stage_bytes(s), sh->stage + 1));
     act_free(m, out);
     return MO_OK;
@@ -442,7 +444,6 @@ static mo_status send_output_recv_grad(step_state *f, step_state *b) {
     if (sh->last) return MO_OK; // the loss makes the last stage's gradient
     void **out = &f->acts[sh->layers - 1].out;
     MO_TRY(act_alloc(m, (size_t)b->N * m->cfg.hidden, &b->dresid));
-    MO_TRY(gpt_sync_wait(sh->sync_next));
     MO_TRY(mo_comm_sendrecv(sh->pp_comm, *out, stage_bytes(f), sh->stage + 1, b->dresid, stage_bytes(b), sh->stage + 1));
     act_free(m, out);
     return MO_OK;
@@ -454,7 +455,6 @@ static mo_status recv_grad(step_state *b) {
     const mo_gpt_shard *sh = m->shard;
     if (sh->last) return MO_OK;
     MO_TRY(act_alloc(m, (size_t)b->N * m->cfg.hidden, &b->dresid));
-    MO_TRY(gpt_sync_wait(sh->sync_next));
     return mo_comm_recv(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage + 1);
 }
 
@@ -463,10 +463,9 @@ static mo_status send_grad_recv_input(step_state *b, step_state *f) {
     mo_gpt *m = b->m;
     const mo_gpt_shard *sh = m->shard;
     if (sh->first) return MO_OK; // the embedding took d(input)
-    // Allocate before the barrier, as the other stage helpers do: an out-of-memory after it would leave
-    // the previous stage waiting in its sendrecv forever.
+    // Allocate before the op, as the other stage helpers do: an out-of-memory after the communicator's
+    // entry barrier would leave the previous stage waiting in its sendrecv forever.
     if (f) MO_TRY(act_alloc(m, (size_t)f->N * m->cfg.hidden, &f->enc));
-    MO_TRY(gpt_sync_wait(sh->sync_prev));
     if (f) {
         MO_TRY(mo_comm_sendrecv(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage - 1, f->enc, stage_bytes(f),
                                 sh->stage - 1));
@@ -514,7 +513,6 @@ static mo_status pipeline(step_state *slot, int nslots) {
 static mo_status tie_embedding(mo_gpt *m) {
     const mo_gpt_shard *sh = m->shard;
     if (!sh || sh->pp == 1 || !(sh->first || sh->last)) return MO_OK;
-    MO_TRY(gpt_sync_wait(sh->sync_emb));
     return mo_comm_allreduce_sum(sh->emb_comm, m->grad_ptr[GPT_WTE], m->param_sizes[GPT_WTE]);
 }
 
@@ -535,7 +533,9 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
         slot[i].acts = calloc((size_t)layers_of(m), sizeof *slot[i].acts);
         if (!slot[i].acts) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
     }
+    mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients: the optimizer's part of the step
     if (st == MO_OK) st = mo_memset_zero(x, m->grads, m->num_params * sizeof(float));
+    mo_cost_set_region(x, MO_COST_BODY);
     if (nslots == 1 && !(sh && sh->pp > 1)) {
         step_state *s = &slot[0];
         for (int k = 0; k < c->accum && st == MO_OK; k++) {
@@ -593,7 +593,6 @@ static mo_status split_sumsq(mo_gpt *m, double *ss) {
     mo_status st = mo_scratch_alloc(m->ctx, (size_t)W * 2 * sizeof(float), &dev);
     float *d = dev;
     if (st == MO_OK) st = mo_memcpy_h2d(m->ctx, d + 2 * sh->rank, mine, sizeof mine);
-    if (st == MO_OK) st = gpt_sync_wait(sh->sync_world);
     if (st == MO_OK) st = mo_comm_allgather(sh->world_comm, d + 2 * sh->rank, d, 2);
     if (st == MO_OK) st = mo_memcpy_d2h(m->ctx, all, d, (size_t)W * 2 * sizeof(float));
     if (dev) mo_scratch_free(m->ctx, dev);
@@ -612,7 +611,6 @@ static mo_status split_any(mo_gpt *m, int *flag) {
     float v = *flag ? 1.0f : 0.0f;
     MO_TRY(mo_scratch_alloc(m->ctx, sizeof(float), &dev));
     mo_status st = mo_memcpy_h2d(m->ctx, dev, &v, sizeof v);
-    if (st == MO_OK) st = gpt_sync_wait(sh->sync_world);
     if (st == MO_OK) st = mo_comm_allreduce_sum(sh->world_comm, (float *)dev, 1);
     if (st == MO_OK && m->ctx->backend != MO_BACKEND_DRY) st = mo_memcpy_d2h(m->ctx, &v, dev, sizeof v);
     mo_status st2 = mo_scratch_free(m->ctx, dev);
@@ -650,6 +648,7 @@ mo_status mo_gpt_update(mo_gpt *m) {
     mo_ctx *x = m->ctx;
     // The gradients carry the loss scale of the step that made them (the scaler changes it below).
     float scale_used = m->loss_scale;
+    mo_cost_set_region(x, MO_COST_OPTIMIZER); // until the next forward
     int skip = 0;
     MO_TRY(scaler_check(m, &skip));
     m->last_skipped = skip;

@@ -130,6 +130,19 @@ mo_status mo_comm_set_latency_us(mo_comm_group *g, double base_us, double step_u
 // ncclAllReduce / ncclReduceScatter. The local kind is always ordered (0 is refused there).
 mo_status mo_comm_set_ordered(mo_comm_group *g, int ordered);
 
+// ---- the group-wide abort (for callers that run the ranks as threads and unwind them together) ----
+
+// After mo_comm_group_guard(g), every op of g first waits at a host barrier of the ranks it involves
+// (every rank of g for a collective and the barrier; the rank and its peer for send / recv, pair by
+// pair for a sendrecv), so no rank enters an op that a failed peer will not join: once
+// mo_comm_group_abort(g) is called (by any thread, e.g. the failing rank's), every rank waiting at
+// such a barrier, and every later op, returns MO_ERR_INTERNAL "stopped: another rank failed". A
+// barrier that completed before the abort lets its parties into the op. mo_comm_group_clear_abort
+// makes the group usable again. Unguarded groups (the default) take no barrier. Not for MPI groups.
+mo_status mo_comm_group_guard(mo_comm_group *g);
+void mo_comm_group_abort(mo_comm_group *g);       // NULL is a no-op
+void mo_comm_group_clear_abort(mo_comm_group *g); // NULL is a no-op
+
 // ---- accounting ----
 
 typedef enum mo_comm_op {

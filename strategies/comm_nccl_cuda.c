@@ -93,7 +93,7 @@ static mo_status timing_end(mo_comm *c) {
         return timing_end(c);                              \
     } while (0)
 
-mo_status comm_nccl_drain(mo_comm *c) {
+static mo_status comm_nccl_drain(mo_comm *c) {
     comm_nccl *n = c->impl;
     while (n && n->count > 0) MO_TRY(timing_resolve_oldest(c));
     return MO_OK;
@@ -101,7 +101,7 @@ mo_status comm_nccl_drain(mo_comm *c) {
 
 // ---- groups and ranks ----
 
-mo_status comm_nccl_group_init(mo_comm_group *g) {
+static mo_status comm_nccl_group_init(mo_comm_group *g) {
     ncclUniqueId *id = calloc(1, sizeof *id);
     if (!id) return MO_FAIL(MO_ERR_OOM, "host out of memory for the NCCL id");
     g->impl = id;
@@ -109,7 +109,7 @@ mo_status comm_nccl_group_init(mo_comm_group *g) {
     return MO_OK;
 }
 
-void comm_nccl_group_fini(mo_comm_group *g) {
+static void comm_nccl_group_fini(mo_comm_group *g) {
     free(g->impl);
     g->impl = NULL;
 }
@@ -163,7 +163,7 @@ static mo_status nccl_rank_setup(mo_comm *c) {
     return MO_OK;
 }
 
-mo_status comm_nccl_rank_init(mo_comm *c) {
+static mo_status comm_nccl_rank_init(mo_comm *c) {
     if (!c->ctx->stream) return MO_FAIL(MO_ERR_INVALID, "--comm nccl: rank %d's context has no stream", c->rank);
     c->impl = calloc(1, sizeof(comm_nccl));
     if (!c->impl) return MO_FAIL(MO_ERR_OOM, "host out of memory for nccl rank %d", c->rank);
@@ -172,7 +172,7 @@ mo_status comm_nccl_rank_init(mo_comm *c) {
     return st;
 }
 
-void comm_nccl_rank_fini(mo_comm *c) {
+static void comm_nccl_rank_fini(mo_comm *c) {
     if (!c->impl) return;
     comm_nccl_drain(c);
     nccl_rank_free(c);
@@ -300,7 +300,7 @@ static mo_status allreduce_body(mo_comm *c, float *buf, size_t count) {
     return ordered_allreduce(c, buf, count);
 }
 
-mo_status comm_nccl_allreduce(mo_comm *c, float *buf, size_t count) {
+static mo_status comm_nccl_allreduce(mo_comm *c, float *buf, size_t count) {
     if (count == 0) return MO_OK;
     TIMED(c, MO_COMM_OP_ALLREDUCE, allreduce_body(c, buf, count));
 }
@@ -310,7 +310,7 @@ static mo_status allgather_body(mo_comm *c, const float *send, float *recv, size
     return MO_OK;
 }
 
-mo_status comm_nccl_allgather(mo_comm *c, const float *send, float *recv, size_t count) {
+static mo_status comm_nccl_allgather(mo_comm *c, const float *send, float *recv, size_t count) {
     if (count == 0) return MO_OK;
     TIMED(c, MO_COMM_OP_ALLGATHER, allgather_body(c, send, recv, count));
 }
@@ -324,7 +324,7 @@ static mo_status reduce_scatter_body(mo_comm *c, const float *send, float *recv,
     return ordered_reduce_scatter(c, send, recv, count);
 }
 
-mo_status comm_nccl_reduce_scatter(mo_comm *c, const float *send, float *recv, size_t count) {
+static mo_status comm_nccl_reduce_scatter(mo_comm *c, const float *send, float *recv, size_t count) {
     if (count == 0) return MO_OK;
     TIMED(c, MO_COMM_OP_REDUCE_SCATTER, reduce_scatter_body(c, send, recv, count));
 }
@@ -347,7 +347,7 @@ static mo_status sendrecv_body(mo_comm *c, const void *send, size_t send_bytes, 
     return nccl_status(end, "ncclGroupEnd()");
 }
 
-mo_status comm_nccl_sendrecv(mo_comm *c, const void *send, size_t send_bytes, int dst, void *recv,
+static mo_status comm_nccl_sendrecv(mo_comm *c, const void *send, size_t send_bytes, int dst, void *recv,
                              size_t recv_bytes, int src) {
     if (!(dst >= 0 && send_bytes) && !(src >= 0 && recv_bytes)) return MO_OK; // nothing on either side
     mo_comm_op op = dst >= 0 && src >= 0 ? MO_COMM_OP_SENDRECV : dst >= 0 ? MO_COMM_OP_SEND : MO_COMM_OP_RECV;
@@ -363,7 +363,7 @@ static mo_status barrier_body(mo_comm *c) {
 // Returns when every rank's all-reduce of one float has completed: each rank's earlier work on its
 // stream came before its part of the all-reduce, and no rank's part completes before every rank's
 // has started.
-mo_status comm_nccl_barrier(mo_comm *c) {
+static mo_status comm_nccl_barrier(mo_comm *c) {
     MO_TRY(timing_begin(c, MO_COMM_OP_BARRIER));
     mo_status st = barrier_body(c);
     if (st != MO_OK) {
@@ -410,26 +410,26 @@ mo_status mo_comm_group_create_mpi(mo_backend_kind backend, mo_comm_group **out,
 
 #define NO_NCCL() MO_FAIL(MO_ERR_UNSUPPORTED, "--comm nccl: built without NCCL (nccl.h / libnccl not found at configure time)")
 
-mo_status comm_nccl_group_init(mo_comm_group *g) { (void)g; return NO_NCCL(); }
-void comm_nccl_group_fini(mo_comm_group *g) { (void)g; }
-mo_status comm_nccl_rank_init(mo_comm *c) { (void)c; return NO_NCCL(); }
-void comm_nccl_rank_fini(mo_comm *c) { (void)c; }
-mo_status comm_nccl_allreduce(mo_comm *c, float *buf, size_t n) { (void)c; (void)buf; (void)n; return NO_NCCL(); }
-mo_status comm_nccl_allgather(mo_comm *c, const float *send, float *recv, size_t n) {
+static mo_status comm_nccl_group_init(mo_comm_group *g) { (void)g; return NO_NCCL(); }
+static void comm_nccl_group_fini(mo_comm_group *g) { (void)g; }
+static mo_status comm_nccl_rank_init(mo_comm *c) { (void)c; return NO_NCCL(); }
+static void comm_nccl_rank_fini(mo_comm *c) { (void)c; }
+static mo_status comm_nccl_allreduce(mo_comm *c, float *buf, size_t n) { (void)c; (void)buf; (void)n; return NO_NCCL(); }
+static mo_status comm_nccl_allgather(mo_comm *c, const float *send, float *recv, size_t n) {
     (void)c; (void)send; (void)recv; (void)n;
     return NO_NCCL();
 }
-mo_status comm_nccl_reduce_scatter(mo_comm *c, const float *send, float *recv, size_t n) {
+static mo_status comm_nccl_reduce_scatter(mo_comm *c, const float *send, float *recv, size_t n) {
     (void)c; (void)send; (void)recv; (void)n;
     return NO_NCCL();
 }
-mo_status comm_nccl_sendrecv(mo_comm *c, const void *send, size_t send_bytes, int dst, void *recv,
+static mo_status comm_nccl_sendrecv(mo_comm *c, const void *send, size_t send_bytes, int dst, void *recv,
                              size_t recv_bytes, int src) {
     (void)c; (void)send; (void)send_bytes; (void)dst; (void)recv; (void)recv_bytes; (void)src;
     return NO_NCCL();
 }
-mo_status comm_nccl_barrier(mo_comm *c) { (void)c; return NO_NCCL(); }
-mo_status comm_nccl_drain(mo_comm *c) { (void)c; return MO_OK; }
+static mo_status comm_nccl_barrier(mo_comm *c) { (void)c; return NO_NCCL(); }
+static mo_status comm_nccl_drain(mo_comm *c) { (void)c; return MO_OK; }
 
 #ifdef MEMOPT_HAVE_MPI
 mo_status mo_comm_group_create_mpi(mo_backend_kind backend, mo_comm_group **out, int *my_rank) {
@@ -440,3 +440,39 @@ mo_status mo_comm_group_create_mpi(mo_backend_kind backend, mo_comm_group **out,
 #endif
 
 #endif
+
+// ---- the kind's table (the front end, comm.c, calls nothing else here) ----
+
+static mo_status nccl_allreduce_op(mo_comm *c, float *buf, size_t n, mo_status mine) {
+    MO_TRY(mine);
+    return comm_nccl_allreduce(c, buf, n);
+}
+static mo_status nccl_allgather_op(mo_comm *c, const float *send, float *recv, size_t n, mo_status mine) {
+    MO_TRY(mine);
+    return comm_nccl_allgather(c, send, recv, n);
+}
+static mo_status nccl_reduce_scatter_op(mo_comm *c, const float *send, float *recv, size_t n, mo_status mine) {
+    MO_TRY(mine);
+    return comm_nccl_reduce_scatter(c, send, recv, n);
+}
+static mo_status nccl_send_op(mo_comm *c, const void *buf, size_t bytes, int peer) {
+    return comm_nccl_sendrecv(c, buf, bytes, peer, NULL, 0, -1);
+}
+static mo_status nccl_recv_op(mo_comm *c, void *buf, size_t bytes, int peer) {
+    return comm_nccl_sendrecv(c, NULL, 0, -1, buf, bytes, peer);
+}
+
+const comm_ops comm_nccl_ops = {
+    .group_init = comm_nccl_group_init,
+    .group_fini = comm_nccl_group_fini,
+    .rank_init = comm_nccl_rank_init,
+    .rank_fini = comm_nccl_rank_fini,
+    .allreduce = nccl_allreduce_op,
+    .allgather = nccl_allgather_op,
+    .reduce_scatter = nccl_reduce_scatter_op,
+    .send = nccl_send_op,
+    .recv = nccl_recv_op,
+    .sendrecv = comm_nccl_sendrecv,
+    .barrier = comm_nccl_barrier,
+    .drain = comm_nccl_drain,
+};

@@ -131,9 +131,10 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-static void run_ranks(int W, mo_backend_kind be, rank_fn fn, void *user) {
+static void run_ranks_in(int W, mo_backend_kind be, rank_fn fn, void *user, int guarded) {
     mo_comm_group *g = NULL;
     if (!CHECK_OK(mo_comm_group_create(MO_COMM_LOCAL, W, be, &g))) return;
+    if (guarded && !CHECK_OK(mo_comm_group_guard(g))) { mo_comm_group_destroy(g); return; }
     rank_env env[MO_COMM_MAX_WORLD];
     pthread_t th[MO_COMM_MAX_WORLD];
     memset(env, 0, sizeof env);
@@ -144,6 +145,7 @@ static void run_ranks(int W, mo_backend_kind be, rank_fn fn, void *user) {
     for (int r = 0; r < W; r++) pthread_join(th[r], NULL);
     mo_comm_group_destroy(g);
 }
+static void run_ranks(int W, mo_backend_kind be, rank_fn fn, void *user) { run_ranks_in(W, be, fn, user, 0); }
 
 // ---------------------------------------------------------------------------------------------
 // Collectives against host references.
@@ -572,6 +574,43 @@ static void test_dry(void) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The group-wide abort: a guarded group's ops wait at an entry barrier, and an abort wakes them with
+// an error instead of leaving them in an op the failed rank will never join.
+
+static void guard_body(rank_env *e) {
+    float buf[8];
+    for (int i = 0; i < 8; i++) buf[i] = (float)(e->r + 1);
+    // every rank, guarded: the sum as unguarded
+    TCHECK_OK(mo_comm_allreduce_sum(e->c, buf, 8));
+    if (e->be == MO_BACKEND_CPU) TCHECK(buf[0] == 6.0f && buf[7] == 6.0f, "guarded allreduce: %g, want 6", buf[0]);
+    // a pair through its entry barrier
+    if (e->r < 2) {
+        float in[8];
+        TCHECK_OK(mo_comm_sendrecv(e->c, buf, sizeof buf, 1 - e->r, in, sizeof in, 1 - e->r));
+    }
+    TCHECK_OK(mo_comm_barrier(e->c));
+    if (e->r == 2) {
+        // rank 2 "fails": it never joins the next all-reduce, nor the send of rank 0, and aborts the group
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        mo_comm_group_abort(e->g);
+    } else {
+        mo_status st = e->r == 0 ? mo_comm_send(e->c, buf, sizeof buf, 2) : mo_comm_allreduce_sum(e->c, buf, 8);
+        TCHECK(st == MO_ERR_INTERNAL && strstr(mo_errmsg(), "another rank failed"),
+               "rank %d: an op a failed rank will not join returned %s (%s), want internal 'stopped'", e->r,
+               mo_status_name(st), st == MO_OK ? "" : mo_errmsg());
+        // and so does any later op, at once
+        TCHECK_ST(mo_comm_barrier(e->c), MO_ERR_INTERNAL);
+    }
+}
+
+static void test_guard(void) {
+    printf("guard\n");
+    run_ranks_in(3, MO_BACKEND_CPU, guard_body, NULL, 1);
+    run_ranks_in(3, MO_BACKEND_DRY, guard_body, NULL, 1); // dry waits at the entry barriers too
+}
+
 int main(void) {
     seed = test_seed_from_time(); // prints the seed
     test_formulas();
@@ -579,5 +618,6 @@ int main(void) {
     test_collectives();
     test_sync();
     test_dry();
+    test_guard();
     return test_finish();
 }

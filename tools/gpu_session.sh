@@ -9,7 +9,8 @@
 #   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt;
 #   "peerlite" the PyTorch fp32 / TF32 rows only; "regress" remakes results/baseline-h200.csv and compares a
 #   second run of the set with it; "ceab" A/Bs the fp32 cross-entropy kernels; "headline" the
-#   split model's GPU test and the eight precision x attention rows
+#   split model's GPU test and the eight precision x attention rows; "trace" --profile's measured time
+#   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -187,6 +188,14 @@ if has headline; then
     $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $prec --attn $attn --csv "$R/h200-gpt2-124m-headline.csv" \
       | grep -E "step:|peak alloc" | sed "s/^/$prec $attn: /"
   done; done
+fi
+if has trace; then
+  # measured device time per profiler class beside the planner's prediction from the run's cost trace
+  for pa in "fp32 materialized" "tf32 materialized" "bf16 materialized" "bf16 fused"; do
+    set -- $pa
+    $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $1 --attn $2 --profile \
+      | grep -E "step:|profile|predicted" | sed "s/^/$1 $2: /"
+  done
 fi
 if has split; then
   csv="$R/h200-gpt2-124m-split.csv"
