@@ -78,21 +78,7 @@ mo_status mo_plot_scripts_dir(char *buf, size_t n) {
                    " tree or set MEMOPT_PLOT_SCRIPTS=DIR");
 }
 
-mo_status mo_plot_mkdir(const char *dir) {
-    char p[PATH_MAX];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return MO_FAIL(MO_ERR_INVALID, "--out-dir: path too long");
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == '\0') {
-            char c = *s;
-            *s = '\0';
-            if (mkdir(p, 0777) != 0 && errno != EEXIST)
-                return MO_FAIL(MO_ERR_IO, "--out-dir: cannot create '%s': %s", p, strerror(errno));
-            *s = c;
-            if (!c) break;
-        }
-    }
-    return MO_OK;
-}
+mo_status mo_plot_mkdir(const char *dir) { return mo_mkdir_p(dir, "--out-dir"); }
 
 mo_status mo_plot_run(const char *script, const char *outdir, const char *vars) {
     MO_TRY(mo_plot_check_gnuplot());

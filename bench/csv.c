@@ -295,9 +295,41 @@ static mo_status header_mismatch(const char *path, const char *have) {
     }
 }
 
+mo_status mo_mkdir_p(const char *dir, const char *flag) {
+    char p[MO_PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return MO_FAIL(MO_ERR_INVALID, "%s: path too long", flag);
+    if (!p[0]) return MO_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            struct stat sb;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST)
+                return MO_FAIL(MO_ERR_IO, "%s: cannot create folder '%s': %s", flag, p, strerror(errno));
+            if (stat(p, &sb) == 0 && !S_ISDIR(sb.st_mode))
+                return MO_FAIL(MO_ERR_IO, "%s: '%s' exists and is not a folder", flag, p);
+            *s = c;
+            if (!c) break;
+        }
+    }
+    return MO_OK;
+}
+
+mo_status mo_mkdir_parent(const char *path, const char *flag) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return MO_OK;
+    char dir[MO_PATH_MAX];
+    size_t n = (size_t)(slash - path);
+    if (n >= sizeof dir) return MO_FAIL(MO_ERR_INVALID, "%s: path too long", flag);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return mo_mkdir_p(dir, flag);
+}
+
 mo_status mo_csv_open(const char *path, mo_csv_writer **out) {
     *out = NULL;
     if (strlen(path) >= MO_PATH_MAX) return MO_FAIL(MO_ERR_INVALID, "--csv: path too long");
+    MO_TRY(mo_mkdir_parent(path, "--csv"));
     int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return MO_FAIL(MO_ERR_IO, "%s: cannot open for append: %s", path, strerror(errno));
     char *text = NULL;

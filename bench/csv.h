@@ -73,6 +73,11 @@ void mo_csv_close(mo_csv_writer *w);
 // One row as CSV text (RFC 4180 quoting), with the trailing newline; MO_ERR_INVALID if n is short.
 mo_status mo_csv_format_row(const mo_csv_row *row, char *buf, size_t n);
 
+// Creates dir and its parents (mkdir -p); flag names the flag in the message.
+mo_status mo_mkdir_p(const char *dir, const char *flag);
+// Creates the folder a file will be written into (nothing for a bare name).
+mo_status mo_mkdir_parent(const char *path, const char *flag);
+
 // Reader. Columns are found by header name (any order; a missing column reads as unknown, an
 // unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_VERSION.
 // *rows is malloc'ed (free it); *n may be 0.
