@@ -32,11 +32,15 @@ static const col_def cols[] = {
     I(optim_bytes), I(master_bytes), I(activation_bytes), I(workspace_bytes), I(num_ooms),
     I(num_alloc_retries), I(skipped_steps), F(loss_scale), F(loss_first), F(loss_last),
     I(predicted_peak_bytes), F(comm_ms), I(comm_modelled),
+    // schema 2, kept together at the end
+    I(inactive_split_bytes), I(largest_free_block_bytes), I(segments),
 };
 #undef I
 #undef F
 #undef S
 #define NCOLS (sizeof cols / sizeof cols[0])
+// The cuBLASLt workspace every schema 1 run held from start to end (kernels/ctx.h, 32 MiB then).
+#define SCHEMA1_WORKSPACE ((int64_t)32 << 20)
 
 size_t mo_csv_num_columns(void) { return NCOLS; }
 
@@ -454,9 +458,9 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         if (nf > version_at) {
             const char *v = fields[version_at];
             ver = strtoll(v, &end, 10);
-            if (!*v || *end || ver != MO_CSV_SCHEMA_VERSION) {
-                st = MO_FAIL(MO_ERR_INVALID, "%s: schema_version %s, this memopt reads %d", path, *v ? v : "(empty)",
-                             MO_CSV_SCHEMA_VERSION);
+            if (!*v || *end || ver < MO_CSV_SCHEMA_OLDEST || ver > MO_CSV_SCHEMA_VERSION) {
+                st = MO_FAIL(MO_ERR_INVALID, "%s: schema_version %s, this memopt reads %d to %d", path, *v ? v : "(empty)",
+                             MO_CSV_SCHEMA_OLDEST, MO_CSV_SCHEMA_VERSION);
                 goto done;
             }
         }
@@ -481,6 +485,9 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         mo_csv_row_init(r);
         for (int i = 0; i < nf && st == MO_OK; i++) st = parse_cell(path, rd.line, &cols[map[i]], fields[i], r);
         if (st != MO_OK) goto done;
+        if (r->schema_version == 1 && r->activation_peak_bytes >= SCHEMA1_WORKSPACE) {
+            r->activation_peak_bytes -= SCHEMA1_WORKSPACE; // schema 2's definition (csv.h)
+        }
         n++;
     }
     if (unknown && n == 0)

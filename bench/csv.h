@@ -18,7 +18,11 @@
 extern "C" {
 #endif
 
-#define MO_CSV_SCHEMA_VERSION 1
+// 2: activation_peak_bytes excludes the library workspace (it is the activation category's bytes at
+//    the overall peak); inactive_split_bytes, largest_free_block_bytes, segments added at the end.
+//    Schema 1 files are read too (see mo_csv_read).
+#define MO_CSV_SCHEMA_VERSION 2
+#define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {
     int64_t schema_version;        // MO_CSV_SCHEMA_VERSION
@@ -51,6 +55,13 @@ typedef struct mo_csv_row {
     int64_t predicted_peak_bytes;
     double comm_ms;
     int64_t comm_modelled;         // 1: comm_ms is modelled, not measured; 0 measured
+    // Fragmentation (torch.cuda.memory_stats' inactive_split_bytes, largest free block, segment count),
+    // at the end of the last step, the model still allocated (schema 2).
+    int64_t inactive_split_bytes, largest_free_block_bytes, segments;
+
+    // Not a column: the run ran out of memory before its first step (the parameters, gradients,
+    // optimizer state and full-batch inputs alone exceed the cap), so no micro-batch can fit.
+    int oom_before_step;
 } mo_csv_row;
 
 // Every field unknown, schema_version set.
@@ -79,7 +90,10 @@ mo_status mo_mkdir_p(const char *dir, const char *flag);
 mo_status mo_mkdir_parent(const char *path, const char *flag);
 
 // Reader. Columns are found by header name (any order; a missing column reads as unknown, an
-// unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_VERSION.
+// unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_OLDEST ..
+// MO_CSV_SCHEMA_VERSION. A schema 1 row is read as schema 2 would have written it where that is
+// known: its activation_peak_bytes loses the 32 MiB cuBLASLt workspace that every schema 1 run held
+// throughout (op scratch live at the peak, rare, stays counted); its fragmentation cells are unknown.
 // *rows is malloc'ed (free it); *n may be 0.
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 

@@ -1,5 +1,7 @@
 #include "bench/run_engine.h"
 #include "bench/planner.h" // the GPU catalog
+#include "bench/sweep.h"   // mo_config_name
+#include "bench/trace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -158,6 +160,11 @@ struct mo_run_session {
     uint64_t static_bytes;
     uint64_t dev_used_before, dev_used_peak_seen;
     double prof_ms[MO_PROF_COUNT]; // --profile: summed over the timed steps
+    int oom_in_build;        // out of memory before the first step (static bytes alone do not fit)
+    char *summary;           // --summary: the allocator's report at the end of the last step
+    mo_trace *trace;         // --trace: recording the first timed step
+    int traced;              // the trace is written (events in trace_events)
+    size_t trace_events;
 };
 
 static mo_status session_fail(mo_run_session *s, mo_status st) {
@@ -195,14 +202,26 @@ static mo_status session_build_split(mo_run_session *s) {
     mo_status cs = mo_gpt_split_create(&s->sp, g, &sc);
     // A create that ran out of memory gave every rank back: its statistics are gone, but an OOM happened.
     if (cs == MO_ERR_OOM) s->stats.num_ooms = 1;
+    if (cs == MO_ERR_OOM) s->oom_in_build = 1;
     MO_TRY(cs);
     return set_synthetic_batch(s);
 }
 
+static mo_status session_build_one(mo_run_session *s);
+
 static mo_status session_build(mo_run_session *s) {
-    const mo_gpt_config *g = &s->g;
     s->dev_used_before = s->be == MO_BACKEND_CUDA ? used_device_bytes() : 0;
     if (is_split(&s->rc)) return session_build_split(s);
+    mo_status st = session_build_one(s);
+    // Everything built here (parameters, gradients, optimizer state, master copy, full-batch inputs,
+    // the GEMM workspace) is independent of the micro-batch: an out-of-memory now cannot be cured by
+    // a smaller one.
+    if (st == MO_ERR_OOM) s->oom_in_build = 1;
+    return st;
+}
+
+static mo_status session_build_one(mo_run_session *s) {
+    const mo_gpt_config *g = &s->g;
     MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
     MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
     s->x->tf32 = g->tf32;
@@ -217,12 +236,21 @@ static mo_status session_build(mo_run_session *s) {
     return MO_OK;
 }
 
+// --summary: the report of the allocator a, kept for the printed summary (which comes after release).
+static void take_summary(mo_run_session *s, const mo_allocator *a) {
+    if (!s->rc.summary || !a || s->summary) return;
+    const size_t n = 8192;
+    s->summary = malloc(n);
+    if (s->summary) mo_memory_summary(a, s->summary, n);
+}
+
 // Gives back everything the run holds, keeping the allocator's final statistics.
 static void session_release(mo_run_session *s) {
     if (s->sp) {
         // The run's peak is its largest rank's (DESIGN.md); static bytes are that rank's at the end.
         int r = s->peak_rank = mo_gpt_split_peak_rank(s->sp);
         mo_allocator_stats(mo_gpt_split_allocator(s->sp, r), &s->stats);
+        take_summary(s, mo_gpt_split_allocator(s->sp, r));
         s->static_bytes = static_of(&s->stats);
         uint64_t ooms = 0, retries = 0, reserved = 0;
         for (int k = 0; k < mo_gpt_split_world(s->sp); k++) {
@@ -241,6 +269,9 @@ static void session_release(mo_run_session *s) {
         return;
     }
     if (s->a) mo_allocator_stats(s->a, &s->stats);
+    take_summary(s, s->a);
+    mo_trace_end(s->trace);
+    s->trace = NULL;
     if (s->timer_ok) mo_timer_destroy(&s->t);
     s->timer_ok = 0;
     mo_gpt_destroy(s->m);
@@ -267,6 +298,8 @@ static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo
         st = mo_gpt_split_validate(&s->g, &sc);
         if (st == MO_OK && rc->profile)
             st = MO_FAIL(MO_ERR_INVALID, "--profile: not available on split runs (--tp/--pp above 1); profile the unsplit model");
+        if (st == MO_OK && rc->trace[0])
+            st = MO_FAIL(MO_ERR_INVALID, "--trace: not available on split runs (--tp/--pp above 1); trace the unsplit model");
     }
     if (st != MO_OK) s->config_failed = 1;
     else st = session_build(s);
@@ -292,6 +325,18 @@ void mo_run_mark_timed(mo_run_session *s) {
     s->timed = 1;
 }
 
+static mo_status write_trace(mo_run_session *s) {
+    char name[256], title[512];
+    mo_config_name(&s->rc, name, sizeof name);
+    snprintf(title, sizeof title, "%s; %s; step %d", name, s->env->dev.name, s->steps_run + 1);
+    mo_status st = mo_trace_write(s->trace, s->rc.trace, title);
+    s->trace_events = mo_trace_events(s->trace);
+    mo_trace_end(s->trace);
+    s->trace = NULL;
+    s->traced = st == MO_OK;
+    return st;
+}
+
 mo_status mo_run_step(mo_run_session *s, double *ms_out) {
     if (s->st != MO_OK) return s->st;
     double ms = 0;
@@ -301,9 +346,14 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
         st = mo_gpt_split_step(s->sp);
         ms = mo_gpt_split_step_ms(s->sp);
     } else {
-        st = mo_timer_start(s->x, &s->t);
+        // --trace: the first timed step (the allocator in its steady state), or the first step
+        // when there is no warm-up.
+        const int trace_now = s->rc.trace[0] && !s->traced && (s->timed || s->rc.warmup == 0);
+        if (trace_now) st = mo_trace_begin(s->a, &s->trace);
+        if (st == MO_OK) st = mo_timer_start(s->x, &s->t);
         if (st == MO_OK) st = mo_gpt_step(s->m);
         if (st == MO_OK) st = mo_timer_stop(s->x, &s->t, &ms);
+        if (trace_now && st == MO_OK) st = write_trace(s);
     }
     if (st != MO_OK) {
         session_fail(s, st);
@@ -365,6 +415,8 @@ static int64_t predicted_peak(const mo_run_session *s) {
     // nccl needs GPUs: the dry replay runs the same ranks over local (nccl's ordered sums take scratch
     // from the rank's allocator that local does not, so a nccl row's prediction may differ).
     rc.comm = MO_COMM_LOCAL;
+    rc.trace[0] = '\0'; // the replay writes nothing and reports nothing
+    rc.summary = 0;
     if (session_open(&rc, s->env, MO_BACKEND_DRY, NULL, &d) != MO_OK || !d) return -1;
     int warm = s->steps_run - s->n;
     for (int i = 0; i < s->steps_run && d->st == MO_OK; i++) {
@@ -376,7 +428,7 @@ static int64_t predicted_peak(const mo_run_session *s) {
         r = (int64_t)d->stats.peak_allocated_bytes;
     }
     session_release(d);
-    free(d->times); free(d->recompute); free(d);
+    free(d->summary); free(d->times); free(d->recompute); free(d);
     return r;
 }
 
@@ -413,6 +465,10 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->master_bytes = (int64_t)a->peak_by_cat[MO_CAT_MASTER];
     row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
     row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
+    row->inactive_split_bytes = (int64_t)a->inactive_split_bytes;
+    row->largest_free_block_bytes = (int64_t)a->largest_free_block;
+    row->segments = (int64_t)a->num_segments;
+    row->oom_before_step = s->oom_in_build;
     // A run that failed has no peak to predict (the dry replay under the same cap fails the same way).
     if (s->st == MO_OK) row->predicted_peak_bytes = predicted_peak(s);
     if (s->st != MO_OK) {
@@ -422,7 +478,9 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     }
     snprintf(row->status, sizeof row->status, "ok");
     row->static_bytes = (int64_t)s->static_bytes;
-    row->activation_peak_bytes = (int64_t)(a->peak_allocated_bytes - s->static_bytes);
+    // The activations at the overall peak: the library workspace (cuBLASLt's, op scratch) is its own
+    // figure, workspace_bytes.
+    row->activation_peak_bytes = (int64_t)a->at_peak_by_cat[MO_CAT_ACTIVATION];
     row->loss_first = s->loss_first;
     row->loss_last = s->loss_last;
     row->skipped_steps = s->skipped_steps;
@@ -452,6 +510,8 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     }
 finish:
     if (s->out) print_summary(s, row, s->out);
+    if (s->out && s->summary) fprintf(s->out, "%s", s->summary);
+    free(s->summary);
     free(s->times);
     free(s->recompute);
     free(s);
@@ -474,7 +534,7 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     const mo_alloc_stats *a = &s->stats;
     // A failed row's reason is printed by the caller (main prints the command's status).
     if (strcmp(row->status, "ok") && strcmp(row->status, "oom")) return;
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32];
     fprintf(out, "memopt run: gpt, %s backend, %s, L%d C%d H%d T%d B%d (micro %d) V%d, %.1fM params\n",
             mo_backend_name(rc->backend), s->env->dev.name, g->layers, g->hidden, g->heads, g->seq, g->batch,
             g->batch / g->accum, g->vocab, (double)mo_gpt_num_params(g) / 1e6);
@@ -515,9 +575,10 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     fprintf(out, "  peak allocated %s, peak reserved %s\n", mo_format_bytes(a->peak_allocated_bytes, b1, 32),
             mo_format_bytes(a->peak_reserved_bytes, b2, 32));
     if (!strcmp(row->status, "ok"))
-        fprintf(out, "  static (params+grads+optimizer+master) %s, activation peak %s\n", mo_format_bytes(s->static_bytes, b1, 32),
-                mo_format_bytes(a->peak_allocated_bytes - s->static_bytes, b2, 32));
-    fprintf(out, "  peak by category:");
+        fprintf(out, "  at the peak: static (params+grads+optimizer+master) %s, activations %s, workspace %s\n",
+                mo_format_bytes(s->static_bytes, b1, 32), mo_format_bytes((uint64_t)row->activation_peak_bytes, b2, 32),
+                mo_format_bytes(a->at_peak_by_cat[MO_CAT_WORKSPACE], b3, 32));
+    fprintf(out, "  each category's own peak:");
     for (int c = 0; c < MO_CAT_COUNT; c++)
         fprintf(out, " %s %s%s", mo_category_name((mo_category)c), mo_format_bytes(a->peak_by_cat[c], b1, 32),
                 c + 1 < MO_CAT_COUNT ? "," : "\n");
@@ -526,6 +587,12 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
                      " the rest is the cuBLAS handles and the CUDA context)\n",
                 mo_format_bytes(s->dev_used_peak_seen > s->dev_used_before ? s->dev_used_peak_seen - s->dev_used_before : 0, b1, 32),
                 mo_format_bytes(a->peak_reserved_bytes, b2, 32));
+    if (row->segments >= 0 && !strcmp(row->status, "ok"))
+        fprintf(out, "  fragmentation after the last step: %lld segments, inactive split %s, largest free block %s\n",
+                (long long)row->segments, mo_format_bytes((uint64_t)row->inactive_split_bytes, b1, 32),
+                mo_format_bytes((uint64_t)row->largest_free_block_bytes, b2, 32));
+    if (s->traced)
+        fprintf(out, "  trace: %s (%zu allocations and frees of step %d)\n", rc->trace, s->trace_events, rc->warmup + 1 > 1 ? rc->warmup + 1 : 1);
     if (row->predicted_peak_bytes >= 0 && rc->backend != MO_BACKEND_DRY)
         fprintf(out, "  dry-backend prediction of the peak: %s (%s)\n", mo_format_bytes((uint64_t)row->predicted_peak_bytes, b1, 32),
                 (uint64_t)row->predicted_peak_bytes == a->peak_allocated_bytes ? "exact" : "differs");

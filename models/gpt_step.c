@@ -62,6 +62,7 @@ typedef struct step_state {
         mo_alloc_trace_mark((ctx)->alloc, MO_TRACE_OP, #call); \
         MO_TRY(mo_prof_begin((ctx), (cat)));\
         MO_TRY(call);                       \
+        mo_alloc_trace_mark((ctx)->alloc, MO_TRACE_OP_END, NULL); \
         MO_TRY(mo_prof_end(ctx));           \
     } while (0)
 #define OP(cat, call) OP_CTX(x, cat, call)
@@ -267,6 +268,7 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         PHASE(m, "recompute");
         mo_alloc_trace_mark(x->alloc, MO_TRACE_OP, "attention_fwd(m, s, a)");
         mo_status st = attention_fwd(m, s, a);
+        mo_alloc_trace_mark(x->alloc, MO_TRACE_OP_END, NULL);
         PHASE(m, "backward");
         a->atty = keep;
         act_free(m, &scratch_out);

@@ -100,7 +100,7 @@ void mo_allocator_set_stream(mo_allocator *a, void *stream);
 // allocated_after / reserved_after include the event. The model labels the events: the op about to
 // run and the step's phase (mo_alloc_trace_mark), the tensor the next mo_alloc is for
 // (mo_alloc_trace_tensor). Off (hook NULL) by default: then the labels cost a NULL test.
-typedef enum mo_trace_kind { MO_TRACE_ALLOC = 0, MO_TRACE_FREE, MO_TRACE_OP, MO_TRACE_PHASE } mo_trace_kind;
+typedef enum mo_trace_kind { MO_TRACE_ALLOC = 0, MO_TRACE_FREE, MO_TRACE_OP, MO_TRACE_OP_END, MO_TRACE_PHASE } mo_trace_kind;
 typedef struct mo_alloc_event {
     mo_trace_kind kind;
     const char *label;        // alloc: the tensor ("" unnamed); op: "mo_layernorm_forward_mixed(x, ...)"
