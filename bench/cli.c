@@ -18,7 +18,7 @@ static const struct { mo_command cmd; const char *args; const char *what; } comm
     {MO_CMD_PLAN, "", "predicted memory by category, fits or not, largest batch, best combination"},
     {MO_CMD_MINCAP, "", "the smallest cap at which a configuration still trains (tightens from 80%)"},
     {MO_CMD_COMPARE, " BASE.csv NEW.csv", "regression verdict per row; exit 1 on a regression"},
-    {MO_CMD_PLOT, " RESULTS.csv", "gnuplot figures into plots/ (or --out-dir)"},
+    {MO_CMD_PLOT, " RESULTS.csv | TRACE.csv [TRACE2.csv]", "gnuplot figures into plots/ (or --out-dir); traces: the allocation timeline"},
     {MO_CMD_DEVICES, "", "GPUs, memory, driver, runtime, cuDNN and cuBLAS versions"},
 };
 

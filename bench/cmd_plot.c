@@ -421,6 +421,16 @@ mo_status mo_cmd_plot(const mo_config *cfg) {
     const char *path = cfg->args[0];
     const char *outdir = cfg->base.out_dir[0] ? cfg->base.out_dir : "plots";
     MO_TRY(mo_plot_check_gnuplot()); // before any work: the one-line reason names the package
+    int trace1 = mo_plot_is_trace(path), trace2 = cfg->n_args == 2 && mo_plot_is_trace(cfg->args[1]);
+    if (cfg->n_args == 2 && !(trace1 && trace2))
+        return MO_FAIL(MO_ERR_INVALID, "memopt plot: two files are two traces (memopt run --trace); got '%s' and '%s'", path,
+                       cfg->args[1]);
+    if (trace1) {
+        const char *paths[2] = {cfg->args[0], cfg->args[1]};
+        printf("memopt plot: the allocation timeline of %s%s%s into %s/\n", path, cfg->n_args == 2 ? " against " : "",
+               cfg->n_args == 2 ? cfg->args[1] : "", outdir);
+        return mo_plot_timeline(paths, cfg->n_args, outdir, stdout);
+    }
     mo_csv_row *rows = NULL;
     size_t n = 0;
     mo_status st = mo_csv_read(path, &rows, &n);

@@ -690,7 +690,7 @@ mo_status mo_run_config_validate(const mo_run_config *r) {
 }
 
 mo_status mo_config_add_arg(mo_config *c, const char *arg) {
-    int max = c->command == MO_CMD_COMPARE ? 2 : c->command == MO_CMD_PLOT ? 1 : 0;
+    int max = c->command == MO_CMD_COMPARE ? 2 : c->command == MO_CMD_PLOT ? 2 : 0; // plot: RESULTS.csv, or 1-2 traces
     const char *cmd = mo_command_name(c->command);
     if (c->n_args < 0 || c->n_args >= max)
         return MO_FAIL(MO_ERR_INVALID, "memopt %s: unexpected argument '%s'%s", cmd, arg,
@@ -703,8 +703,8 @@ mo_status mo_config_add_arg(mo_config *c, const char *arg) {
 mo_status mo_config_finish(mo_config *c) {
     if (c->command == MO_CMD_COMPARE && c->n_args != 2)
         return MO_FAIL(MO_ERR_INVALID, "memopt compare: needs two files, BASE.csv NEW.csv (got %d)", c->n_args);
-    if (c->command == MO_CMD_PLOT && c->n_args != 1)
-        return MO_FAIL(MO_ERR_INVALID, "memopt plot: needs one file, RESULTS.csv");
+    if (c->command == MO_CMD_PLOT && c->n_args < 1)
+        return MO_FAIL(MO_ERR_INVALID, "memopt plot: needs one file, RESULTS.csv (or one or two traces of memopt run --trace)");
     if (c->gpu[0] && c->mem_bytes)
         return MO_FAIL(MO_ERR_INVALID, "--gpu and --mem: give one of them, not both");
     if (!(CMDS_CONFIG & B(c->command))) return MO_OK;

@@ -24,6 +24,8 @@ typedef struct live_name { // which tensor a live pointer is, for its free
 
 struct mo_trace {
     mo_allocator *a;
+    uint64_t live_at_start[MO_CAT_COUNT]; // bytes of each category already allocated when the step starts
+    uint64_t reserved_at_start;
     trace_event *ev;
     size_t n, cap;
     live_name *live;
@@ -139,6 +141,10 @@ mo_status mo_trace_begin(mo_allocator *a, mo_trace **out) {
     mo_trace *t = calloc(1, sizeof *t);
     if (!t) return MO_FAIL(MO_ERR_OOM, "--trace: host memory exhausted");
     t->a = a;
+    mo_alloc_stats st;
+    mo_allocator_stats(a, &st);
+    memcpy(t->live_at_start, st.allocated_by_cat, sizeof t->live_at_start);
+    t->reserved_at_start = st.reserved_bytes;
     mo_allocator_set_trace(a, on_event, t);
     *out = t;
     return MO_OK;
@@ -160,6 +166,14 @@ mo_status mo_trace_write(const mo_trace *t, const char *path, const char *title)
     FILE *f = fopen(path, "w");
     if (!f) return MO_FAIL(MO_ERR_IO, "--trace: cannot write '%s': %s", path, strerror(errno));
     fprintf(f, "# memopt trace: %s\n%s\n", title, mo_trace_header());
+    // Event 0: what each category holds when the step starts (action "live"), so the file alone
+    // gives every category's bytes at every event.
+    uint64_t total = 0;
+    for (int c = 0; c < MO_CAT_COUNT; c++) total += t->live_at_start[c];
+    uint64_t reserved0 = t->reserved_at_start;
+    for (int c = 0; c < MO_CAT_COUNT; c++)
+        fprintf(f, "0,0,,start,live,,%s,%llu,%llu,%llu\n", mo_category_name((mo_category)c),
+                (unsigned long long)t->live_at_start[c], (unsigned long long)total, (unsigned long long)reserved0);
     for (size_t i = 0; i < t->n; i++) {
         const trace_event *v = &t->ev[i];
         // An allocation after the step's last op (none in the GPT step) keeps that op.

@@ -10,7 +10,8 @@
 // optimizer) is the model's own marking (models/gpt_step.c).
 //
 // The file: a comment line "# memopt trace: <configuration>; <device>; step <k>", then CSV with the
-// header of mo_trace_header(). The same configuration gives the same file on every backend (cuda,
+// header of mo_trace_header(): first one row per category with event 0 and action "live" (its bytes
+// allocated when the step starts; allocated_after the total then), then the step's events, 1, 2, ... The same configuration gives the same file on every backend (cuda,
 // cpu, dry), but for that first line: the allocator is the same and the model makes the same requests.
 #ifndef MEMOPT_BENCH_TRACE_H
 #define MEMOPT_BENCH_TRACE_H
