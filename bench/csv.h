@@ -1,4 +1,4 @@
-// The results CSV of DESIGN.md: one header line, one row per run, appended and made durable as
+// The results CSV of docs/DESIGN.md: one header line, one row per run, appended and made durable as
 // each run ends, so an interrupted sweep loses nothing and can resume.
 //
 // Empty cells: a value that is unknown or does not apply is an empty cell. In mo_csv_row that is

@@ -208,7 +208,7 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
     s.NH = rc->heads;
     s.V = rc->vocab;
     s.N = s.Bm * s.T;
-    s.e = half ? 2 : 4; // activations in 16 bits under mixed precision (DESIGN.md)
+    s.e = half ? 2 : 4; // activations in 16 bits under mixed precision (docs/DESIGN.md)
     s.fused = rc->attn == MO_ATTN_FUSED;
     // the operands in place in qkv (ld 3C); a tp rank has fewer heads of the same size
     s.own_scores = rc->precision == MO_PREC_FP32 && rc->heads > 0 && rc->hidden % rc->heads == 0 &&

@@ -95,7 +95,7 @@ static mo_status gpt_config_of(const mo_run_config *rc, mo_gpt_config *g) {
     g->accum = rc->accum;
     g->tf32 = rc->precision == MO_PREC_TF32;
     g->dtype = rc->precision == MO_PREC_FP16 ? MO_F16 : rc->precision == MO_PREC_BF16 ? MO_BF16 : MO_F32;
-    g->loss_scaling = rc->precision == MO_PREC_FP16; // DESIGN.md: fp16 with the dynamic loss scaler
+    g->loss_scaling = rc->precision == MO_PREC_FP16; // docs/DESIGN.md: fp16 with the dynamic loss scaler
     g->lr = (float)rc->lr; g->beta1 = 0.9f; g->beta2 = 0.95f; g->eps = 1e-8f; g->weight_decay = 0.0f; g->grad_clip = 1.0f;
     g->seed = rc->seed;
     return mo_gpt_validate(g);
@@ -189,7 +189,7 @@ static mo_status set_synthetic_batch(mo_run_session *s) {
     return st;
 }
 
-// static_bytes (DESIGN.md): params + grads + optimizer + master, as allocated.
+// static_bytes (docs/DESIGN.md): params + grads + optimizer + master, as allocated.
 static uint64_t static_of(const mo_alloc_stats *a) {
     return a->allocated_by_cat[MO_CAT_PARAM] + a->allocated_by_cat[MO_CAT_GRAD] + a->allocated_by_cat[MO_CAT_OPTIM] +
            a->allocated_by_cat[MO_CAT_MASTER];
@@ -247,7 +247,7 @@ static void take_summary(mo_run_session *s, const mo_allocator *a) {
 // Gives back everything the run holds, keeping the allocator's final statistics.
 static void session_release(mo_run_session *s) {
     if (s->sp) {
-        // The run's peak is its largest rank's (DESIGN.md); static bytes are that rank's at the end.
+        // The run's peak is its largest rank's (docs/DESIGN.md); static bytes are that rank's at the end.
         int r = s->peak_rank = mo_gpt_split_peak_rank(s->sp);
         mo_allocator_stats(mo_gpt_split_allocator(s->sp, r), &s->stats);
         take_summary(s, mo_gpt_split_allocator(s->sp, r));

@@ -1,5 +1,5 @@
 # (c) What checkpointing costs against what it saves, each checkpointed configuration against
-# the same configuration with ckpt none (DESIGN.md: mem_saving = 1 - peak/peak(none),
+# the same configuration with ckpt none (docs/DESIGN.md: mem_saving = 1 - peak/peak(none),
 # recompute_overhead = step_ms/step_ms(none) - 1). The claim "about 50% of activation memory
 # for about 20% more time" is the star; the shaded box is where memopt claims calls it holding
 # (saving in [40%, 60%], overhead at most 30%).
