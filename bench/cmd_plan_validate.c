@@ -68,7 +68,7 @@ static mo_status write_csv(const char *path, const mo_csv_row *rows, const vrow 
     return bad ? MO_FAIL(MO_ERR_IO, "--validate: error writing %s", path) : MO_OK;
 }
 
-static void draw(const char *csv, const char *png) {
+static void draw(const char *csv, const char *png, const char *subtitle) {
     char gp[MO_PATH_MAX];
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
         printf("  gnuplot is not installed: no figure (plots/plan_validate.gp draws one from %s)\n", csv);
@@ -79,7 +79,7 @@ static void draw(const char *csv, const char *png) {
         return;
     }
     char cmd[4 * MO_PATH_MAX];
-    snprintf(cmd, sizeof cmd, "gnuplot -e \"datafile='%s'; outfile='%s'\" '%s'", csv, png, gp);
+    snprintf(cmd, sizeof cmd, "gnuplot -e \"datafile='%s'; outfile='%s'; subtitle='%s'\" '%s'", csv, png, subtitle, gp);
     if (system(cmd) == 0) printf("  figure: %s\n", png);
     else printf("  gnuplot failed on %s: no figure\n", gp);
 }
@@ -199,7 +199,9 @@ mo_status mo_plan_validate(const mo_config *cfg) {
         st = write_csv(csv, rows, v, n);
         if (st == MO_OK) {
             printf("  table: %s\n", csv);
-            draw(csv, png);
+            char sub[300];
+            mo_plot_subtitle(rows, n, sub, sizeof sub);
+            draw(csv, png, sub);
         }
         printf("  validated in %.3f s\n", mo_plan_now() - t0);
     }
