@@ -486,7 +486,11 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         for (int i = 0; i < nf && st == MO_OK; i++) st = parse_cell(path, rd.line, &cols[map[i]], fields[i], r);
         if (st != MO_OK) goto done;
         if (r->schema_version == 1 && r->activation_peak_bytes >= SCHEMA1_WORKSPACE) {
-            r->activation_peak_bytes -= SCHEMA1_WORKSPACE; // schema 2's definition (csv.h)
+            // Schema 2's definition (csv.h): the activations at the peak are at most the peak less static
+            // less the workspace always held, and at most the activation category's own peak.
+            r->activation_peak_bytes -= SCHEMA1_WORKSPACE;
+            if (r->activation_bytes >= 0 && r->activation_bytes < r->activation_peak_bytes)
+                r->activation_peak_bytes = r->activation_bytes;
         }
         n++;
     }

@@ -91,9 +91,12 @@ mo_status mo_mkdir_parent(const char *path, const char *flag);
 
 // Reader. Columns are found by header name (any order; a missing column reads as unknown, an
 // unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_OLDEST ..
-// MO_CSV_SCHEMA_VERSION. A schema 1 row is read as schema 2 would have written it where that is
-// known: its activation_peak_bytes loses the 32 MiB cuBLASLt workspace that every schema 1 run held
-// throughout (op scratch live at the peak, rare, stays counted); its fragmentation cells are unknown.
+// MO_CSV_SCHEMA_VERSION. A schema 1 row is read as close to schema 2 as its columns allow: its
+// activation_peak_bytes becomes min(activation_peak_bytes - 32 MiB, activation_bytes), the 32 MiB
+// being the cuBLASLt workspace every schema 1 run held throughout. That is an upper bound of the
+// schema 2 figure, equal to it when the activations peak with the whole (28 of the 32 rows of the
+// dry baseline; the sqrt rows, whose op scratch is live at the peak, are 60-340 MiB above). Its
+// fragmentation cells are unknown.
 // *rows is malloc'ed (free it); *n may be 0.
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 

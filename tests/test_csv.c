@@ -186,20 +186,23 @@ static void test_append_and_resume(void) {
 }
 
 // A schema 1 file (the committed results): read without the fragmentation columns, its
-// activation_peak_bytes without the 32 MiB cuBLASLt workspace every schema 1 run held.
+// activation_peak_bytes as min(value - the 32 MiB cuBLASLt workspace every schema 1 run held,
+// activation_bytes).
 static void test_schema1(void) {
     char path[128];
     tmp_path(path, sizeof path, "v1");
-    write_file(path, "schema_version,backend,status,peak_allocated_bytes,activation_peak_bytes,workspace_bytes\n"
-                     "1,dry,ok,1000000000,100000000,33554432\n"
-                     "1,dry,oom,2000000000,,\n");
+    write_file(path, "schema_version,backend,status,peak_allocated_bytes,activation_peak_bytes,workspace_bytes,activation_bytes\n"
+                     "1,dry,ok,1000000000,100000000,33554432,90000000\n"
+                     "1,dry,oom,2000000000,,,\n"
+                     "1,dry,ok,1000000000,100000000,33554432,50000000\n");
     mo_csv_row *got = NULL;
     size_t n = 0;
     CHECK_OK(mo_csv_read(path, &got, &n));
-    CHECK_EQ_U64(n, 2);
-    if (n == 2) {
+    CHECK_EQ_U64(n, 3);
+    if (n == 3) {
         CHECK(got[0].schema_version == 1 && got[0].peak_allocated_bytes == 1000000000);
-        CHECK_EQ_U64((uint64_t)got[0].activation_peak_bytes, 100000000 - 33554432);
+        CHECK_EQ_U64((uint64_t)got[0].activation_peak_bytes, 100000000 - 33554432); // less the workspace
+        CHECK_EQ_U64((uint64_t)got[2].activation_peak_bytes, 50000000); // at most the activations' own peak
         CHECK(got[0].inactive_split_bytes == -1 && got[0].segments == -1 && got[0].largest_free_block_bytes == -1);
         CHECK(got[1].activation_peak_bytes == -1); // unknown stays unknown
     }
