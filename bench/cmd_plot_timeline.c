@@ -164,7 +164,7 @@ static void split_title(const char *t, char *cfg, size_t cn, char *dev, size_t d
     if (!strncmp(dev, "none (no device: ", 17)) { // "none (no device: dry backend)"
         char b[96];
         snprintf(b, sizeof b, "no device: the %.*s", (int)(strlen(dev) - 18 > 0 ? strlen(dev) - 18 : 0), dev + 17);
-        snprintf(dev, dn, "%.96s (memory exact; the same timeline as on the GPU)", b);
+        snprintf(dev, dn, "%.96s (the allocator without compute: memory exact)", b);
     }
     for (char *p = cfg; *p; p++)
         if (*p == '\'') *p = '`';
