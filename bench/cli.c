@@ -18,39 +18,83 @@ static const struct { mo_command cmd; const char *args; const char *what; } comm
     {MO_CMD_PLAN, "", "predicted memory by category, fits or not, largest batch, best combination"},
     {MO_CMD_MINCAP, "", "the smallest cap at which a configuration still trains (tightens from 80%)"},
     {MO_CMD_COMPARE, " BASE.csv NEW.csv", "regression verdict per row; exit 1 on a regression"},
-    {MO_CMD_PLOT, " RESULTS.csv", "gnuplot figures into plots/ (or --out-dir)"},
+    {MO_CMD_PLOT, " RESULTS.csv | TRACE.csv [TRACE2.csv]", "gnuplot figures into plots/ (or --out-dir); traces: the allocation timeline"},
     {MO_CMD_DEVICES, "", "GPUs, memory, driver, runtime, cuDNN and cuBLAS versions"},
 };
 
-void mo_cli_usage(FILE *f) {
-    fprintf(f, "usage: memopt <command> [flags]\n       memopt --help | --version\n\ncommands:\n");
+// One flag line: name, argument, '*' when it takes a list, help.
+static void usage_flag(FILE *f, const mo_flag_info *fl) {
+    char head[96];
+    snprintf(head, sizeof head, "%s%s%s%s", fl->name, fl->arg ? " " : "", fl->arg ? fl->arg : "", fl->list ? " *" : "");
+    if (strlen(head) > 26) fprintf(f, "  %s\n  %-26s %s\n", head, "", fl->help);
+    else fprintf(f, "  %-26s %s\n", head, fl->help);
+}
+
+// The flags of one group that cmd takes (every command's when cmd is MO_CMD_NONE), each once.
+static void usage_group(FILE *f, const char *group, mo_command cmd) {
+    size_t n;
+    const mo_flag_info *fl = mo_config_flags(&n);
+    unsigned mask = 0; // the commands that take a flag of this group
+    int shown = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(fl[i].group, group) && (cmd == MO_CMD_NONE || (fl[i].commands & (1u << cmd)))) mask |= fl[i].commands;
+    if (!mask) return;
+    if (cmd == MO_CMD_NONE) {
+        char cmds[128] = "";
+        for (int c = 1; c < MO_CMD_COUNT; c++)
+            if (mask & (1u << c)) {
+                if (cmds[0]) strcat(cmds, ", ");
+                strcat(cmds, mo_command_name((mo_command)c));
+            }
+        fprintf(f, "\n%s flags (%s):\n", group, cmds);
+    } else {
+        fprintf(f, "\n%s flags:\n", group);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(fl[i].group, group) && (cmd == MO_CMD_NONE || (fl[i].commands & (1u << cmd)))) {
+            usage_flag(f, &fl[i]);
+            shown++;
+        }
+    (void)shown;
+}
+
+static const char *const groups[] = {"model", "strategy", "run", "output", "sweep", "plan", "compare"};
+
+// The models and their presets (the per-model part of the help).
+static void usage_models(FILE *f) {
+    size_t n;
+    const mo_preset *p = mo_presets(&n);
+    fprintf(f, "\nmodels: gpt (GPT-2: pre-LayerNorm blocks, GELU MLP, tied embedding, AdamW). Presets:\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "  %-12s layers %2d, hidden %4d, heads %2d, seq %d, vocab %d, batch %d\n", p[i].name, p[i].layers,
+                p[i].hidden, p[i].heads, p[i].seq, p[i].vocab, p[i].batch);
+}
+
+void mo_cli_usage(FILE *f, mo_command cmd) {
+    if (cmd != MO_CMD_NONE) {
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (commands[i].cmd == cmd)
+                fprintf(f, "usage: memopt %s%s [flags]\n  %s\n", mo_command_name(cmd), commands[i].args, commands[i].what);
+        if (cmd == MO_CMD_DEVICES) {
+            fprintf(f, "\nno flags. Exit 0, also on a machine with no GPU (it says why).\n");
+            return;
+        }
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) usage_group(f, groups[g], cmd);
+        if (cmd == MO_CMD_SWEEP || cmd == MO_CMD_PLAN)
+            fprintf(f, "\n* takes a comma list (--precision fp32,bf16 --ckpt none,full --batch 4,8).\n");
+        if (cmd == MO_CMD_RUN || cmd == MO_CMD_SWEEP || cmd == MO_CMD_PLAN || cmd == MO_CMD_CLAIMS || cmd == MO_CMD_MINCAP)
+            usage_models(f);
+        fprintf(f, "\nExit codes: 0 success; 1 a run or comparison failed; 2 bad input (a one-line reason on stderr).\n"
+                   "Every command and flag: memopt --help\n");
+        return;
+    }
+    fprintf(f, "usage: memopt <command> [flags]\n       memopt <command> --help\n       memopt --help | --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         char head[64];
         snprintf(head, sizeof head, "%s%s", mo_command_name(commands[i].cmd), commands[i].args);
         fprintf(f, "  %-26s %s\n", head, commands[i].what);
     }
-    size_t n;
-    const mo_flag_info *fl = mo_config_flags(&n);
-    const char *group = "";
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(fl[i].group, group)) {
-            group = fl[i].group;
-            unsigned mask = 0; // the commands of any flag in the group
-            for (size_t j = i; j < n && !strcmp(fl[j].group, group); j++) mask |= fl[j].commands;
-            char cmds[128] = "";
-            for (int c = 1; c < MO_CMD_COUNT; c++)
-                if (mask & (1u << c)) {
-                    if (cmds[0]) strcat(cmds, ", ");
-                    strcat(cmds, mo_command_name((mo_command)c));
-                }
-            fprintf(f, "\n%s flags (%s):\n", group, cmds);
-        }
-        char head[96];
-        snprintf(head, sizeof head, "%s%s%s%s", fl[i].name, fl[i].arg ? " " : "", fl[i].arg ? fl[i].arg : "",
-                 fl[i].list ? " *" : "");
-        if (strlen(head) > 26) fprintf(f, "  %s\n  %-26s %s\n", head, "", fl[i].help);
-        else fprintf(f, "  %-26s %s\n", head, fl[i].help);
-    }
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) usage_group(f, groups[g], MO_CMD_NONE);
     fprintf(f,
             "\n* takes a comma list in sweep and plan (--precision fp32,bf16 --ckpt none,full --batch 4,8);\n"
             "  run, mincap and claims take one value. Combinations are enumerated as nested loops, the\n"
@@ -58,9 +102,11 @@ void mo_cli_usage(FILE *f) {
             "  tp, pp, accum, ckpt, alloc, cap. Dimensions not given come from the preset.\n"
             "Rules: hidden %% heads == 0, batch %% accum == 0, heads %% tp == 0, 4*hidden %% tp == 0,\n"
             "  layers %% pp == 0, every:K with K <= layers, --comm nccl needs --backend cuda.\n"
+            "A flag that a command does not use is refused (exit 2): memopt <command> --help lists its own.\n"
             "Flags: --flag value or --flag=value; -- ends the flags.\n"
             "Exit codes: 0 success; 1 a run or comparison failed (OOM with --on-oom fail, a regression);\n"
             "  2 bad input (a one-line reason on stderr).\n");
+    usage_models(f);
 }
 
 void mo_cli_version(FILE *f) {
@@ -177,7 +223,7 @@ mo_status mo_cmd_devices(void) {
 
 mo_status mo_cli_execute(const mo_cli *cli) {
     const mo_config *c = &cli->cfg;
-    if (cli->action == MO_CLI_HELP) { mo_cli_usage(stdout); return MO_OK; }
+    if (cli->action == MO_CLI_HELP) { mo_cli_usage(stdout, c->command); return MO_OK; }
     if (cli->action == MO_CLI_VERSION) { mo_cli_version(stdout); return MO_OK; }
     mo_run_config rc;
     if (mo_command_single(c->command)) MO_TRY(mo_config_combination(c, 0, &rc));

@@ -42,7 +42,7 @@ mo_status mo_cli_parse(int argc, char **argv, mo_cli *out);
 // Runs the subcommand's hook (parse first).
 mo_status mo_cli_execute(const mo_cli *cli);
 
-void mo_cli_usage(FILE *f);   // every subcommand and flag
+void mo_cli_usage(FILE *f, mo_command cmd); // MO_CMD_NONE: every subcommand and flag; else that command's
 void mo_cli_version(FILE *f); // "memopt X.Y.Z" and what it was built with
 
 #ifdef __cplusplus

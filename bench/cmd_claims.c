@@ -220,9 +220,15 @@ static mo_status claim_mp(claims *c, const size_t at_prec[4], FILE *dat, int *n_
             else snprintf(sp, sizeof sp, "n/a");
             printf("  %-14s %12s %9s  %s: %s\n", cmp, pct(x->mem_saving, b1, 16), sp, verdict, reason);
             write_verdict(c, "mixed precision", r->precision, bases[b], x, verdict, reason);
-            if (dat)
-                fprintf(dat, "\"%s\" %.3f %.4f\n", cmp, isfinite(x->mem_saving) ? 100 * x->mem_saving : NAN,
-                        isfinite(x->speedup) ? x->speedup : NAN);
+            if (dat) { // the verdict, short, for the figure: which side failed
+                char v[64];
+                if (strcmp(verdict, "fails")) snprintf(v, sizeof v, "%s", verdict);
+                else if (!(x->mem_saving >= MP_SAVING_LO && x->mem_saving <= MP_SAVING_HI))
+                    snprintf(v, sizeof v, "fails: saves %s", x->mem_saving > MP_SAVING_HI ? "more" : "less");
+                else snprintf(v, sizeof v, "fails: %s", x->speedup > MP_SPEEDUP_HI ? "over 3x" : "under 2x");
+                fprintf(dat, "\"%s\" %.3f %.4f \"%s\"\n", cmp, isfinite(x->mem_saving) ? 100 * x->mem_saving : NAN,
+                        isfinite(x->speedup) ? x->speedup : NAN, v);
+            }
         }
     }
     return MO_OK;
@@ -249,7 +255,8 @@ static void gp_text(const char *s, char *out, size_t n, int width) {
     out[k] = '\0';
 }
 
-static mo_status figure(claims *c, const size_t at[NPOL], const mo_derived d[MAX_RUNS], int n_mp, const char *mp_why) {
+static mo_status figure(claims *c, const size_t at[NPOL], const mo_derived d[MAX_RUNS], char verdicts[NPOL][40], int n_mp,
+                        const char *mp_why) {
     // The data files are written either way, so a machine without gnuplot (the GPU one) still brings
     // back everything the figure needs (gnuplot plots/claims.gp elsewhere).
     MO_TRY(mo_plot_mkdir(c->plotdir));
@@ -257,14 +264,19 @@ static mo_status figure(claims *c, const size_t at[NPOL], const mo_derived d[MAX
     snprintf(path, sizeof path, "%s/claims_ckpt.dat", c->plotdir);
     FILE *f = fopen(path, "w");
     if (!f) return MO_FAIL(MO_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "# policy activation_saving_pct peak_saving_pct overhead_pct (against ckpt none)\n");
+    fprintf(f, "# policy activation_saving_pct peak_saving_pct overhead_pct verdict (against ckpt none)\n");
     int timed = 0;
     for (size_t p = 1; p < NPOL; p++) {
         const mo_derived *x = &d[at[p]];
         timed |= isfinite(x->recompute_overhead);
-        fprintf(f, "\"%s\" %.3f %.3f %.3f\n", policies[p], isfinite(x->act_saving) ? 100 * x->act_saving : NAN,
+        char v[64]; // the verdict, short, for the figure: which side failed
+        if (strcmp(verdicts[p], "fails")) snprintf(v, sizeof v, "%s", verdicts[p]);
+        else if (!(x->act_saving >= CKPT_SAVING_LO && x->act_saving <= CKPT_SAVING_HI))
+            snprintf(v, sizeof v, "fails: saves %s", x->act_saving > CKPT_SAVING_HI ? "more" : "less");
+        else snprintf(v, sizeof v, "fails: over 30%%");
+        fprintf(f, "\"%s\" %.3f %.3f %.3f \"%s\"\n", policies[p], isfinite(x->act_saving) ? 100 * x->act_saving : NAN,
                 isfinite(x->mem_saving) ? 100 * x->mem_saving : NAN,
-                isfinite(x->recompute_overhead) ? 100 * x->recompute_overhead : NAN);
+                isfinite(x->recompute_overhead) ? 100 * x->recompute_overhead : NAN, v);
     }
     fclose(f);
     if (mo_plot_check_gnuplot() != MO_OK) {
@@ -272,7 +284,7 @@ static mo_status figure(claims *c, const size_t at[NPOL], const mo_derived d[MAX
         return MO_OK;
     }
     char name[256], title[400], why[600], vars[1400];
-    mo_config_name(&c->base, name, sizeof name);
+    mo_plot_subtitle(c->rows, c->n, name, sizeof name); // model and device, not the machine key
     gp_text(name, title, sizeof title, 0);
     gp_text(mp_why, why, sizeof why, 50);
     snprintf(vars, sizeof vars, "have_time=%d; n_mp=%d; mp_why='%s'; base='%s'; time_why='%s'", timed, n_mp, why, title,
@@ -373,7 +385,7 @@ mo_status mo_cmd_claims(const mo_run_config *cfg) {
     fclose(c->verdicts);
     c->verdicts = NULL;
     printf("rows: %s (%zu runs); verdicts: %s\n", path, c->n, vpath);
-    st = figure(c, at, d, n_mp, mp_why);
+    st = figure(c, at, d, verdicts, n_mp, mp_why);
 done:
     mo_csv_close(c->w);
     if (c->verdicts) fclose(c->verdicts);

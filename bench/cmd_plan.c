@@ -7,6 +7,7 @@
 // (precision fp32,tf32,bf16,fp16; attn materialized,fused; ckpt none,selective,sqrt,full; accum
 // 1,2,4,8 where the batch divides). The single values (or the first of each list) are "the asked
 // configuration", planned in detail first.
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ typedef struct target {
     char what[256];              // how the device size was chosen
     mo_plan_calib cal;
     char results_dir[MO_PATH_MAX];
+    FILE *csv;                   // --csv FILE: the ranked table of every model point, NULL without
 } target;
 
 typedef struct entry {
@@ -334,6 +336,20 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
                    gib((uint64_t)es[0].fit.row.static_bytes, b1), gib(t->headroom, b2));
         }
     }
+    if (t->csv) // every combination, not only the rows printed; empty cells for what was not computed
+        for (size_t i = 0; i < n; i++) {
+            const entry *e = &es[i];
+            char ck[24];
+            fprintf(t->csv, "%zu,%d,%d,%d,%d,%d,%d,%s,%s,%s,%d,%lld,%lld,%s,", e->fit.fits ? i + 1 : 0, e->rc.layers,
+                    e->rc.hidden, e->rc.heads, e->rc.seq, e->rc.vocab, e->rc.batch, mo_precision_name(e->rc.precision),
+                    mo_attn_name(e->rc.attn), mo_ckpt_format(e->rc.ckpt, ck, sizeof ck), e->rc.accum,
+                    (long long)e->fit.row.peak_allocated_bytes, (long long)e->fit.row.peak_reserved_bytes,
+                    e->fit.fits ? (e->fit.retries ? "yes*" : "yes") : "no");
+            if (isnan(e->ms)) fprintf(t->csv, ",,");
+            else fprintf(t->csv, "%.3f,%.0f,", e->ms, tokens_per_s(&e->rc, e->ms));
+            if (e->max_done) fprintf(t->csv, "%d,%d\n", e->max_batch, e->at_limit);
+            else fprintf(t->csv, ",\n");
+        }
     for (int i = 0; i < nnotes; i++) printf("  not plannable: %s\n", notes[i]);
     if (skipped_accum) printf("  (%d combinations skipped: accum does not divide batch %d)\n", skipped_accum, point->batch);
     printf("  (yes* fits only after the allocator releases cached segments; max batch: the largest global batch that fits, searched for the first %d rows)\n", MAX_BATCH_ROWS);
@@ -361,6 +377,14 @@ mo_status mo_cmd_plan(const mo_config *cfg) {
     mo_config *pts = malloc(sizeof *pts);
     if (!t || !pts) { free(t); free(pts); return MO_FAIL(MO_ERR_INTERNAL, "out of host memory"); }
     mo_status st = resolve_target(cfg, t);
+    if (st == MO_OK && cfg->base.csv[0]) { // opened before any work: a bad path is refused at once
+        st = mo_mkdir_parent(cfg->base.csv, "--csv");
+        if (st == MO_OK && !(t->csv = fopen(cfg->base.csv, "w")))
+            st = MO_FAIL(MO_ERR_IO, "--csv: cannot write '%s': %s", cfg->base.csv, strerror(errno));
+        if (st == MO_OK)
+            fprintf(t->csv, "rank,layers,hidden,heads,seq,vocab,batch,precision,attn,ckpt,accum,peak_allocated_bytes,"
+                            "peak_reserved_bytes,fits,step_ms,tokens_per_s,max_batch,max_batch_at_limit\n");
+    }
     mo_run_env env;
     if (st == MO_OK) st = mo_plan_env_init(&env);
     // The model points: every combination of the axes but the four the table explores.
@@ -391,6 +415,11 @@ mo_status mo_cmd_plan(const mo_config *cfg) {
     }
     if (st == MO_OK)
         printf("\nplanned in %.3f s (%d dry runs of the engine; memory exact, times modelled)\n", mo_plan_now() - t0, runs);
+    if (t->csv) {
+        int bad = ferror(t->csv) | (fclose(t->csv) != 0);
+        if (st == MO_OK && bad) st = MO_FAIL(MO_ERR_IO, "--csv: error writing '%s'", cfg->base.csv);
+        if (st == MO_OK) printf("ranked table: %s\n", cfg->base.csv);
+    }
     if (t->have_cat) mo_gpu_catalog_free(&t->cat);
     free(t);
     free(pts);

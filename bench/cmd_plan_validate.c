@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "bench/planner.h"
+#include "bench/plot.h"
 
 #define TIME_GOAL 0.15
 
@@ -67,7 +68,7 @@ static mo_status write_csv(const char *path, const mo_csv_row *rows, const vrow 
     return bad ? MO_FAIL(MO_ERR_IO, "--validate: error writing %s", path) : MO_OK;
 }
 
-static void draw(const char *csv, const char *png) {
+static void draw(const char *csv, const char *png, const char *subtitle) {
     char gp[MO_PATH_MAX];
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
         printf("  gnuplot is not installed: no figure (plots/plan_validate.gp draws one from %s)\n", csv);
@@ -78,7 +79,7 @@ static void draw(const char *csv, const char *png) {
         return;
     }
     char cmd[4 * MO_PATH_MAX];
-    snprintf(cmd, sizeof cmd, "gnuplot -e \"datafile='%s'; outfile='%s'\" '%s'", csv, png, gp);
+    snprintf(cmd, sizeof cmd, "gnuplot -e \"datafile='%s'; outfile='%s'; subtitle='%s'\" '%s'", csv, png, subtitle, gp);
     if (system(cmd) == 0) printf("  figure: %s\n", png);
     else printf("  gnuplot failed on %s: no figure\n", gp);
 }
@@ -97,7 +98,18 @@ mo_status mo_plan_validate(const mo_config *cfg) {
     int have_cat = mo_gpu_catalog_load(NULL, &cat) == MO_OK;
     if (!have_cat) mo_clear_error();
     mo_run_env env;
-    mo_status st = mo_plan_env_init(&env);
+    // Where the table goes: --csv FILE, else plan_validate.csv in --out-dir (created now, before any
+    // work, so a bad folder is refused at once), else plots/.
+    char dir[MO_PATH_MAX], csv[MO_PATH_MAX + 32], png[MO_PATH_MAX + 32];
+    if (cfg->base.out_dir[0]) snprintf(dir, sizeof dir, "%s", cfg->base.out_dir);
+    else if (!mo_plan_find_file("plots", dir, sizeof dir)) snprintf(dir, sizeof dir, ".");
+    if (cfg->base.csv[0]) snprintf(csv, sizeof csv, "%s", cfg->base.csv);
+    else snprintf(csv, sizeof csv, "%s/plan_validate.csv", dir);
+    snprintf(png, sizeof png, "%s/plan_validate.png", dir);
+    mo_status st = cfg->base.out_dir[0] ? mo_plot_mkdir(dir) : MO_OK;
+    if (st == MO_OK && cfg->base.csv[0]) st = mo_mkdir_parent(csv, "--csv");
+    if (st != MO_OK) { free(rows); if (have_cat) mo_gpu_catalog_free(&cat); return st; }
+    st = mo_plan_env_init(&env);
     vrow *v = calloc(n ? n : 1, sizeof *v);
     if (!v) st = MO_FAIL(MO_ERR_INTERNAL, "out of host memory");
     double t0 = mo_plan_now();
@@ -184,15 +196,12 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             printf("  step time: no rows to compare (needs backend cuda rows with a step time on a GPU of the catalog%s)\n",
                    have_cat ? "" : "; the catalog bench/gpus.txt was not found");
         }
-        char dir[MO_PATH_MAX], csv[MO_PATH_MAX + 32], png[MO_PATH_MAX + 32];
-        if (cfg->base.out_dir[0]) snprintf(dir, sizeof dir, "%s", cfg->base.out_dir);
-        else if (!mo_plan_find_file("plots", dir, sizeof dir)) snprintf(dir, sizeof dir, ".");
-        snprintf(csv, sizeof csv, "%s/plan_validate.csv", dir);
-        snprintf(png, sizeof png, "%s/plan_validate.png", dir);
         st = write_csv(csv, rows, v, n);
         if (st == MO_OK) {
             printf("  table: %s\n", csv);
-            draw(csv, png);
+            char sub[300];
+            mo_plot_subtitle(rows, n, sub, sizeof sub);
+            draw(csv, png, sub);
         }
         printf("  validated in %.3f s\n", mo_plan_now() - t0);
     }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "bench/cli.h"
 #include "bench/derive.h"
+#include "bench/config.h"
 
 #define KEY_MAX 512
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -78,21 +79,7 @@ mo_status mo_plot_scripts_dir(char *buf, size_t n) {
                    " tree or set MEMOPT_PLOT_SCRIPTS=DIR");
 }
 
-mo_status mo_plot_mkdir(const char *dir) {
-    char p[PATH_MAX];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return MO_FAIL(MO_ERR_INVALID, "--out-dir: path too long");
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == '\0') {
-            char c = *s;
-            *s = '\0';
-            if (mkdir(p, 0777) != 0 && errno != EEXIST)
-                return MO_FAIL(MO_ERR_IO, "--out-dir: cannot create '%s': %s", p, strerror(errno));
-            *s = c;
-            if (!c) break;
-        }
-    }
-    return MO_OK;
-}
+mo_status mo_plot_mkdir(const char *dir) { return mo_mkdir_p(dir, "--out-dir"); }
 
 mo_status mo_plot_run(const char *script, const char *outdir, const char *vars) {
     MO_TRY(mo_plot_check_gnuplot());
@@ -187,6 +174,47 @@ static void label(const labeler *L, const mo_csv_row *r, char *buf, size_t n) {
         if (*p == '"') *p = '\''; // the label is a quoted gnuplot data field
 }
 
+// ---------------------------------------------------------------- the title's second line
+
+static void device_of(const mo_csv_row *r, char *buf, size_t n) {
+    if (!strcmp(r->backend, "dry")) snprintf(buf, n, "dry backend (no GPU: memory exact, no times)");
+    else if (!strcmp(r->backend, "cpu")) snprintf(buf, n, "cpu backend (the reference kernels)");
+    else snprintf(buf, n, "%s", r->device_name[0] ? r->device_name : r->backend);
+}
+
+void mo_plot_subtitle(const mo_csv_row *rows, size_t n, char *buf, size_t bn) {
+    if (n == 0) { snprintf(buf, bn, "no rows"); return; }
+    const mo_csv_row *a = &rows[0];
+    int same_shape = 1, same_batch = 1, same_dev = 1;
+    char d0[160], d[160];
+    device_of(a, d0, sizeof d0);
+    for (size_t i = 1; i < n; i++) {
+        const mo_csv_row *r = &rows[i];
+        same_shape &= r->layers == a->layers && r->hidden == a->hidden && r->heads == a->heads && r->seq == a->seq &&
+                      r->vocab == a->vocab;
+        same_batch &= r->batch == a->batch;
+        device_of(r, d, sizeof d);
+        same_dev &= !strcmp(d, d0);
+    }
+    char model[128] = "several model shapes";
+    if (same_shape) {
+        size_t np;
+        const mo_preset *p = mo_presets(&np), *hit = NULL;
+        for (size_t i = 0; i < np; i++)
+            if (p[i].layers == a->layers && p[i].hidden == a->hidden && p[i].heads == a->heads && p[i].seq == a->seq &&
+                p[i].vocab == a->vocab)
+                hit = &p[i];
+        if (hit) snprintf(model, sizeof model, "GPT %s", hit->name);
+        else snprintf(model, sizeof model, "GPT L%lld C%lld H%lld T%lld V%lld", (long long)a->layers, (long long)a->hidden,
+                      (long long)a->heads, (long long)a->seq, (long long)a->vocab);
+    }
+    char batch[48] = "";
+    if (same_batch) snprintf(batch, sizeof batch, ", batch %lld", (long long)a->batch);
+    snprintf(buf, bn, "%s%s on %s", model, batch, same_dev ? d0 : "several devices");
+    for (char *q = buf; *q; q++)
+        if (*q == '\'' || *q == '"') *q = '`';
+}
+
 // ---------------------------------------------------------------- the rows to draw
 
 // The last row of each configuration key, in the order keys first appear.
@@ -232,17 +260,24 @@ static mo_status data_memory(const mo_csv_row *rows, const size_t *idx, size_t m
     size_t *sel = calloc(m ? m : 1, sizeof *sel), k = 0;
     if (!sel) { fclose(f); return MO_FAIL(MO_ERR_INTERNAL, "host out of memory"); }
     for (size_t i = 0; i < m; i++)
-        if (mo_derive_measured(&rows[idx[i]])) sel[k++] = idx[i];
+        if (mo_derive_measured(&rows[idx[i]]) || !strcmp(rows[idx[i]].status, "oom")) sel[k++] = idx[i];
     labeler L;
     labeler_init(&L, rows, sel, k, 0);
-    fprintf(f, "# label param grad optim master activation workspace peak_allocated (GiB; each category at its own peak)\n");
+    fprintf(f, "# label param grad optim master activation workspace peak_allocated oom cap (GiB; each category at its own"
+               " peak; an oom row has no bars, oom 1 and the cap it did not fit)\n");
     for (size_t i = 0; i < k; i++) {
         const mo_csv_row *r = &rows[sel[i]];
-        char lb[256];
+        char lb[256], cap[32] = "none";
         label(&L, r, lb, sizeof lb);
-        fprintf(f, "\"%s\" %.6f %.6f %.6f %.6f %.6f %.6f %.6f\n", lb, gib(r->param_bytes), gib(r->grad_bytes),
-                gib(r->optim_bytes), gib(r->master_bytes), gib(r->activation_bytes), gib(r->workspace_bytes),
-                gib(r->peak_allocated_bytes));
+        if (r->cap_bytes > 0) mo_format_bytes((uint64_t)r->cap_bytes, cap, sizeof cap);
+        char *sp = strchr(cap, ' '); // "8.00 GiB" -> "8.00GiB": one field of the data file
+        if (sp) memmove(sp, sp + 1, strlen(sp));
+        if (strcmp(r->status, "oom"))
+            fprintf(f, "\"%s\" %.6f %.6f %.6f %.6f %.6f %.6f %.6f 0 %s\n", lb, gib(r->param_bytes), gib(r->grad_bytes),
+                    gib(r->optim_bytes), gib(r->master_bytes), gib(r->activation_bytes), gib(r->workspace_bytes),
+                    gib(r->peak_allocated_bytes), cap);
+        else
+            fprintf(f, "\"%s\" 0 0 0 0 0 0 NaN 1 %s\n", lb, cap);
     }
     *count = (int)k;
     free(sel);
@@ -266,7 +301,8 @@ static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size
     }
     labeler L;
     labeler_init(&L, rows, sel, k, 0);
-    fprintf(f, "# label peak_allocated_GiB tokens_per_s on_frontier\n");
+    fprintf(f, "# label peak_allocated_GiB tokens_per_s on_frontier number point_label (the point's number; points that"
+               " coincide share one label)\n");
     fprintf(pf, "# the Pareto frontier, by peak: peak_allocated_GiB tokens_per_s\n");
     // Selection sort by peak is fine: a figure holds tens of points, not thousands.
     for (size_t a = 0; a < k; a++)
@@ -274,6 +310,15 @@ static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size
             if (rows[sel[b]].peak_allocated_bytes < rows[sel[a]].peak_allocated_bytes) {
                 size_t t = sel[a]; sel[a] = sel[b]; sel[b] = t;
             }
+    // Points closer than this (2% of the x axis, 3% of the y axis) would print their numbers over
+    // each other: they share one label.
+    double max_peak = 0, max_tps = 0;
+    for (size_t a = 0; a < k; a++) {
+        if ((double)rows[sel[a]].peak_allocated_bytes > max_peak) max_peak = (double)rows[sel[a]].peak_allocated_bytes;
+        if (rows[sel[a]].tokens_per_s > max_tps) max_tps = rows[sel[a]].tokens_per_s;
+    }
+#define NEAR(o, r) (fabs((double)((o)->peak_allocated_bytes - (r)->peak_allocated_bytes)) <= 0.02 * max_peak && \
+                    fabs((o)->tokens_per_s - (r)->tokens_per_s) <= 0.03 * max_tps)
     for (size_t a = 0; a < k; a++) {
         const mo_csv_row *r = &rows[sel[a]];
         int dominated = 0;
@@ -284,11 +329,28 @@ static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size
             int lt = o->peak_allocated_bytes < r->peak_allocated_bytes || o->tokens_per_s > r->tokens_per_s;
             dominated = le && lt;
         }
-        char lb[256];
+        char lb[256], pl[64] = "";
         label(&L, r, lb, sizeof lb);
-        fprintf(f, "\"%s\" %.6f %.3f %d\n", lb, gib(r->peak_allocated_bytes), r->tokens_per_s, !dominated);
+        // The number label of a point, carried by the first of the points that coincide with it (within
+        // NEAR): numbers never print over each other.
+        int first = 1;
+        for (size_t b = 0; b < a && first; b++) {
+            const mo_csv_row *o = &rows[sel[b]];
+            first = !NEAR(o, r);
+        }
+        if (first) {
+            for (size_t b = a; b < k; b++) {
+                const mo_csv_row *o = &rows[sel[b]];
+                if (NEAR(o, r)) {
+                    size_t l = strlen(pl);
+                    snprintf(pl + l, sizeof pl - l, "%s%zu", l ? "," : "", b + 1);
+                }
+            }
+        }
+        fprintf(f, "\"%s\" %.6f %.3f %d %zu \"%s\"\n", lb, gib(r->peak_allocated_bytes), r->tokens_per_s, !dominated, a + 1, pl);
         if (!dominated) fprintf(pf, "%.6f %.3f\n", gib(r->peak_allocated_bytes), r->tokens_per_s);
     }
+#undef NEAR
     *count = (int)k;
     free(sel);
     fclose(f);
@@ -312,12 +374,32 @@ static mo_status data_recompute(const mo_csv_row *rows, size_t n, const size_t *
         }
         labeler L;
         labeler_init(&L, rows, sel, k, 0);
-        fprintf(f, "# label peak_saving_pct activation_saving_pct overhead_pct (against the same configuration, ckpt none)\n");
+        fprintf(f, "# label peak_saving_pct activation_saving_pct overhead_pct number act_label peak_label (against the same"
+                   " configuration, ckpt none; points within 2.5 points of saving and 1.5 of overhead share one number label)\n");
         for (size_t i = 0; i < k; i++) {
-            char lb[256];
+            char lb[256], la[64] = "", lp[64] = "";
             label(&L, &rows[sel[i]], lb, sizeof lb);
             const mo_derived *x = &d[sel[i]];
-            fprintf(f, "\"%s\" %.3f %.3f %.3f\n", lb, 100 * x->mem_saving, 100 * x->act_saving, 100 * x->recompute_overhead);
+            for (int which = 0; which < 2; which++) { // 0: activation saving panel, 1: peak saving panel
+                char *out = which ? lp : la;
+                double xi = which ? x->mem_saving : x->act_saving;
+                int first = 1;
+                for (size_t j = 0; j < i && first; j++) {
+                    const mo_derived *y = &d[sel[j]];
+                    double xj = which ? y->mem_saving : y->act_saving;
+                    first = !(fabs(xi - xj) <= 0.025 && fabs(x->recompute_overhead - y->recompute_overhead) <= 0.015);
+                }
+                for (size_t j = i; j < k && first; j++) {
+                    const mo_derived *y = &d[sel[j]];
+                    double xj = which ? y->mem_saving : y->act_saving;
+                    if (fabs(xi - xj) <= 0.025 && fabs(x->recompute_overhead - y->recompute_overhead) <= 0.015) {
+                        size_t l = strlen(out);
+                        snprintf(out + l, 64 - l, "%s%zu", l ? "," : "", j + 1);
+                    }
+                }
+            }
+            fprintf(f, "\"%s\" %.3f %.3f %.3f %zu \"%s\" \"%s\"\n", lb, 100 * x->mem_saving, 100 * x->act_saving,
+                    100 * x->recompute_overhead, i + 1, la, lp);
         }
         fclose(f);
     }
@@ -416,14 +498,15 @@ mo_status mo_plot_results(const mo_csv_row *rows, size_t n, const char *outdir, 
     if (st == MO_OK) st = data_fits(rows, idx, m, outdir, &nx, &ny);
     free(idx);
     MO_TRY(st);
-    char vars[256];
+    char vars[1024], sub[300];
+    mo_plot_subtitle(rows, n, sub, sizeof sub);
     static const struct { const char *script, *figure; } figs[] = {
         {"memory_by_category.gp", "memory_by_category"},
         {"peak_vs_throughput.gp", "peak_vs_throughput"},
         {"recompute_vs_saving.gp", "recompute_vs_saving"},
         {"fits_by_cap.gp", "fits_by_cap"},
     };
-    snprintf(vars, sizeof vars, "n_mem=%d; n_tp=%d; n_rec=%d; nx=%d; ny=%d", n_mem, n_tp, n_rec, nx, ny);
+    snprintf(vars, sizeof vars, "n_mem=%d; n_tp=%d; n_rec=%d; nx=%d; ny=%d; subtitle='%s'", n_mem, n_tp, n_rec, nx, ny, sub);
     for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
         MO_TRY(mo_plot_run(figs[i].script, outdir, vars));
         if (out) fprintf(out, "  %s/%s.png, .svg\n", outdir, figs[i].figure);
@@ -435,6 +518,16 @@ mo_status mo_cmd_plot(const mo_config *cfg) {
     const char *path = cfg->args[0];
     const char *outdir = cfg->base.out_dir[0] ? cfg->base.out_dir : "plots";
     MO_TRY(mo_plot_check_gnuplot()); // before any work: the one-line reason names the package
+    int trace1 = mo_plot_is_trace(path), trace2 = cfg->n_args == 2 && mo_plot_is_trace(cfg->args[1]);
+    if (cfg->n_args == 2 && !(trace1 && trace2))
+        return MO_FAIL(MO_ERR_INVALID, "memopt plot: two files are two traces (memopt run --trace); got '%s' and '%s'", path,
+                       cfg->args[1]);
+    if (trace1) {
+        const char *paths[2] = {cfg->args[0], cfg->args[1]};
+        printf("memopt plot: the allocation timeline of %s%s%s into %s/\n", path, cfg->n_args == 2 ? " against " : "",
+               cfg->n_args == 2 ? cfg->args[1] : "", outdir);
+        return mo_plot_timeline(paths, cfg->n_args, outdir, stdout);
+    }
     mo_csv_row *rows = NULL;
     size_t n = 0;
     mo_status st = mo_csv_read(path, &rows, &n);

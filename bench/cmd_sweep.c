@@ -272,6 +272,18 @@ static mo_status emit_invalid(sweep *sw, job *j) {
     return emit(sw, j, &row);
 }
 
+// --trace DIR: this row's trace file, DIR/<index>-<configuration name with '/' and ':' as '_'>.csv.
+static void trace_path_of(const job *j, mo_run_config *rc) {
+    if (!rc->trace[0]) return;
+    char name[256], dir[MO_PATH_MAX];
+    mo_config_name(rc, name, sizeof name);
+    for (char *p = name; *p; p++)
+        if (*p == '/' || *p == ':') *p = '_';
+    snprintf(dir, sizeof dir, "%s", rc->trace);
+    int k = snprintf(rc->trace, sizeof rc->trace, "%s/%04zu-%s.csv", dir, j->index, name);
+    if (k < 0 || (size_t)k >= sizeof rc->trace) rc->trace[0] = '\0'; // too long a path: no trace
+}
+
 // ---------------------------------------------------------------- the plain loop
 
 static mo_status run_plain(sweep *sw) {
@@ -283,6 +295,7 @@ static mo_status run_plain(sweep *sw) {
         }
         mo_run_config rc;
         MO_TRY(mo_config_combination(sw->cfg, j->index, &rc));
+        trace_path_of(j, &rc);
         progress(sw, &rc);
         mo_csv_row row;
         MO_TRY(mo_fallback_execute(&rc, &sw->env, &row, NULL));
@@ -352,6 +365,7 @@ static void gb_body(mo_gb_state *st, void *user) {
         mo_gb_skip_with_error(st, why);
         return;
     }
+    trace_path_of(j, &rc);
     if (j->calls++ == 0) progress(sw, &rc);
     else if (j->used_accum > 0) rc.accum = j->used_accum; // repetitions run what the first call trained with
     gb_attempt_ctx x = {st, &sw->env};
@@ -380,9 +394,9 @@ static void gb_body(mo_gb_state *st, void *user) {
         mo_gb_skip_with_error(st, why);
         return;
     }
-    mo_gb_counter(st, "peak_allocated_bytes", (double)row.peak_allocated_bytes, MO_GB_COUNTER_DEFAULT);
-    mo_gb_counter(st, "peak_reserved_bytes", (double)row.peak_reserved_bytes, MO_GB_COUNTER_DEFAULT);
-    mo_gb_counter(st, "activation_peak_bytes", (double)row.activation_peak_bytes, MO_GB_COUNTER_DEFAULT);
+    mo_gb_counter(st, "peak_allocated_bytes", (double)row.peak_allocated_bytes, MO_GB_COUNTER_BYTES);
+    mo_gb_counter(st, "peak_reserved_bytes", (double)row.peak_reserved_bytes, MO_GB_COUNTER_BYTES);
+    mo_gb_counter(st, "activation_peak_bytes", (double)row.activation_peak_bytes, MO_GB_COUNTER_BYTES);
     if (isfinite(row.tokens_per_s)) mo_gb_counter(st, "tokens_per_s", row.tokens_per_s, MO_GB_COUNTER_DEFAULT);
     if (isfinite(row.recompute_ms)) mo_gb_counter(st, "recompute_ms", row.recompute_ms, MO_GB_COUNTER_DEFAULT);
     if (!strcmp(row.status, "fallback")) mo_gb_set_label(st, row.detail);

@@ -395,12 +395,26 @@ static mo_status set_profile(mo_config *c, const char *f, const char *v, int idx
     return MO_OK;
 }
 
+static mo_status set_trace(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return set_path(f, v, c->base.trace, sizeof c->base.trace);
+}
+
+static mo_status set_summary(mo_config *c, const char *f, const char *v, int idx) {
+    (void)f, (void)v, (void)idx;
+    c->base.summary = 1;
+    return MO_OK;
+}
+
 static mo_status set_grid(mo_config *c, const char *f, const char *v, int idx);
 
 // ---------------------------------------------------------------- the flag table
 
 #define B(cmd) (1u << (cmd))
+// Each flag lists the commands that use it; any other command refuses it (exit 2), so a flag is never
+// accepted and silently ignored. CMDS_CONFIG: the commands that take a model and a strategy.
 #define CMDS_CONFIG (B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_CLAIMS) | B(MO_CMD_PLAN) | B(MO_CMD_MINCAP))
+#define CMDS_EXEC (B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_CLAIMS) | B(MO_CMD_MINCAP)) // they train (plan: dry, 1+1 steps)
 
 typedef struct flag_def {
     mo_flag_info info;
@@ -443,19 +457,21 @@ static const flag_def flags[] = {
     {{"--precision", "fp32|tf32|fp16|bf16", "compute precision, fp32 master weights (default fp32)", "strategy", CMDS_CONFIG, 1}, set_precision},
     {{"--tp", "T", "tensor-parallel degree, divides heads and 4*hidden (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
     {{"--pp", "P", "pipeline stages, divides layers (default 1)", "strategy", CMDS_CONFIG, 1}, set_pp},
-    {{"--comm", "local|nccl", "communicator: ranks as threads, or one rank per GPU (default local)", "strategy", CMDS_CONFIG, 0}, set_comm},
-    {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or retry with a smaller micro-batch (default fail)", "strategy", CMDS_CONFIG, 0}, set_on_oom},
+    {{"--comm", "local|nccl", "communicator: ranks as threads, or one rank per GPU (default local)", "strategy", CMDS_EXEC, 0}, set_comm},
+    {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or retry with a smaller micro-batch (default fail)", "strategy", B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_CLAIMS), 0}, set_on_oom},
     // run
-    {{"--backend", "cuda|cpu|dry", "where it runs: GPU kernels, CPU reference, or allocator only (default cuda)", "run", CMDS_CONFIG, 0}, set_backend},
-    {{"--steps", "N", "timed steps (default 10)", "run", CMDS_CONFIG, 0}, set_steps},
-    {{"--warmup", "N", "untimed steps first (default 3)", "run", CMDS_CONFIG, 0}, set_warmup},
-    {{"--seed", "S", "random seed (default 1337)", "run", CMDS_CONFIG, 0}, set_seed},
-    {{"--csv", "FILE", "append one row per run to FILE", "run", CMDS_CONFIG, 0}, set_csv},
-    {{"--monitor", "N", "print memory every N steps (default 0: off)", "run", CMDS_CONFIG, 0}, set_monitor},
-    {{"--profile", NULL, "time each class of op (gemm, attention, layernorm, ...) over the timed steps", "run", CMDS_CONFIG, 0}, set_profile},
-    {{"--lr", "LR", "AdamW learning rate (default 3e-4)", "run", CMDS_CONFIG, 0}, set_lr},
+    {{"--backend", "cuda|cpu|dry", "where it runs: GPU kernels, CPU reference, or allocator only (default cuda)", "run", CMDS_EXEC, 0}, set_backend},
+    {{"--steps", "N", "timed steps (default 10)", "run", CMDS_EXEC, 0}, set_steps},
+    {{"--warmup", "N", "untimed steps first (default 3)", "run", CMDS_EXEC, 0}, set_warmup},
+    {{"--seed", "S", "random seed (default 1337)", "run", CMDS_EXEC, 0}, set_seed},
+    {{"--csv", "FILE", "append one row per run to FILE (plan: write the ranked table to FILE)", "run", B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_MINCAP) | B(MO_CMD_PLAN), 0}, set_csv},
+    {{"--monitor", "N", "print memory every N steps (default 0: off)", "run", B(MO_CMD_RUN), 0}, set_monitor},
+    {{"--profile", NULL, "time each class of op (gemm, attention, layernorm, ...) over the timed steps", "run", B(MO_CMD_RUN), 0}, set_profile},
+    {{"--summary", NULL, "print the allocator's memory summary (torch.cuda.memory_summary) after the run", "run", B(MO_CMD_RUN), 0}, set_summary},
+    {{"--trace", "FILE|DIR", "every allocation and free of the first timed step, as CSV (sweep: DIR, a file per row)", "run", B(MO_CMD_RUN) | B(MO_CMD_SWEEP), 0}, set_trace},
+    {{"--lr", "LR", "AdamW learning rate (default 3e-4)", "run", CMDS_EXEC, 0}, set_lr},
     {{"--device-mem", "SIZE", "device size dry/cpu pretend to have, resolves fractional caps (default 143771MiB)", "run", CMDS_CONFIG, 0}, set_device_mem},
-    {{"--out-dir", "DIR", "where CSVs and figures go (default results/, plots/ for plot)", "run", CMDS_CONFIG | B(MO_CMD_PLOT), 0}, set_out_dir},
+    {{"--out-dir", "DIR", "where CSVs and figures go, created if missing (default results/, plots/)", "output", B(MO_CMD_CLAIMS) | B(MO_CMD_PLAN) | B(MO_CMD_PLOT), 0}, set_out_dir},
     // command-specific
     {{"--grid", "FILE", "sweep: flags from FILE, one per line ('--precision fp32,bf16'; # comments)", "sweep", B(MO_CMD_SWEEP), 0}, set_grid},
     {{"--resume", NULL, "sweep: skip combinations whose row is already in --csv", "sweep", B(MO_CMD_SWEEP), 0}, set_resume},
@@ -674,7 +690,7 @@ mo_status mo_run_config_validate(const mo_run_config *r) {
 }
 
 mo_status mo_config_add_arg(mo_config *c, const char *arg) {
-    int max = c->command == MO_CMD_COMPARE ? 2 : c->command == MO_CMD_PLOT ? 1 : 0;
+    int max = c->command == MO_CMD_COMPARE ? 2 : c->command == MO_CMD_PLOT ? 2 : 0; // plot: RESULTS.csv, or 1-2 traces
     const char *cmd = mo_command_name(c->command);
     if (c->n_args < 0 || c->n_args >= max)
         return MO_FAIL(MO_ERR_INVALID, "memopt %s: unexpected argument '%s'%s", cmd, arg,
@@ -687,8 +703,8 @@ mo_status mo_config_add_arg(mo_config *c, const char *arg) {
 mo_status mo_config_finish(mo_config *c) {
     if (c->command == MO_CMD_COMPARE && c->n_args != 2)
         return MO_FAIL(MO_ERR_INVALID, "memopt compare: needs two files, BASE.csv NEW.csv (got %d)", c->n_args);
-    if (c->command == MO_CMD_PLOT && c->n_args != 1)
-        return MO_FAIL(MO_ERR_INVALID, "memopt plot: needs one file, RESULTS.csv");
+    if (c->command == MO_CMD_PLOT && c->n_args < 1)
+        return MO_FAIL(MO_ERR_INVALID, "memopt plot: needs one file, RESULTS.csv (or one or two traces of memopt run --trace)");
     if (c->gpu[0] && c->mem_bytes)
         return MO_FAIL(MO_ERR_INVALID, "--gpu and --mem: give one of them, not both");
     if (!(CMDS_CONFIG & B(c->command))) return MO_OK;

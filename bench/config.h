@@ -109,6 +109,9 @@ typedef struct mo_run_config {
     double lr;
     uint64_t device_mem_bytes;       // --device-mem: what dry/cpu pretend the device holds
     char out_dir[MO_PATH_MAX];       // "" : the command's own default (results/, plots/)
+    char trace[MO_PATH_MAX];         // --trace: run, the allocation trace CSV of the first timed step;
+                                     // sweep, a folder with one such file per row ("" off)
+    int summary;                     // --summary: print the allocator's memory_summary after the run
 } mo_run_config;
 
 // The whole command line.

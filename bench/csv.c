@@ -32,11 +32,15 @@ static const col_def cols[] = {
     I(optim_bytes), I(master_bytes), I(activation_bytes), I(workspace_bytes), I(num_ooms),
     I(num_alloc_retries), I(skipped_steps), F(loss_scale), F(loss_first), F(loss_last),
     I(predicted_peak_bytes), F(comm_ms), I(comm_modelled),
+    // schema 2, kept together at the end
+    I(inactive_split_bytes), I(largest_free_block_bytes), I(segments),
 };
 #undef I
 #undef F
 #undef S
 #define NCOLS (sizeof cols / sizeof cols[0])
+// The cuBLASLt workspace every schema 1 run held from start to end (kernels/ctx.h, 32 MiB then).
+#define SCHEMA1_WORKSPACE ((int64_t)32 << 20)
 
 size_t mo_csv_num_columns(void) { return NCOLS; }
 
@@ -295,9 +299,41 @@ static mo_status header_mismatch(const char *path, const char *have) {
     }
 }
 
+mo_status mo_mkdir_p(const char *dir, const char *flag) {
+    char p[MO_PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return MO_FAIL(MO_ERR_INVALID, "%s: path too long", flag);
+    if (!p[0]) return MO_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            struct stat sb;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST)
+                return MO_FAIL(MO_ERR_IO, "%s: cannot create folder '%s': %s", flag, p, strerror(errno));
+            if (stat(p, &sb) == 0 && !S_ISDIR(sb.st_mode))
+                return MO_FAIL(MO_ERR_IO, "%s: '%s' exists and is not a folder", flag, p);
+            *s = c;
+            if (!c) break;
+        }
+    }
+    return MO_OK;
+}
+
+mo_status mo_mkdir_parent(const char *path, const char *flag) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return MO_OK;
+    char dir[MO_PATH_MAX];
+    size_t n = (size_t)(slash - path);
+    if (n >= sizeof dir) return MO_FAIL(MO_ERR_INVALID, "%s: path too long", flag);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return mo_mkdir_p(dir, flag);
+}
+
 mo_status mo_csv_open(const char *path, mo_csv_writer **out) {
     *out = NULL;
     if (strlen(path) >= MO_PATH_MAX) return MO_FAIL(MO_ERR_INVALID, "--csv: path too long");
+    MO_TRY(mo_mkdir_parent(path, "--csv"));
     int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return MO_FAIL(MO_ERR_IO, "%s: cannot open for append: %s", path, strerror(errno));
     char *text = NULL;
@@ -422,9 +458,9 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         if (nf > version_at) {
             const char *v = fields[version_at];
             ver = strtoll(v, &end, 10);
-            if (!*v || *end || ver != MO_CSV_SCHEMA_VERSION) {
-                st = MO_FAIL(MO_ERR_INVALID, "%s: schema_version %s, this memopt reads %d", path, *v ? v : "(empty)",
-                             MO_CSV_SCHEMA_VERSION);
+            if (!*v || *end || ver < MO_CSV_SCHEMA_OLDEST || ver > MO_CSV_SCHEMA_VERSION) {
+                st = MO_FAIL(MO_ERR_INVALID, "%s: schema_version %s, this memopt reads %d to %d", path, *v ? v : "(empty)",
+                             MO_CSV_SCHEMA_OLDEST, MO_CSV_SCHEMA_VERSION);
                 goto done;
             }
         }
@@ -449,6 +485,13 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         mo_csv_row_init(r);
         for (int i = 0; i < nf && st == MO_OK; i++) st = parse_cell(path, rd.line, &cols[map[i]], fields[i], r);
         if (st != MO_OK) goto done;
+        if (r->schema_version == 1 && r->activation_peak_bytes >= SCHEMA1_WORKSPACE) {
+            // Schema 2's definition (csv.h): the activations at the peak are at most the peak less static
+            // less the workspace always held, and at most the activation category's own peak.
+            r->activation_peak_bytes -= SCHEMA1_WORKSPACE;
+            if (r->activation_bytes >= 0 && r->activation_bytes < r->activation_peak_bytes)
+                r->activation_peak_bytes = r->activation_bytes;
+        }
         n++;
     }
     if (unknown && n == 0)

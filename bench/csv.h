@@ -1,4 +1,4 @@
-// The results CSV of DESIGN.md: one header line, one row per run, appended and made durable as
+// The results CSV of docs/DESIGN.md: one header line, one row per run, appended and made durable as
 // each run ends, so an interrupted sweep loses nothing and can resume.
 //
 // Empty cells: a value that is unknown or does not apply is an empty cell. In mo_csv_row that is
@@ -18,7 +18,11 @@
 extern "C" {
 #endif
 
-#define MO_CSV_SCHEMA_VERSION 1
+// 2: activation_peak_bytes excludes the library workspace (it is the activation category's bytes at
+//    the overall peak); inactive_split_bytes, largest_free_block_bytes, segments added at the end.
+//    Schema 1 files are read too (see mo_csv_read).
+#define MO_CSV_SCHEMA_VERSION 2
+#define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {
     int64_t schema_version;        // MO_CSV_SCHEMA_VERSION
@@ -51,6 +55,13 @@ typedef struct mo_csv_row {
     int64_t predicted_peak_bytes;
     double comm_ms;
     int64_t comm_modelled;         // 1: comm_ms is modelled, not measured; 0 measured
+    // Fragmentation (torch.cuda.memory_stats' inactive_split_bytes, largest free block, segment count),
+    // at the end of the last step, the model still allocated (schema 2).
+    int64_t inactive_split_bytes, largest_free_block_bytes, segments;
+
+    // Not a column: the run ran out of memory before its first step (the parameters, gradients,
+    // optimizer state and full-batch inputs alone exceed the cap), so no micro-batch can fit.
+    int oom_before_step;
 } mo_csv_row;
 
 // Every field unknown, schema_version set.
@@ -73,8 +84,19 @@ void mo_csv_close(mo_csv_writer *w);
 // One row as CSV text (RFC 4180 quoting), with the trailing newline; MO_ERR_INVALID if n is short.
 mo_status mo_csv_format_row(const mo_csv_row *row, char *buf, size_t n);
 
+// Creates dir and its parents (mkdir -p); flag names the flag in the message.
+mo_status mo_mkdir_p(const char *dir, const char *flag);
+// Creates the folder a file will be written into (nothing for a bare name).
+mo_status mo_mkdir_parent(const char *path, const char *flag);
+
 // Reader. Columns are found by header name (any order; a missing column reads as unknown, an
-// unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_VERSION.
+// unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_OLDEST ..
+// MO_CSV_SCHEMA_VERSION. A schema 1 row is read as close to schema 2 as its columns allow: its
+// activation_peak_bytes becomes min(activation_peak_bytes - 32 MiB, activation_bytes), the 32 MiB
+// being the cuBLASLt workspace every schema 1 run held throughout. That is an upper bound of the
+// schema 2 figure, equal to it when the activations peak with the whole (28 of the 32 rows of the
+// dry baseline; the sqrt rows, whose op scratch is live at the peak, are 60-340 MiB above). Its
+// fragmentation cells are unknown.
 // *rows is malloc'ed (free it); *n may be 0.
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 

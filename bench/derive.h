@@ -1,9 +1,9 @@
-// The derived metrics of DESIGN.md, computed in one place so that plot and claims cannot disagree:
+// The derived metrics of docs/DESIGN.md, computed in one place so that plot and claims cannot disagree:
 //   recompute_overhead = step_ms(row) / step_ms(baseline) - 1
 //   mem_saving         = 1 - peak_allocated(row) / peak_allocated(baseline)
 // The baseline of a row is the row that equals it in every configuration column of
 // mo_csv_config_key except one varied axis, which holds the base value: ckpt "none" for
-// checkpointing (the DESIGN.md definition), precision "fp32" or "tf32" for mixed precision.
+// checkpointing (the docs/DESIGN.md definition), precision "fp32" or "tf32" for mixed precision.
 // Only measured rows (status ok or fallback) take part; when several rows have the baseline's
 // key (a CSV appended to twice), the last one counts. Unknown values are NaN.
 #ifndef MEMOPT_BENCH_DERIVE_H

@@ -63,6 +63,21 @@ mo_status mo_fallback_run(const mo_run_config *rc, mo_attempt_fn fn, void *user,
         snprintf(msg, sizeof msg, "%s", row->detail);
         int next = 0;
         MO_TRY(mo_fallback_next_accum(cur.batch, cur.accum, &next));
+        if (row->oom_before_step) {
+            // The model's own state does not fit: a smaller micro-batch changes none of it.
+            char b1[32], b2[32];
+            const int mixed = cur.precision == MO_PREC_FP16 || cur.precision == MO_PREC_BF16;
+            // fp32 weights (or master copy), gradients, Adam m and v: 16 B a parameter; + the 16-bit copy
+            const uint64_t need = row->params > 0 ? (uint64_t)row->params * (mixed ? 18u : 16u) : 0;
+            snprintf(row->detail, sizeof row->detail, "%s", path);
+            append(row->detail, sizeof row->detail,
+                   "oom at accum %d before the first step: the static bytes (parameters, gradients, optimizer state%s:"
+                   " %s) and the full-batch inputs alone exceed the cap %s, so no micro-batch can fit: %s",
+                   cur.accum, mixed ? ", 16-bit copy" : "", mo_format_bytes(need, b2, sizeof b2),
+                   row->cap_bytes > 0 ? mo_format_bytes((uint64_t)row->cap_bytes, b1, sizeof b1) : "(none)", msg);
+            if (out) fprintf(out, "  out of memory before the first step: --on-oom shrink stops (no micro-batch can fit)\n");
+            break;
+        }
         if (committed || next == 0) {
             snprintf(row->detail, sizeof row->detail, "%s", path);
             append(row->detail, sizeof row->detail, "oom at accum %d", cur.accum);

@@ -6,6 +6,8 @@
 #include <benchmark/benchmark.h>
 
 #include <new>
+#include <sstream>
+#include <vector>
 #include <string>
 
 namespace {
@@ -53,8 +55,10 @@ void mo_gb_counter(mo_gb_state *st, const char *name, double value, int flags) {
     if (flags & MO_GB_COUNTER_RATE) f |= benchmark::Counter::kIsRate;
     if (flags & MO_GB_COUNTER_AVG_ITERATIONS) f |= benchmark::Counter::kAvgIterations;
     if (flags & MO_GB_COUNTER_AVG_THREADS) f |= benchmark::Counter::kAvgThreads;
+    // Bytes in binary units (Mi, Gi), as the suite's own summaries print them.
+    const benchmark::Counter::OneK k = (flags & MO_GB_COUNTER_BYTES) ? benchmark::Counter::kIs1024 : benchmark::Counter::kIs1000;
     try {
-        S(st).counters[name] = benchmark::Counter(value, static_cast<benchmark::Counter::Flags>(f));
+        S(st).counters[name] = benchmark::Counter(value, static_cast<benchmark::Counter::Flags>(f), k);
     } catch (const std::bad_alloc &) {
         S(st).SkipWithError("out of host memory for a counter");
     }
@@ -65,13 +69,47 @@ void mo_gb_set_bytes_processed(mo_gb_state *st, int64_t bytes) { S(st).SetBytesP
 void mo_gb_set_label(mo_gb_state *st, const char *label) { S(st).SetLabel(label); }
 void mo_gb_skip_with_error(mo_gb_state *st, const char *message) { S(st).SkipWithError(message); }
 
+namespace {
+// The library's display reporter (--benchmark_format), less one line: Debian's libbenchmark is built
+// without NDEBUG, so every run prints "***WARNING*** Library was built as DEBUG. Timings may be
+// affected." The suite's times are its own CUDA events around each step (manual time), which the
+// library's build type does not touch; the warning only misleads. Everything else passes through.
+class QuietDebugReporter : public benchmark::BenchmarkReporter {
+  public:
+    explicit QuietDebugReporter(benchmark::BenchmarkReporter *inner) : inner_(inner) {}
+    ~QuietDebugReporter() override { delete inner_; }
+    bool ReportContext(const Context &context) override {
+        std::ostream *err = &inner_->GetErrorStream();
+        std::ostringstream buf;
+        inner_->SetErrorStream(&buf);
+        const bool ok = inner_->ReportContext(context);
+        inner_->SetErrorStream(err);
+        std::istringstream lines(buf.str());
+        for (std::string l; std::getline(lines, l);)
+            if (l.find("Library was built as DEBUG") == std::string::npos) *err << l << '\n';
+        return ok;
+    }
+    void ReportRuns(const std::vector<Run> &reports) override { inner_->ReportRuns(reports); }
+    void Finalize() override { inner_->Finalize(); }
+
+  private:
+    benchmark::BenchmarkReporter *inner_;
+};
+} // namespace
+
 mo_status mo_gb_run(int *argc, char **argv) {
     benchmark::Initialize(argc, argv);
     if (benchmark::ReportUnrecognizedArguments(*argc, argv)) {
         benchmark::Shutdown();
         return MO_FAIL(MO_ERR_INVALID, "unrecognized benchmark arguments (see --help)");
     }
-    benchmark::RunSpecifiedBenchmarks();
+    try {
+        QuietDebugReporter display(benchmark::CreateDefaultDisplayReporter());
+        benchmark::RunSpecifiedBenchmarks(&display);
+    } catch (const std::bad_alloc &) {
+        benchmark::Shutdown();
+        return MO_FAIL(MO_ERR_OOM, "out of host memory in Google Benchmark");
+    }
     benchmark::Shutdown();
     return MO_OK;
 }

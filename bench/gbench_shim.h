@@ -33,6 +33,7 @@ enum {
     MO_GB_COUNTER_RATE = 1,           // value / elapsed seconds
     MO_GB_COUNTER_AVG_ITERATIONS = 2, // value / iterations
     MO_GB_COUNTER_AVG_THREADS = 4,    // value / threads
+    MO_GB_COUNTER_BYTES = 8,          // printed in binary units (1024: Ki, Mi, Gi)
 };
 
 typedef enum mo_gb_unit { MO_GB_NS = 0, MO_GB_US, MO_GB_MS, MO_GB_S } mo_gb_unit;

@@ -32,6 +32,15 @@ mo_status mo_plot_run(const char *script, const char *outdir, const char *vars);
 //   fits_by_cap          per configuration and cap: trained (ok) or out of memory
 mo_status mo_plot_results(const mo_csv_row *rows, size_t n, const char *outdir, FILE *out);
 
+// 1 when path is an allocation trace (memopt run --trace: its first line is "# memopt trace: ...").
+int mo_plot_is_trace(const char *path);
+// memopt plot TRACE.csv [TRACE2.csv]: the timeline figure (bench/cmd_plot_timeline.c) into outdir.
+mo_status mo_plot_timeline(const char *const *paths, int npaths, const char *outdir, FILE *out);
+
+// The figures' second title line: the model (a preset's name when the shape is one) and the device
+// of the rows ("GPT gpt2-124m, batch 8 on NVIDIA H200"), or "several ..." when they differ.
+void mo_plot_subtitle(const mo_csv_row *rows, size_t n, char *buf, size_t bn);
+
 // Creates dir and its parents (like mkdir -p).
 mo_status mo_plot_mkdir(const char *dir);
 

@@ -1,45 +1,66 @@
 #!/usr/bin/env bash
-# make bench: the main job. Usage: bench/run_bench.sh [BUILD]
+# make bench: the main job. Usage: bench/run_bench.sh [BUILD]   (measure, then draw if gnuplot is there)
+#                                  bench/run_bench.sh --plot DIR (draw the figures of an earlier run)
+#   Every run writes into a fresh folder, $BUILD/bench/<UTC time>/ (printed at the start and the end),
+#   never over the committed results/ and plots/.
 #   On a GPU: the default sweep of GPT-2 124M (precision fp32,tf32,bf16 x attn materialized,fused x
-#   ckpt none,full,selective x accum 1,4, through Google Benchmark, and one capped row that runs
-#   out of memory) into results/sweep.csv, then memopt claims (results/claims.csv), then the
-#   figures into plots/ when gnuplot is there, and the allocator benchmarks.
+#   ckpt none,full,selective x accum 1,4: 36 rows, through Google Benchmark, and one capped row that
+#   runs out of memory) into sweep.csv, memopt claims into claims/, the allocation timelines of fp32
+#   ckpt none and full (trace-*.csv), and the allocator benchmarks. On the H200 the same set (without
+#   the timelines, a few seconds more) took 305 s with its figures; see docs/perf-notes.md.
 #   With no GPU: the same grid on the dry backend (exact memory, no times), a tiny CPU sweep (real
-#   numerics and times, of the CPU reference), claims and mincap on the dry backend, and the
-#   figures if gnuplot is there, all into $BUILD/bench/ (nothing to commit), saying so.
+#   numerics and times, of the CPU reference), claims and mincap on the dry backend, the timelines on
+#   dry, saying so.
+#   Without gnuplot nothing stops: the measurements are the job; one line at the end says how to draw
+#   the figures later (this script's --plot mode).
 set -euo pipefail
-BUILD="${1:-build}"
 cd "$(dirname "$0")/.."
-M="$BUILD/memopt"
-GRID=(--preset gpt2-124m --precision fp32,tf32,bf16 --attn materialized,fused --ckpt none,full,selective --accum 1,4)
-have_gnuplot=0
-command -v gnuplot >/dev/null 2>&1 && have_gnuplot=1
 
-plot() { # plot CSV OUTDIR
-  if [ "$have_gnuplot" = 1 ]; then
-    "$M" plot "$1" --out-dir "$2"
-  else
-    echo "memopt bench: no gnuplot here, no figures for $1 (apt-get install gnuplot-nox; then: $M plot $1)"
+# The figures of a bench folder: every CSV it holds that memopt plot draws.
+draw() { # draw MEMOPT DIR
+  local M="$1" dir="$2"
+  for csv in "$dir"/sweep*.csv "$dir"/mincap*.csv; do
+    [ -f "$csv" ] || continue
+    local name
+    name=$(basename "$csv" .csv)
+    "$M" plot "$csv" --out-dir "$dir/plots-$name"
+  done
+  if [ -f "$dir/trace-ckpt-none.csv" ] && [ -f "$dir/trace-ckpt-full.csv" ]; then
+    "$M" plot "$dir/trace-ckpt-none.csv" "$dir/trace-ckpt-full.csv" --out-dir "$dir/plots-timeline"
   fi
+  return 0
 }
 
+if [ "${1:-}" = --plot ]; then
+  dir="${2:?usage: bench/run_bench.sh --plot DIR}"
+  M="${MEMOPT:-}"
+  [ -n "$M" ] || for c in build/memopt build*/memopt; do [ -x "$c" ] && { M="$c"; break; }; done
+  [ -x "$M" ] || { echo "memopt bench: no memopt binary (make build, or MEMOPT=path)" >&2; exit 2; }
+  command -v gnuplot >/dev/null 2>&1 || { echo "memopt bench: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
+  draw "$M" "$dir"
+  exit 0
+fi
+
+BUILD="${1:-build}"
+M="$BUILD/memopt"
+GRID=(--preset gpt2-124m --precision fp32,tf32,bf16 --attn materialized,fused --ckpt none,full,selective --accum 1,4)
+dir="$BUILD/bench/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$dir"
+start=$(date +%s)
+
 if "$M" devices 2>/dev/null | grep -q '^GPU 0'; then
-  out=results/sweep.csv
-  mkdir -p results plots
-  rm -f "$out" # this run's measurements, not an accumulation of every run
-  echo "memopt bench: GPU found; the sweep goes to $out"
-  "$M" sweep "${GRID[@]}" --steps 10 --warmup 3 --csv "$out" \
-      --benchmark_out="$BUILD/sweep.json" --benchmark_out_format=json
+  echo "memopt bench: GPU found; everything goes to $dir/"
+  "$M" sweep "${GRID[@]}" --steps 10 --warmup 3 --csv "$dir/sweep.csv" \
+      --benchmark_out="$dir/sweep-gbench.json" --benchmark_out_format=json
   # A cap no configuration of the grid fits under: its row says oom (the sweep still exits 0).
-  "$M" sweep --preset gpt2-124m --cap 4GiB --steps 10 --warmup 3 --csv "$out"
-  "$M" claims --steps 10 --warmup 3
-  plot "$out" plots
+  "$M" sweep --preset gpt2-124m --cap 4GiB --steps 10 --warmup 3 --csv "$dir/sweep.csv"
+  "$M" claims --steps 10 --warmup 3 --out-dir "$dir/claims"
+  for k in none full; do
+    "$M" run --preset gpt2-124m --ckpt $k --steps 1 --warmup 1 --trace "$dir/trace-ckpt-$k.csv" | grep -E "trace:|peak allocated"
+  done
   [ -x "$BUILD/memopt_bench_alloc" ] && "$BUILD/memopt_bench_alloc" --benchmark_repetitions=3 \
-      --benchmark_out="$BUILD/bench_alloc.json" --benchmark_out_format=json || true
+      --benchmark_out="$dir/bench_alloc.json" --benchmark_out_format=json || true
 else
-  dir="$BUILD/bench"
-  mkdir -p "$dir"
-  rm -f "$dir"/sweep-dry.csv "$dir"/sweep-cpu.csv "$dir"/mincap-dry.csv
   echo "memopt bench: no GPU here. The dry backend gives exact memory for the GPU grid (no times), and a"
   echo "tiny CPU sweep shows real numerics and CPU times; GPU timings need a GPU. Everything goes to $dir/."
   "$M" sweep --backend dry "${GRID[@]}" --steps 2 --warmup 1 --csv "$dir/sweep-dry.csv"
@@ -48,8 +69,15 @@ else
       --ckpt none,full,selective --accum 1,2 --cap none,16MiB --steps 5 --warmup 1 --csv "$dir/sweep-cpu.csv"
   "$M" claims --backend dry --steps 2 --warmup 1 --out-dir "$dir/claims"
   "$M" mincap --backend dry --preset gpt2-124m --steps 2 --warmup 1 --csv "$dir/mincap-dry.csv"
-  plot "$dir/sweep-dry.csv" "$dir/plots-dry"
-  plot "$dir/sweep-cpu.csv" "$dir/plots-cpu"
-  plot "$dir/mincap-dry.csv" "$dir/plots-mincap"
+  for k in none full; do
+    "$M" run --backend dry --preset gpt2-124m --ckpt $k --steps 1 --warmup 1 --trace "$dir/trace-ckpt-$k.csv" | grep -E "trace:"
+  done
   [ -x "$BUILD/memopt_bench_alloc" ] && "$BUILD/memopt_bench_alloc" --benchmark_min_time=0.05 || true
+fi
+
+echo "memopt bench: measured in $(( $(date +%s) - start )) s; results in $dir/"
+if command -v gnuplot >/dev/null 2>&1; then
+  draw "$M" "$dir"
+else
+  echo "memopt bench: no gnuplot, so no figures yet; to draw them: apt-get install gnuplot-nox && bash bench/run_bench.sh --plot $dir"
 fi

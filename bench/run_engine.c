@@ -1,5 +1,7 @@
 #include "bench/run_engine.h"
 #include "bench/planner.h" // the GPU catalog
+#include "bench/sweep.h"   // mo_config_name
+#include "bench/trace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -93,7 +95,7 @@ static mo_status gpt_config_of(const mo_run_config *rc, mo_gpt_config *g) {
     g->accum = rc->accum;
     g->tf32 = rc->precision == MO_PREC_TF32;
     g->dtype = rc->precision == MO_PREC_FP16 ? MO_F16 : rc->precision == MO_PREC_BF16 ? MO_BF16 : MO_F32;
-    g->loss_scaling = rc->precision == MO_PREC_FP16; // DESIGN.md: fp16 with the dynamic loss scaler
+    g->loss_scaling = rc->precision == MO_PREC_FP16; // docs/DESIGN.md: fp16 with the dynamic loss scaler
     g->lr = (float)rc->lr; g->beta1 = 0.9f; g->beta2 = 0.95f; g->eps = 1e-8f; g->weight_decay = 0.0f; g->grad_clip = 1.0f;
     g->seed = rc->seed;
     return mo_gpt_validate(g);
@@ -160,6 +162,11 @@ struct mo_run_session {
     double prof_ms[MO_PROF_COUNT]; // --profile: summed over the timed steps
     mo_cost_trace *trace;    // the ops of the timed steps (unsplit runs; NULL: none kept)
     mo_cost_trace own_trace; // --profile's, when the caller asked for none
+    int oom_in_build;        // out of memory before the first step (static bytes alone do not fit)
+    char *summary;           // --summary: the allocator's report at the end of the last step
+    mo_trace *alloc_trace;   // --trace: the allocation trace, recording the first timed step
+    int traced;              // the trace is written (events in trace_events)
+    size_t trace_events;
 };
 
 static mo_status session_fail(mo_run_session *s, mo_status st) {
@@ -184,7 +191,7 @@ static mo_status set_synthetic_batch(mo_run_session *s) {
     return st;
 }
 
-// static_bytes (DESIGN.md): params + grads + optimizer + master, as allocated.
+// static_bytes (docs/DESIGN.md): params + grads + optimizer + master, as allocated.
 static uint64_t static_of(const mo_alloc_stats *a) {
     return a->allocated_by_cat[MO_CAT_PARAM] + a->allocated_by_cat[MO_CAT_GRAD] + a->allocated_by_cat[MO_CAT_OPTIM] +
            a->allocated_by_cat[MO_CAT_MASTER];
@@ -197,14 +204,26 @@ static mo_status session_build_split(mo_run_session *s) {
     mo_status cs = mo_gpt_split_create(&s->sp, g, &sc);
     // A create that ran out of memory gave every rank back: its statistics are gone, but an OOM happened.
     if (cs == MO_ERR_OOM) s->stats.num_ooms = 1;
+    if (cs == MO_ERR_OOM) s->oom_in_build = 1;
     MO_TRY(cs);
     return set_synthetic_batch(s);
 }
 
+static mo_status session_build_one(mo_run_session *s);
+
 static mo_status session_build(mo_run_session *s) {
-    const mo_gpt_config *g = &s->g;
     s->dev_used_before = s->be == MO_BACKEND_CUDA ? used_device_bytes() : 0;
     if (is_split(&s->rc)) return session_build_split(s);
+    mo_status st = session_build_one(s);
+    // Everything built here (parameters, gradients, optimizer state, master copy, full-batch inputs,
+    // the GEMM workspace) is independent of the micro-batch: an out-of-memory now cannot be cured by
+    // a smaller one.
+    if (st == MO_ERR_OOM) s->oom_in_build = 1;
+    return st;
+}
+
+static mo_status session_build_one(mo_run_session *s) {
+    const mo_gpt_config *g = &s->g;
     MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
     MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
     s->x->tf32 = g->tf32;
@@ -223,12 +242,21 @@ static mo_status session_build(mo_run_session *s) {
     return MO_OK;
 }
 
+// --summary: the report of the allocator a, kept for the printed summary (which comes after release).
+static void take_summary(mo_run_session *s, const mo_allocator *a) {
+    if (!s->rc.summary || !a || s->summary) return;
+    const size_t n = 8192;
+    s->summary = malloc(n);
+    if (s->summary) mo_memory_summary(a, s->summary, n);
+}
+
 // Gives back everything the run holds, keeping the allocator's final statistics.
 static void session_release(mo_run_session *s) {
     if (s->sp) {
-        // The run's peak is its largest rank's (DESIGN.md); static bytes are that rank's at the end.
+        // The run's peak is its largest rank's (docs/DESIGN.md); static bytes are that rank's at the end.
         int r = s->peak_rank = mo_gpt_split_peak_rank(s->sp);
         mo_allocator_stats(mo_gpt_split_allocator(s->sp, r), &s->stats);
+        take_summary(s, mo_gpt_split_allocator(s->sp, r));
         s->static_bytes = static_of(&s->stats);
         uint64_t ooms = 0, retries = 0, reserved = 0;
         for (int k = 0; k < mo_gpt_split_world(s->sp); k++) {
@@ -247,6 +275,9 @@ static void session_release(mo_run_session *s) {
         return;
     }
     if (s->a) mo_allocator_stats(s->a, &s->stats);
+    take_summary(s, s->a);
+    mo_trace_end(s->alloc_trace);
+    s->alloc_trace = NULL;
     if (s->timer_ok) mo_timer_destroy(&s->t);
     s->timer_ok = 0;
     mo_gpt_destroy(s->m);
@@ -275,6 +306,8 @@ static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo
         st = mo_gpt_split_validate(&s->g, &sc);
         if (st == MO_OK && rc->profile)
             st = MO_FAIL(MO_ERR_INVALID, "--profile: not available on split runs (--tp/--pp above 1); profile the unsplit model");
+        if (st == MO_OK && rc->trace[0])
+            st = MO_FAIL(MO_ERR_INVALID, "--trace: not available on split runs (--tp/--pp above 1); trace the unsplit model");
     }
     if (st != MO_OK) s->config_failed = 1;
     else st = session_build(s);
@@ -301,6 +334,18 @@ void mo_run_mark_timed(mo_run_session *s) {
     s->timed = 1;
 }
 
+static mo_status write_trace(mo_run_session *s) {
+    char name[256], title[512];
+    mo_config_name(&s->rc, name, sizeof name);
+    snprintf(title, sizeof title, "%s; %s; step %d", name, s->env->dev.name, s->steps_run + 1);
+    mo_status st = mo_trace_write(s->alloc_trace, s->rc.trace, title);
+    s->trace_events = mo_trace_events(s->alloc_trace);
+    mo_trace_end(s->alloc_trace);
+    s->alloc_trace = NULL;
+    s->traced = st == MO_OK;
+    return st;
+}
+
 mo_status mo_run_step(mo_run_session *s, double *ms_out) {
     if (s->st != MO_OK) return s->st;
     double ms = 0;
@@ -310,9 +355,14 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
         st = mo_gpt_split_step(s->sp);
         ms = mo_gpt_split_step_ms(s->sp);
     } else {
-        st = mo_timer_start(s->x, &s->t);
+        // --trace: the first timed step (the allocator in its steady state), or the first step
+        // when there is no warm-up.
+        const int trace_now = s->rc.trace[0] && !s->traced && (s->timed || s->rc.warmup == 0);
+        if (trace_now) st = mo_trace_begin(s->a, &s->alloc_trace);
+        if (st == MO_OK) st = mo_timer_start(s->x, &s->t);
         if (st == MO_OK) st = mo_gpt_step(s->m);
         if (st == MO_OK) st = mo_timer_stop(s->x, &s->t, &ms);
+        if (trace_now && st == MO_OK) st = write_trace(s);
     }
     if (st != MO_OK) {
         session_fail(s, st);
@@ -374,6 +424,8 @@ static int64_t predicted_peak(const mo_run_session *s) {
     // nccl needs GPUs: the dry replay runs the same ranks over local (nccl's ordered sums take scratch
     // from the rank's allocator that local does not, so a nccl row's prediction may differ).
     rc.comm = MO_COMM_LOCAL;
+    rc.trace[0] = '\0'; // the replay writes nothing and reports nothing
+    rc.summary = 0;
     if (session_open(&rc, s->env, MO_BACKEND_DRY, NULL, NULL, &d) != MO_OK || !d) return -1;
     int warm = s->steps_run - s->n;
     for (int i = 0; i < s->steps_run && d->st == MO_OK; i++) {
@@ -386,7 +438,7 @@ static int64_t predicted_peak(const mo_run_session *s) {
     }
     session_release(d);
     mo_cost_trace_free(&d->own_trace); // a --profile row's replay traced too
-    free(d->times); free(d->recompute); free(d);
+    free(d->summary); free(d->times); free(d->recompute); free(d);
     return r;
 }
 
@@ -423,6 +475,10 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->master_bytes = (int64_t)a->peak_by_cat[MO_CAT_MASTER];
     row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
     row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
+    row->inactive_split_bytes = (int64_t)a->inactive_split_bytes;
+    row->largest_free_block_bytes = (int64_t)a->largest_free_block;
+    row->segments = (int64_t)a->num_segments;
+    row->oom_before_step = s->oom_in_build;
     // A run that failed has no peak to predict (the dry replay under the same cap fails the same way).
     if (s->st == MO_OK) row->predicted_peak_bytes = predicted_peak(s);
     if (s->st != MO_OK) {
@@ -432,7 +488,9 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     }
     snprintf(row->status, sizeof row->status, "ok");
     row->static_bytes = (int64_t)s->static_bytes;
-    row->activation_peak_bytes = (int64_t)(a->peak_allocated_bytes - s->static_bytes);
+    // The activations at the overall peak: the library workspace (cuBLASLt's, op scratch) is its own
+    // figure, workspace_bytes.
+    row->activation_peak_bytes = (int64_t)a->at_peak_by_cat[MO_CAT_ACTIVATION];
     row->loss_first = s->loss_first;
     row->loss_last = s->loss_last;
     row->skipped_steps = s->skipped_steps;
@@ -463,6 +521,8 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
 finish:
     if (s->out) print_summary(s, row, s->out);
     mo_cost_trace_free(&s->own_trace);
+    if (s->out && s->summary) fprintf(s->out, "%s", s->summary);
+    free(s->summary);
     free(s->times);
     free(s->recompute);
     free(s);
@@ -490,7 +550,7 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     const mo_alloc_stats *a = &s->stats;
     // A failed row's reason is printed by the caller (main prints the command's status).
     if (strcmp(row->status, "ok") && strcmp(row->status, "oom")) return;
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32];
     fprintf(out, "memopt run: gpt, %s backend, %s, L%d C%d H%d T%d B%d (micro %d) V%d, %.1fM params\n",
             mo_backend_name(rc->backend), s->env->dev.name, g->layers, g->hidden, g->heads, g->seq, g->batch,
             g->batch / g->accum, g->vocab, (double)mo_gpt_num_params(g) / 1e6);
@@ -544,9 +604,10 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     fprintf(out, "  peak allocated %s, peak reserved %s\n", mo_format_bytes(a->peak_allocated_bytes, b1, 32),
             mo_format_bytes(a->peak_reserved_bytes, b2, 32));
     if (!strcmp(row->status, "ok"))
-        fprintf(out, "  static (params+grads+optimizer+master) %s, activation peak %s\n", mo_format_bytes(s->static_bytes, b1, 32),
-                mo_format_bytes(a->peak_allocated_bytes - s->static_bytes, b2, 32));
-    fprintf(out, "  peak by category:");
+        fprintf(out, "  at the peak: static (params+grads+optimizer+master) %s, activations %s, workspace %s\n",
+                mo_format_bytes(s->static_bytes, b1, 32), mo_format_bytes((uint64_t)row->activation_peak_bytes, b2, 32),
+                mo_format_bytes(a->at_peak_by_cat[MO_CAT_WORKSPACE], b3, 32));
+    fprintf(out, "  each category's own peak:");
     for (int c = 0; c < MO_CAT_COUNT; c++)
         fprintf(out, " %s %s%s", mo_category_name((mo_category)c), mo_format_bytes(a->peak_by_cat[c], b1, 32),
                 c + 1 < MO_CAT_COUNT ? "," : "\n");
@@ -555,6 +616,12 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
                      " the rest is the cuBLAS handles and the CUDA context)\n",
                 mo_format_bytes(s->dev_used_peak_seen > s->dev_used_before ? s->dev_used_peak_seen - s->dev_used_before : 0, b1, 32),
                 mo_format_bytes(a->peak_reserved_bytes, b2, 32));
+    if (row->segments >= 0 && !strcmp(row->status, "ok"))
+        fprintf(out, "  fragmentation after the last step: %lld segments, inactive split %s, largest free block %s\n",
+                (long long)row->segments, mo_format_bytes((uint64_t)row->inactive_split_bytes, b1, 32),
+                mo_format_bytes((uint64_t)row->largest_free_block_bytes, b2, 32));
+    if (s->traced)
+        fprintf(out, "  trace: %s (%zu allocations and frees of step %d)\n", rc->trace, s->trace_events, rc->warmup + 1 > 1 ? rc->warmup + 1 : 1);
     if (row->predicted_peak_bytes >= 0 && rc->backend != MO_BACKEND_DRY)
         fprintf(out, "  dry-backend prediction of the peak: %s (%s)\n", mo_format_bytes((uint64_t)row->predicted_peak_bytes, b1, 32),
                 (uint64_t)row->predicted_peak_bytes == a->peak_allocated_bytes ? "exact" : "differs");

@@ -28,7 +28,15 @@ int mo_cuda_available(const char **why) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        snprintf(reason, sizeof reason, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+        // With no driver at all the runtime says "CUDA driver version is insufficient"; the driver
+        // version it finds (0: no libcuda) tells the two cases apart.
+        int drv = 0;
+        if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+        (void)cudaGetLastError();
+        if (e != cudaSuccess && drv == 0)
+            snprintf(reason, sizeof reason, "no CUDA device: no NVIDIA driver on this machine (libcuda not found)");
+        else
+            snprintf(reason, sizeof reason, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
         if (why) *why = reason;
         return 0;
     }

@@ -1,4 +1,4 @@
-// The three backends of DESIGN.md: cuda (real kernels), cpu (plain-C reference), dry (no compute,
+// The three backends of docs/DESIGN.md: cuda (real kernels), cpu (plain-C reference), dry (no compute,
 // the allocator over a fake address space). Same model code, same allocations, on all three.
 #ifndef MEMOPT_BACKEND_H
 #define MEMOPT_BACKEND_H

@@ -38,7 +38,7 @@ typedef struct mo_gpt_config {
     // working copy of the weights in dt, tensor-core GEMMs with fp32 accumulation; fp32 master weights,
     // gradients and Adam state.
     mo_dtype dtype;
-    // Dynamic loss scaling (on by default for fp16, off otherwise; DESIGN.md): start loss_scale_init,
+    // Dynamic loss scaling (on by default for fp16, off otherwise; docs/DESIGN.md): start loss_scale_init,
     // x2 after scaler_interval steps without inf/nan, x0.5 and skip the update on one.
     int loss_scaling;
     float loss_scale_init; // 0: 65536

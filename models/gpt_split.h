@@ -1,4 +1,4 @@
-// The GPT split over W = tp * pp ranks (DESIGN.md, "Splitting"; issue 5): tensor parallelism of
+// The GPT split over W = tp * pp ranks (docs/DESIGN.md, "Splitting"; issue 5): tensor parallelism of
 // degree tp inside every block (Megatron-LM) and pp pipeline stages of layers/pp blocks each, 1F1B.
 // Every rank is a thread of this process with its own allocator (and cap), context and model shard,
 // so each rank's peak memory is exact; the ranks talk through strategies/comm.h (kind local: threads

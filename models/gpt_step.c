@@ -56,11 +56,14 @@ typedef struct step_state {
     double recompute_ms;
 } step_state;
 
-// An op, timed by the profiler when it is on (x: the mo_ctx in scope).
+// An op, timed by the profiler when it is on (x: the mo_ctx in scope), and named in the allocation
+// trace (memopt run --trace) by the call as written.
 #define OP_CTX(ctx, cat, call)              \
     do {                                    \
+        mo_alloc_trace_mark((ctx)->alloc, MO_TRACE_OP, #call); \
         MO_TRY(mo_prof_begin((ctx), (cat)));\
         MO_TRY(call);                       \
+        mo_alloc_trace_mark((ctx)->alloc, MO_TRACE_OP_END, NULL); \
         MO_TRY(mo_prof_end(ctx));           \
     } while (0)
 #define OP(cat, call) OP_CTX(x, cat, call)
@@ -110,15 +113,23 @@ static mo_status tp_allreduce(mo_gpt *m, void *buf, size_t n) {
     return st != MO_OK ? st : st2;
 }
 
-// n elements of the activation dtype
-static mo_status act_alloc(mo_gpt *m, size_t n, void **p) {
+// n elements of the activation dtype; the trace names the block by the destination as written
+// ("&a->ln1").
+static mo_status act_alloc_(mo_gpt *m, size_t n, void **p, const char *name) {
+    mo_alloc_trace_tensor(m->ctx->alloc, name);
     return mo_alloc(m->ctx->alloc, n * mo_dtype_size(DT), MO_CAT_ACTIVATION, p);
 }
+#define act_alloc(m, n, p) act_alloc_((m), (n), (p), #p)
 
 // n fp32 per-row statistics (mean, rstd, lse)
-static mo_status stat_alloc(mo_gpt *m, size_t n, float **p) {
+static mo_status stat_alloc_(mo_gpt *m, size_t n, float **p, const char *name) {
+    mo_alloc_trace_tensor(m->ctx->alloc, name);
     return mo_alloc(m->ctx->alloc, n * sizeof(float), MO_CAT_ACTIVATION, (void **)p);
 }
+#define stat_alloc(m, n, p) stat_alloc_((m), (n), (p), #p)
+
+// The step's phase, for the allocation trace.
+#define PHASE(m, name) mo_alloc_trace_mark((m)->ctx->alloc, MO_TRACE_PHASE, (name))
 
 static void act_free_(mo_gpt *m, void **p) {
     if (*p) mo_free(m->ctx->alloc, *p);
@@ -253,7 +264,11 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         if ((ts = mo_timer_start(x, &t)) != MO_OK) { mo_timer_destroy(&t); act_free(m, &scratch_out); return ts; }
         void *keep = a->atty;
         a->atty = scratch_out;
+        PHASE(m, "recompute");
+        mo_alloc_trace_mark(x->alloc, MO_TRACE_OP, "attention_fwd(m, s, a)");
         mo_status st = attention_fwd(m, s, a);
+        mo_alloc_trace_mark(x->alloc, MO_TRACE_OP_END, NULL);
+        PHASE(m, "backward");
         a->atty = keep;
         act_free(m, &scratch_out);
         double ms = 0;
@@ -307,6 +322,7 @@ static mo_status forward(step_state *s) {
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
     int K = segment_len(m);
     mo_cost_set_region(x, MO_COST_BODY); // the cost trace's part of the step (kernels/cost.h)
+    PHASE(m, "forward");
     if (is_first(m)) {
         MO_TRY(act_alloc(m, NC, &s->enc));
         OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
@@ -353,6 +369,7 @@ static mo_status backward(step_state *s) {
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
     int K = segment_len(m);
     mo_cost_set_region(x, MO_COST_HEAD);
+    PHASE(m, "backward");
     if (is_last(m)) {
         // logits now hold dlogits.
         MO_TRY(act_alloc(m, NC, &s->dhead));
@@ -382,6 +399,7 @@ static mo_status backward(step_state *s) {
             mo_timer t;
             MO_TRY(mo_timer_init(x, &t));
             st = mo_timer_start(x, &t);
+            PHASE(m, "recompute");
             for (int l = a0; l <= b0 && st == MO_OK; l++) {
                 if (l > a0) s->acts[l].in = s->acts[l - 1].out;
                 st = block_forward(m, s, l, &s->acts[l], l < b0);
@@ -390,6 +408,7 @@ static mo_status backward(step_state *s) {
             if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
             mo_timer_destroy(&t);
             s->recompute_ms += ms;
+            PHASE(m, "backward");
             for (int l = b0; l >= a0 && st == MO_OK; l--) {
                 st = block_backward(m, s, l, &s->acts[l], dresid);
                 if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
@@ -650,6 +669,7 @@ mo_status mo_gpt_update(mo_gpt *m) {
     float scale_used = m->loss_scale;
     mo_cost_set_region(x, MO_COST_OPTIMIZER); // until the next forward
     int skip = 0;
+    PHASE(m, "optimizer");
     MO_TRY(scaler_check(m, &skip));
     m->last_skipped = skip;
     if (skip) { m->last_grad_norm = NAN; return MO_OK; }

@@ -70,6 +70,9 @@ struct mo_allocator {
     ptr_map live;
     uintptr_t dry_next;
     mo_alloc_stats st;
+    mo_alloc_trace_fn trace; // NULL: not tracing (mo_allocator_set_trace)
+    void *trace_user;
+    const char *trace_tensor; // the next alloc's name (mo_alloc_trace_tensor), NULL: unnamed
 #ifdef MEMOPT_HAVE_CUDA
     cudaMemPool_t pool;      // async
 #endif
@@ -189,7 +192,10 @@ static void note_alloc(mo_allocator *a, uint64_t size, uint64_t req, int cat) {
     s->requested_bytes += req;
     s->allocated_by_cat[cat] += size;
     s->num_allocs++;
-    if (s->allocated_bytes > s->peak_allocated_bytes) s->peak_allocated_bytes = s->allocated_bytes;
+    if (s->allocated_bytes > s->peak_allocated_bytes) {
+        s->peak_allocated_bytes = s->allocated_bytes;
+        memcpy(s->at_peak_by_cat, s->allocated_by_cat, sizeof s->at_peak_by_cat);
+    }
     if (s->allocated_by_cat[cat] > s->peak_by_cat[cat]) s->peak_by_cat[cat] = s->allocated_by_cat[cat];
 }
 
@@ -514,6 +520,9 @@ mo_status mo_allocator_create(mo_allocator **out, mo_alloc_kind kind, mo_backend
     return MO_OK;
 }
 
+static void trace_event(mo_allocator *a, int is_free, uintptr_t ptr, uint64_t bytes, int cat);
+static mo_status free_block(mo_allocator *a, block *b, void *ptr);
+
 // async on cpu/dry has no pool to ask: it is modelled as raw (reserved == allocated).
 static int is_async_pool(const mo_allocator *a) { return a->kind == MO_ALLOC_ASYNC && a->backend == MO_BACKEND_CUDA; }
 
@@ -522,12 +531,14 @@ mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {
     if ((unsigned)cat >= MO_CAT_COUNT) return MO_FAIL(MO_ERR_INTERNAL, "bad memory category %d", (int)cat);
     uintptr_t p = 0;
     mo_status st;
+    const uint64_t before = a->st.allocated_bytes; // the trace's block size: what allocated grew by
     if (a->kind == MO_ALLOC_CACHING) st = caching_alloc(a, bytes, cat, &p);
 #ifdef MEMOPT_HAVE_CUDA
     else if (is_async_pool(a)) st = async_alloc(a, bytes, cat, &p);
 #endif
     else st = raw_alloc(a, bytes, cat, &p);
     if (st == MO_OK) *ptr = (void *)p;
+    if (st == MO_OK && a->trace) trace_event(a, 0, p, a->st.allocated_bytes - before, cat);
     return st;
 }
 
@@ -535,6 +546,17 @@ mo_status mo_free(mo_allocator *a, void *ptr) {
     if (!ptr) return MO_OK;
     block *b = map_take(&a->live, (uintptr_t)ptr);
     if (!b) return MO_FAIL(MO_ERR_INTERNAL, "mo_free: %p was not allocated here (or was freed twice)", ptr);
+    if (!a->trace) return free_block(a, b, ptr);
+    const uint64_t size = b->size;
+    const int cat = b->cat;
+    MO_TRY(free_block(a, b, ptr));
+    trace_event(a, 1, (uintptr_t)ptr, size, cat);
+    return MO_OK;
+}
+
+// The free itself (b already taken off the live map; b is gone after it).
+static mo_status free_block(mo_allocator *a, block *b, void *ptr) {
+    (void)ptr; // the async pool's cudaFreeAsync takes it
     if (a->kind == MO_ALLOC_CACHING) { caching_free(a, b); return MO_OK; }
 #ifdef MEMOPT_HAVE_CUDA
     if (is_async_pool(a)) {
@@ -606,7 +628,31 @@ void mo_allocator_stats(const mo_allocator *a, mo_alloc_stats *out) {
 void mo_allocator_reset_peaks(mo_allocator *a) {
     a->st.peak_allocated_bytes = a->st.allocated_bytes;
     a->st.peak_reserved_bytes = a->st.reserved_bytes;
-    for (int c = 0; c < MO_CAT_COUNT; c++) a->st.peak_by_cat[c] = a->st.allocated_by_cat[c];
+    for (int c = 0; c < MO_CAT_COUNT; c++) a->st.peak_by_cat[c] = a->st.at_peak_by_cat[c] = a->st.allocated_by_cat[c];
+}
+
+void mo_allocator_set_trace(mo_allocator *a, mo_alloc_trace_fn fn, void *user) {
+    a->trace = fn;
+    a->trace_user = user;
+}
+
+int mo_allocator_tracing(const mo_allocator *a) { return a->trace != NULL; }
+
+static void trace_event(mo_allocator *a, int is_free, uintptr_t ptr, uint64_t bytes, int cat) {
+    mo_alloc_event e = {is_free ? MO_TRACE_FREE : MO_TRACE_ALLOC, is_free || !a->trace_tensor ? "" : a->trace_tensor,
+                        ptr, bytes, cat, a->st.allocated_bytes, a->st.reserved_bytes};
+    a->trace_tensor = NULL;
+    a->trace(a->trace_user, &e);
+}
+
+void mo_alloc_trace_mark(mo_allocator *a, mo_trace_kind kind, const char *label) {
+    if (!a->trace) return;
+    mo_alloc_event e = {kind, label ? label : "", 0, 0, 0, a->st.allocated_bytes, a->st.reserved_bytes};
+    a->trace(a->trace_user, &e);
+}
+
+void mo_alloc_trace_tensor(mo_allocator *a, const char *name) {
+    if (a->trace) a->trace_tensor = name;
 }
 
 mo_backend_kind mo_allocator_backend(const mo_allocator *a) { return a->backend; }

@@ -63,6 +63,7 @@ typedef struct mo_alloc_stats {
     uint64_t requested_bytes;      // sum of live request sizes (unrounded)
     uint64_t allocated_by_cat[MO_CAT_COUNT];
     uint64_t peak_by_cat[MO_CAT_COUNT]; // each category's own peak
+    uint64_t at_peak_by_cat[MO_CAT_COUNT]; // each category's bytes at the moment of peak_allocated_bytes
     uint64_t num_allocs, num_frees;
     uint64_t num_segments;         // current
     uint64_t num_segment_allocs, num_segment_frees; // calls to the backend
@@ -93,6 +94,28 @@ mo_backend_kind mo_allocator_backend(const mo_allocator *a);
 mo_alloc_kind mo_allocator_kind(const mo_allocator *a);
 // The stream whose order frees follow (async): the context sets its own stream here.
 void mo_allocator_set_stream(mo_allocator *a, void *stream);
+
+// Allocation trace (what torch.cuda.memory._record_memory_history records): with a hook set, every
+// successful mo_alloc and mo_free calls it once, after the allocator's books are updated, so
+// allocated_after / reserved_after include the event. The model labels the events: the op about to
+// run and the step's phase (mo_alloc_trace_mark), the tensor the next mo_alloc is for
+// (mo_alloc_trace_tensor). Off (hook NULL) by default: then the labels cost a NULL test.
+typedef enum mo_trace_kind { MO_TRACE_ALLOC = 0, MO_TRACE_FREE, MO_TRACE_OP, MO_TRACE_OP_END, MO_TRACE_PHASE } mo_trace_kind;
+typedef struct mo_alloc_event {
+    mo_trace_kind kind;
+    const char *label;        // alloc: the tensor ("" unnamed); op: "mo_layernorm_forward_mixed(x, ...)"
+                              // as written at the call; phase: "forward", "backward", "recompute", "optimizer"
+    uintptr_t ptr;            // alloc, free
+    uint64_t bytes;           // alloc, free: the block's size (the request rounded to 512 B), as allocated counts it
+    int cat;                  // alloc, free: mo_category
+    uint64_t allocated_after, reserved_after;
+} mo_alloc_event;
+typedef void (*mo_alloc_trace_fn)(void *user, const mo_alloc_event *e);
+void mo_allocator_set_trace(mo_allocator *a, mo_alloc_trace_fn fn, void *user); // fn NULL: off
+int mo_allocator_tracing(const mo_allocator *a);
+// label must outlive the call only (the hook copies what it keeps).
+void mo_alloc_trace_mark(mo_allocator *a, mo_trace_kind kind, const char *label);
+void mo_alloc_trace_tensor(mo_allocator *a, const char *name); // names the next mo_alloc's block
 
 // A torch.cuda.memory_summary()-style text report into buf (always NUL-terminated).
 void mo_memory_summary(const mo_allocator *a, char *buf, size_t n);

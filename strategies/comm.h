@@ -1,4 +1,4 @@
-// Communicators for model and tensor splitting (DESIGN.md, "Splitting"): all-reduce, all-gather,
+// Communicators for model and tensor splitting (docs/DESIGN.md, "Splitting"): all-reduce, all-gather,
 // reduce-scatter, send/recv and barrier between the W ranks of a tensor- or pipeline-parallel run.
 //
 // kinds:

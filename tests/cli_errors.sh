@@ -94,6 +94,25 @@ for word in run sweep claims plan mincap compare plot devices --preset --cap --a
 done
 good run --help
 expect_out "^usage: memopt"
+# Per-command help: the command's own flags, each group once; a flag the command does not use exits 2.
+good plan --help
+expect_out "^usage: memopt plan"
+expect_out "--validate"
+if grep -qE -- "--steps|--monitor|--resume|--tolerance|sweep flags" "$tmp/out" || [ "$(grep -c '^plan flags' "$tmp/out")" -ne 1 ]; then
+  fail=$((fail + 1)); echo "FAIL: plan --help lists flags plan does not take, or a group twice"; else pass=$((pass + 1)); fi
+good compare --help
+expect_out "--tolerance"
+bad "--steps: not a flag of memopt plan" plan --steps 5
+bad "--monitor: not a flag of memopt plan" plan --monitor 3
+bad "--out-dir: not a flag of memopt run" run --backend dry --out-dir x
+bad "--profile: not a flag of memopt sweep" sweep --backend dry --profile
+bad "--on-oom: not a flag of memopt mincap" mincap --backend dry --on-oom shrink
+# plan --csv writes the ranked table; output folders are created.
+good plan --csv "$tmp/new/deeper/plan.csv"
+if [ "$(head -1 "$tmp/new/deeper/plan.csv" | cut -d, -f1-3)" = "rank,layers,hidden" ] && [ "$(wc -l <"$tmp/new/deeper/plan.csv")" -gt 10 ]; then
+  pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: plan --csv wrote no ranked table"; fi
+good run --backend dry --steps 1 --warmup 0 --csv "$tmp/made/here/run.csv"
+[ -s "$tmp/made/here/run.csv" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: run --csv did not create its folder"; }
 good --version
 expect_out "^memopt [0-9]"
 good devices

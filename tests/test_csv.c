@@ -96,11 +96,13 @@ static void test_header(void) {
     const char *h = mo_csv_header();
     static const char start[] = "schema_version,utc_time,git_rev,backend,device_name,device_mem_bytes,driver,cuda_runtime,model,";
     CHECK(!strncmp(h, start, sizeof start - 1));
-    CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled") != NULL);
-    CHECK_EQ_U64(mo_csv_num_columns(), 57);
+    CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled,") != NULL);
+    // schema 2's fragmentation columns, together at the end
+    CHECK(strstr(h, ",comm_modelled,inactive_split_bytes,largest_free_block_bytes,segments") != NULL);
+    CHECK_EQ_U64(mo_csv_num_columns(), 60);
     int commas = 0;
     for (const char *p = h; *p; p++) commas += *p == ',';
-    CHECK_EQ_U64(commas + 1, 57);
+    CHECK_EQ_U64(commas + 1, 60);
 }
 
 static void test_round_trip(void) {
@@ -124,7 +126,7 @@ static void test_round_trip(void) {
     CHECK_EQ_U64(n, 3);
     for (size_t i = 0; i < n && i < 3; i++) check_same(&rows[i], &got[i]);
     if (n == 3) {
-        CHECK(got[1].schema_version == 1 && got[1].layers == -1 && isnan(got[1].mfu) && got[1].detail[0] == '\0');
+        CHECK(got[1].schema_version == MO_CSV_SCHEMA_VERSION && got[1].layers == -1 && isnan(got[1].mfu) && got[1].detail[0] == '\0');
         CHECK(isnan(got[2].step_ms) && got[2].layers == -1 && !strcmp(got[2].detail, " leading and trailing spaces "));
         CHECK(!strcmp(got[0].detail, "tried to allocate 1.50 GiB; cap 24.00 GiB,\nline two \"quoted\""));
         CHECK(got[0].step_ms_p90 == 1.0 / 3.0 && isinf(got[0].loss_last));
@@ -133,7 +135,8 @@ static void test_round_trip(void) {
     // The text: the quoted fields are RFC 4180, unknown cells empty.
     const char *text = read_file(path);
     CHECK(text && strstr(text, "\"NVIDIA H200, \"\"SXM\"\"\"") != NULL);
-    char empty[128] = "1";
+    char empty[128];
+    snprintf(empty, sizeof empty, "%d", MO_CSV_SCHEMA_VERSION);
     for (size_t i = 1; i < mo_csv_num_columns(); i++) strcat(empty, ",");
     strcat(empty, "\n");
     CHECK(text && strstr(text, empty) != NULL);
@@ -182,6 +185,34 @@ static void test_append_and_resume(void) {
     unlink(path);
 }
 
+// A schema 1 file (the committed results): read without the fragmentation columns, its
+// activation_peak_bytes as min(value - the 32 MiB cuBLASLt workspace every schema 1 run held,
+// activation_bytes).
+static void test_schema1(void) {
+    char path[128];
+    tmp_path(path, sizeof path, "v1");
+    write_file(path, "schema_version,backend,status,peak_allocated_bytes,activation_peak_bytes,workspace_bytes,activation_bytes\n"
+                     "1,dry,ok,1000000000,100000000,33554432,90000000\n"
+                     "1,dry,oom,2000000000,,,\n"
+                     "1,dry,ok,1000000000,100000000,33554432,50000000\n");
+    mo_csv_row *got = NULL;
+    size_t n = 0;
+    CHECK_OK(mo_csv_read(path, &got, &n));
+    CHECK_EQ_U64(n, 3);
+    if (n == 3) {
+        CHECK(got[0].schema_version == 1 && got[0].peak_allocated_bytes == 1000000000);
+        CHECK_EQ_U64((uint64_t)got[0].activation_peak_bytes, 100000000 - 33554432); // less the workspace
+        CHECK_EQ_U64((uint64_t)got[2].activation_peak_bytes, 50000000); // at most the activations' own peak
+        CHECK(got[0].inactive_split_bytes == -1 && got[0].segments == -1 && got[0].largest_free_block_bytes == -1);
+        CHECK(got[1].activation_peak_bytes == -1); // unknown stays unknown
+    }
+    free(got);
+    // The writer does not append schema 2 rows to a schema 1 file.
+    mo_csv_writer *w;
+    CHECK(mo_csv_open(path, &w) == MO_ERR_INVALID);
+    unlink(path);
+}
+
 static void test_refusals(void) {
     char path[128];
     tmp_path(path, sizeof path, "ref");
@@ -191,16 +222,16 @@ static void test_refusals(void) {
 
     // Another schema_version.
     char text[8192];
-    snprintf(text, sizeof text, "%s\n2,,,,\n", mo_csv_header());
+    snprintf(text, sizeof text, "%s\n3,,,,\n", mo_csv_header());
     write_file(path, text);
     CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID);
     char want[256];
-    snprintf(want, sizeof want, "%s: schema_version 2, this memopt reads 1", path);
+    snprintf(want, sizeof want, "%s: schema_version 3, this memopt reads 1 to 2", path);
     CHECK_MSG(strstr(mo_errmsg(), want) != NULL, "%s", mo_errmsg());
-    // A version-2 file with columns this schema lacks still gets the version message first.
-    snprintf(text, sizeof text, "schema_version,new_column\n2,x\n");
+    // A version-3 file with columns this schema lacks still gets the version message first.
+    snprintf(text, sizeof text, "schema_version,new_column\n3,x\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 2, this memopt reads 1"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 3, this memopt reads 1 to 2"));
 
     // A different header: the writer refuses and leaves the file alone.
     write_file(path, "a,b,c\n1,2,3\n");
@@ -213,7 +244,7 @@ static void test_refusals(void) {
     const char *h = mo_csv_header();
     snprintf(text, sizeof text, "%.*s\n", (int)(strrchr(h, ',') - h), h);
     write_file(path, text);
-    CHECK(mo_csv_open(path, &w) == MO_ERR_INVALID && strstr(mo_errmsg(), "comm_modelled"));
+    CHECK(mo_csv_open(path, &w) == MO_ERR_INVALID && strstr(mo_errmsg(), "segments"));
     // The reader: an unknown column, a row of the wrong width, a bad number.
     snprintf(text, sizeof text, "schema_version,bogus\n1,2\n");
     write_file(path, text);
@@ -268,6 +299,7 @@ int main(void) {
     test_header();
     test_round_trip();
     test_append_and_resume();
+    test_schema1();
     test_refusals();
     test_reorder_and_key();
     return test_finish();

@@ -1,4 +1,4 @@
-// bench/derive: recompute_overhead and mem_saving as DESIGN.md defines them, against the right
+// bench/derive: recompute_overhead and mem_saving as docs/DESIGN.md defines them, against the right
 // baseline row (same configuration but the varied axis), and nothing when there is none.
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 // CPU-backend properties of the mixed-precision ops (ops_mixed.h), for fp16 and bf16:
 //   - each op against the fp32 reference (ops.h) on the same inputs rounded to the 16-bit type, within
-//     the 16-bit tolerance of DESIGN.md (relative L2 1e-2 for bf16, 2e-3 for fp16);
+//     the 16-bit tolerance of docs/DESIGN.md (relative L2 1e-2 for bf16, 2e-3 for fp16);
 //   - stronger, because the cpu references do the fp32 references' float operations on the exactly
 //     converted inputs: every 16-bit output is exactly round(fp32 reference output), and every fp32
 //     output (parameter gradients, mean, rstd, losses, the master, m, v) is bit-identical;

@@ -271,7 +271,9 @@ static void test_shrink(void) {
     CHECK_OK(mo_config_combination(one, 0, &rc));
     CHECK_OK(mo_run_env_init(&env, &rc));
     CHECK_OK(mo_fallback_execute(&rc, &env, &row, NULL));
-    CHECK_MSG(!strcmp(row.status, "oom") && strstr(row.detail, "oom at accum 8 (micro-batch 1, the smallest): out of memory"),
+    // It stops at once (no retry at accum 2, 4, 8), saying why.
+    CHECK_MSG(!strcmp(row.status, "oom") && strstr(row.detail, "requested accum 1: oom at accum 1 before the first step") &&
+                  strstr(row.detail, "no micro-batch can fit") && !strstr(row.detail, "accum 2"),
               "%s: %s", row.status, row.detail);
     free(one);
 }

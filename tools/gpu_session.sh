@@ -9,8 +9,10 @@
 #   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt;
 #   "peerlite" the PyTorch fp32 / TF32 rows only; "regress" remakes results/baseline-h200.csv and compares a
 #   second run of the set with it; "ceab" A/Bs the fp32 cross-entropy kernels; "headline" the
-#   split model's GPU test and the eight precision x attention rows; "trace" --profile's measured time
-#   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused)
+#   split model's GPU test and the eight precision x attention rows; "profile" --profile's measured time
+#   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused); "trace" the
+#   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
+#   "bench" times make bench
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -189,7 +191,7 @@ if has headline; then
       | grep -E "step:|peak alloc" | sed "s/^/$prec $attn: /"
   done; done
 fi
-if has trace; then
+if has profile; then
   # measured device time per profiler class beside the planner's prediction from the run's cost trace
   for pa in "fp32 materialized" "tf32 materialized" "bf16 materialized" "bf16 fused"; do
     set -- $pa
@@ -225,6 +227,22 @@ fi
 if has sweep; then
   $M sweep --preset gpt2-124m --precision fp32,tf32,bf16 --attn materialized,fused --ckpt none,full,selective --cap none,8GiB \
     --steps 5 --warmup 2 --csv $R/sweep.csv --benchmark_out=$R/sweep_gbench.json --benchmark_out_format=json 2>&1 | tail -5
+fi
+if has trace; then
+  # The allocation timeline on the GPU: gpu_trace (cuda trace == dry trace, event for event), the
+  # fp32 ckpt none / full traces with --summary, their figure data, and how long make bench takes.
+  (cd $B && timeout 300 ./gpu_trace 2>&1 | tail -6)
+  for k in none full; do
+    $M run --preset gpt2-124m --ckpt $k --steps 3 --warmup 2 --summary --trace $R/h200-trace-ckpt-$k.csv --csv $R/trace-rows.csv \
+      2>&1 | grep -E "peak allocated|at the peak|fragmentation|trace:|inactive split|largest free"
+  done
+fi
+if has bench; then
+  # make bench's default set as a user runs it (the fresh folder under build-gpu/bench/), timed
+  t0=$(date +%s)
+  bash bench/run_bench.sh $B 2>&1 | tail -8
+  echo "make bench (run_bench.sh): $(( $(date +%s) - t0 )) s"
+  cp -r $B/bench "$R/bench" 2>/dev/null || true
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv
 echo "== done $(date -u +%FT%TZ)"

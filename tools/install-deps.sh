@@ -15,8 +15,20 @@ for f in /usr/lib/*/cmake/benchmark/benchmarkConfig.cmake /usr/lib/cmake/benchma
   [ -f "$f" ] && have_gbench=1
 done
 [ $have_gbench = 1 ] || need+=(libbenchmark-dev)
+# gnuplot is optional: make bench measures without it and says how to draw the figures later.
+optional=()
 if [ "$want" = bench ]; then
-  command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
+  command -v gnuplot >/dev/null 2>&1 || optional+=(gnuplot-nox)
+fi
+if [ ${#optional[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "memopt: installing ${optional[*]} (apt-get; optional: the figures)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${optional[@]}"; } >/dev/null 2>&1 ||
+      echo "memopt: could not install ${optional[*]} (no network?): measuring anyway, figures later" >&2
+  else
+    echo "memopt: ${optional[*]} not installed (optional, for the figures): sudo apt-get install -y ${optional[*]}" >&2
+  fi
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
