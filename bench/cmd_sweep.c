@@ -158,6 +158,10 @@ struct sweep {
     int fixed_iterations;
     job *jobs;
     job *last;         // the job whose benchmark body ran last
+    // Google Benchmark calls the bodies: the first failure (a row that could not be written) is
+    // kept here, later bodies run nothing, and run_gbench returns it (exit 1, not a quiet 0).
+    mo_status failed;
+    char failed_msg[1024];
 };
 
 static void utc_now(char *buf, size_t n) {
@@ -323,6 +327,15 @@ static mo_status gb_attempt(const mo_run_config *rc, void *user, mo_csv_row *row
     return mo_run_end(s, row);
 }
 
+// Keeps the first failure of a benchmark body; returns st.
+static mo_status gb_fail(sweep *sw, mo_status st) {
+    if (st != MO_OK && sw->failed == MO_OK) {
+        sw->failed = st;
+        snprintf(sw->failed_msg, sizeof sw->failed_msg, "%s", mo_errmsg_plain());
+    }
+    return st;
+}
+
 static mo_status flush_pending(sweep *sw, job *j) {
     if (!j || j->written || !j->pending) return MO_OK;
     mo_status st = emit(sw, j, j->pending);
@@ -336,8 +349,12 @@ static void gb_body(mo_gb_state *st, void *user) {
     sweep *sw = j->sw;
     if (sw->last != j) {
         // The previous configuration is finished: its row, if still pending, is final now.
-        if (flush_pending(sw, sw->last) != MO_OK) fprintf(stderr, "memopt sweep: %s\n", mo_errmsg_plain());
+        if (sw->failed == MO_OK) gb_fail(sw, flush_pending(sw, sw->last));
         sw->last = j;
+    }
+    if (sw->failed != MO_OK) {
+        mo_gb_skip_with_error(st, "not run: the sweep failed before it (see the error at the end)");
+        return;
     }
     mo_run_config rc;
     if (mo_config_combination(sw->cfg, j->index, &rc) != MO_OK) {
@@ -348,7 +365,7 @@ static void gb_body(mo_gb_state *st, void *user) {
         mo_status v = mo_run_config_validate(&rc);
         char why[1024];
         snprintf(why, sizeof why, "invalid: %s", v == MO_OK ? "refused" : mo_errmsg_plain());
-        if (!j->written && emit_invalid(sw, j) != MO_OK) fprintf(stderr, "memopt sweep: %s\n", mo_errmsg_plain());
+        if (!j->written) gb_fail(sw, emit_invalid(sw, j));
         mo_gb_skip_with_error(st, why);
         return;
     }
@@ -368,7 +385,10 @@ static void gb_body(mo_gb_state *st, void *user) {
         if (final) {
             free(j->pending);
             j->pending = NULL;
-            if (emit(sw, j, &row) != MO_OK) fprintf(stderr, "memopt sweep: %s\n", mo_errmsg_plain());
+            if (gb_fail(sw, emit(sw, j, &row)) != MO_OK) {
+                mo_gb_skip_with_error(st, sw->failed_msg);
+                return;
+            }
         } else {
             if (!j->pending) j->pending = malloc(sizeof *j->pending);
             if (j->pending) *j->pending = row;
@@ -417,6 +437,7 @@ static mo_status run_gbench(sweep *sw) {
     argv[argc] = NULL;
     mo_status st = mo_gb_run(&argc, argv);
     if (st != MO_OK) return st;
+    if (sw->failed != MO_OK) return MO_FAIL(sw->failed, "%s", sw->failed_msg);
     // Rows still pending, and invalid combinations --benchmark_filter kept from running: an
     // invalid combination is never dropped. Valid ones filtered out were not asked for.
     MO_TRY(flush_pending(sw, sw->last));
@@ -440,9 +461,16 @@ mo_status mo_sweep_execute(const mo_config *cfg, int use_gbench, FILE *out) {
     sw->out = out;
     sw->tty = out == stdout && isatty(STDOUT_FILENO);
     MO_TRY_GOTO(st, mo_run_env_init(&sw->env, &cfg->base), done);
+    // A bad --csv (another schema) is refused before any work; a torn last line (an interrupted
+    // write) is cut off here, before --resume reads the rows already done.
+    if (cfg->base.csv[0]) {
+        MO_TRY_GOTO(st, mo_csv_open(cfg->base.csv, &sw->w), done);
+        size_t cut = mo_csv_repaired_bytes(sw->w);
+        if (cut && out)
+            fprintf(out, "memopt sweep: %s: cut %zu bytes of a torn last line (an interrupted write)%s\n", cfg->base.csv, cut,
+                    cfg->resume ? "; resuming from the whole rows" : "");
+    }
     MO_TRY_GOTO(st, mo_sweep_select(cfg, &sw->env, &plan), done);
-    // A bad --csv (another schema) is refused before any work.
-    if (cfg->base.csv[0]) MO_TRY_GOTO(st, mo_csv_open(cfg->base.csv, &sw->w), done);
     if (cfg->resume && cfg->base.csv[0]) MO_TRY_GOTO(st, mo_csv_read(cfg->base.csv, &sw->bases, &sw->n_bases), done);
     sw->cap_bases = sw->n_bases;
     sw->planned = plan.n;
