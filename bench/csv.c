@@ -387,12 +387,20 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
         errno = 0;
         long long v = strtoll(s, &end, 10);
         if (*end || errno) return MO_FAIL(MO_ERR_INVALID, "%s:%d: column %s: '%s' is not an integer", path, line, c->name, s);
+        // memopt writes an unknown count as an empty cell, never a negative one.
+        if (v < 0)
+            return MO_FAIL(MO_ERR_INVALID, "%s:%d: column %s: '%s' is negative (accepted: a count >= 0, or empty)", path,
+                           line, c->name, s);
         *i64_at(r, c) = v;
         return MO_OK;
     case COL_F64:
         if (!*s) { *f64_at(r, c) = NAN; return MO_OK; }
         double d = strtod(s, &end);
         if (*end) return MO_FAIL(MO_ERR_INVALID, "%s:%d: column %s: '%s' is not a number", path, line, c->name, s);
+        // memopt writes an unknown value as an empty cell: a 'nan' is not memopt's (inf is: a diverged loss).
+        if (isnan(d))
+            return MO_FAIL(MO_ERR_INVALID, "%s:%d: column %s: '%s' is not a number (accepted: a number, or empty)", path,
+                           line, c->name, s);
         *f64_at(r, c) = d;
         return MO_OK;
     case COL_STR:
