@@ -190,6 +190,17 @@ static mo_status slurp(const char *path, int fd, char **out, size_t *len) {
     return MO_OK;
 }
 
+// Encodings memopt does not write, named plainly (else they surface as a strange first column).
+static mo_status check_text(const char *path, const char *text, size_t len) {
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3))
+        return MO_FAIL(MO_ERR_INVALID, "%s: starts with a UTF-8 byte-order mark (accepted: memopt's CSV, which has none; save it without the BOM)", path);
+    size_t hl = strcspn(text, "\n");
+    const char *cr = memchr(text, '\r', hl);
+    if (cr && cr + 1 < text + hl)
+        return MO_FAIL(MO_ERR_INVALID, "%s: its lines end in CR alone (accepted: LF or CRLF line endings)", path);
+    return MO_OK;
+}
+
 // A parser over the buffer: next_record splits one record into fields in place.
 typedef struct reader {
     char *p, *end;
@@ -317,6 +328,7 @@ mo_status mo_csv_open(const char *path, mo_csv_writer **out) {
     char *text = NULL;
     size_t len = 0, cut = 0;
     st = slurp(path, fd, &text, &len);
+    if (st == MO_OK && (st = check_text(path, text, len)) != MO_OK) free(text);
     if (st != MO_OK) { unlock_file(fd); close(fd); return st; }
     const char *header = mo_csv_header();
     size_t keep = complete_prefix(text, len);
@@ -423,6 +435,7 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
     size_t len = 0;
     mo_status st = slurp(path, fd, &text, &len);
     close(fd);
+    if (st == MO_OK && (st = check_text(path, text, len)) != MO_OK) free(text);
     if (st != MO_OK) return st;
 
     reader rd = {text, text + len, 1, 1};

@@ -134,6 +134,10 @@ static block *map_take(ptr_map *m, uintptr_t k) {
 static mo_status backend_get(mo_allocator *a, uint64_t size, uintptr_t *out) {
     switch (a->backend) {
     case MO_BACKEND_DRY:
+        // Fake addresses are never reused: a long run of huge segments could wrap them.
+        if (size > UINTPTR_MAX - a->dry_next)
+            return MO_FAIL(MO_ERR_INVALID, "dry backend: a segment of %" PRIu64 " bytes wraps its 64-bit fake address space "
+                           "(%" PRIu64 " bytes handed out so far): the shape is too large", size, (uint64_t)(a->dry_next - DRY_BASE));
         *out = a->dry_next;
         a->dry_next += size;
         return MO_OK;
@@ -286,6 +290,11 @@ static mo_status new_segment(mo_allocator *a, uint64_t seg_bytes, int pool, uint
             a->st.num_alloc_retries++;
             MO_TRY(release_free_segments(a));
         }
+        // The byte counts are int64 in the results: refuse what would pass 2^63 rather than wrap.
+        if (seg_bytes > (uint64_t)INT64_MAX - a->st.reserved_bytes)
+            return MO_FAIL(MO_ERR_INVALID, "a segment of %" PRIu64 " bytes for a request of %" PRIu64 " bytes, with %" PRIu64
+                           " bytes reserved, overflows the 64-bit byte counts (at most 2^63-1): the shape is too large",
+                           seg_bytes, req, a->st.reserved_bytes);
         if (a->cap && a->st.reserved_bytes + seg_bytes > a->cap) {
             snprintf(why, sizeof why, "the cap");
             continue;
@@ -520,6 +529,10 @@ static int is_async_pool(const mo_allocator *a) { return a->kind == MO_ALLOC_ASY
 mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {
     *ptr = NULL;
     if ((unsigned)cat >= MO_CAT_COUNT) return MO_FAIL(MO_ERR_INTERNAL, "bad memory category %d", (int)cat);
+    // Rounding a request this large to its segment would wrap (and no count can hold it).
+    if ((uint64_t)bytes > (uint64_t)INT64_MAX - SEGMENT_ROUND)
+        return MO_FAIL(MO_ERR_INVALID, "a request of %zu bytes (%s) overflows the 64-bit byte counts (at most 2^63-1): "
+                       "the shape is too large", bytes, mo_category_name(cat));
     uintptr_t p = 0;
     mo_status st;
     if (a->kind == MO_ALLOC_CACHING) st = caching_alloc(a, bytes, cat, &p);
