@@ -39,7 +39,7 @@ struct block {
     uint64_t requested; // what the caller asked for (in use only)
     segment *seg;
     block *prev, *next;         // address-order neighbours within the segment
-    block *fprev, *fnext;       // free list of the pool, ordered by (size, ptr)
+    block *fl, *fr;             // the pool's free blocks: a treap ordered by (size, ptr)
     int in_use;
     int cat;
 };
@@ -66,7 +66,7 @@ struct mo_allocator {
     uint64_t cap;
     void *stream;
     segment *segments;       // all segments
-    block *free_list[2];     // per pool
+    block *free_tree[2];     // per pool: free blocks by (size, ptr), the best fit in O(log n)
     ptr_map live;
     uintptr_t dry_next;
     mo_alloc_stats st;
@@ -76,7 +76,14 @@ struct mo_allocator {
 };
 
 // ---------- pointer map ----------
-static size_t hash_ptr(uintptr_t p, size_t cap) { return (size_t)((p >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1); }
+// All bits mixed (splitmix64's finalizer): addresses are multiples of 512 B, dry ones of 2 MiB, and
+// the low bits of a plain product of them are all zero, which piled every key into a few slots.
+static size_t hash_ptr(uintptr_t p, size_t cap) {
+    uint64_t z = (uint64_t)p;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (size_t)(z ^ (z >> 31)) & (cap - 1);
+}
 
 static int map_grow(ptr_map *m) {
     size_t ncap = m->cap ? m->cap * 2 : 1024;
@@ -216,25 +223,71 @@ static void note_reserve(mo_allocator *a, int64_t delta) {
     }
 }
 
-// Free list ordered by (size, ptr): the first block that fits is the best fit.
+// The free blocks of a pool, ordered by (size, ptr): the first block that fits is the best fit
+// (smallest, lowest address on ties). A treap whose priorities hash the address, so its shape and
+// every choice are deterministic: a model of a thousand layers caches thousands of free blocks,
+// which a sorted list made quadratic (a plan of L1000 C65536 took minutes in list walks).
+static uint64_t treap_prio(const block *b) { return (uint64_t)b->ptr * 0x9E3779B97F4A7C15ull; }
+static int before(const block *x, const block *y) { return x->size < y->size || (x->size == y->size && x->ptr < y->ptr); }
+
+static block *treap_insert(block *t, block *b) {
+    if (!t) {
+        b->fl = b->fr = NULL;
+        return b;
+    }
+    if (before(b, t)) {
+        t->fl = treap_insert(t->fl, b);
+        if (treap_prio(t->fl) > treap_prio(t)) { block *l = t->fl; t->fl = l->fr; l->fr = t; t = l; }
+    } else {
+        t->fr = treap_insert(t->fr, b);
+        if (treap_prio(t->fr) > treap_prio(t)) { block *r = t->fr; t->fr = r->fl; r->fl = t; t = r; }
+    }
+    return t;
+}
+
+// Joins two treaps, every key of l before every key of r.
+static block *treap_join(block *l, block *r) {
+    if (!l) return r;
+    if (!r) return l;
+    if (treap_prio(l) > treap_prio(r)) {
+        l->fr = treap_join(l->fr, r);
+        return l;
+    }
+    r->fl = treap_join(l, r->fl);
+    return r;
+}
+
+static block *treap_remove(block *t, const block *b) {
+    if (!t) return NULL;
+    if (t == b) return treap_join(t->fl, t->fr);
+    if (before(b, t)) t->fl = treap_remove(t->fl, b);
+    else t->fr = treap_remove(t->fr, b);
+    return t;
+}
+
 static void free_insert(mo_allocator *a, block *b) {
     int pool = b->seg->pool;
-    block **pp = &a->free_list[pool], *prev = NULL;
-    while (*pp && ((*pp)->size < b->size || ((*pp)->size == b->size && (*pp)->ptr < b->ptr))) {
-        prev = *pp;
-        pp = &(*pp)->fnext;
-    }
-    b->fnext = *pp;
-    b->fprev = prev;
-    if (*pp) (*pp)->fprev = b;
-    *pp = b;
+    a->free_tree[pool] = treap_insert(a->free_tree[pool], b);
 }
 
 static void free_remove(mo_allocator *a, block *b) {
-    if (b->fprev) b->fprev->fnext = b->fnext;
-    else a->free_list[b->seg->pool] = b->fnext;
-    if (b->fnext) b->fnext->fprev = b->fprev;
-    b->fprev = b->fnext = NULL;
+    int pool = b->seg->pool;
+    a->free_tree[pool] = treap_remove(a->free_tree[pool], b);
+    b->fl = b->fr = NULL;
+}
+
+// The first free block of the pool with at least size bytes, or NULL.
+static block *best_fit(const mo_allocator *a, int pool, uint64_t size) {
+    block *best = NULL;
+    for (block *t = a->free_tree[pool]; t;) {
+        if (t->size >= size) {
+            best = t;
+            t = t->fl;
+        } else {
+            t = t->fr;
+        }
+    }
+    return best;
 }
 
 static void segment_unlink(mo_allocator *a, segment *s) {
@@ -265,9 +318,11 @@ static mo_status release_free_segments(mo_allocator *a) {
 
 static uint64_t largest_free(const mo_allocator *a) {
     uint64_t m = 0;
-    for (int p = 0; p < 2; p++)
-        for (const block *b = a->free_list[p]; b; b = b->fnext)
-            if (b->size > m) m = b->size;
+    for (int p = 0; p < 2; p++) {
+        const block *b = a->free_tree[p];
+        while (b && b->fr) b = b->fr; // the last in (size, ptr) order is the largest
+        if (b && b->size > m) m = b->size;
+    }
     return m;
 }
 
@@ -329,8 +384,7 @@ static mo_status new_segment(mo_allocator *a, uint64_t seg_bytes, int pool, uint
 static mo_status caching_alloc(mo_allocator *a, uint64_t req, int cat, uintptr_t *ptr) {
     uint64_t size = round_size(req);
     int pool = size <= SMALL_SIZE ? 0 : 1;
-    block *b = a->free_list[pool];
-    while (b && b->size < size) b = b->fnext;
+    block *b = best_fit(a, pool, size);
     if (!b) {
         segment *s = NULL;
         MO_TRY(new_segment(a, segment_size_for(size), pool, req, &s));

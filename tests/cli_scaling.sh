@@ -6,6 +6,7 @@
 #   plot's data files from 100k distinct rows     (before: 16k 2.2 s, 250k over 60 s)
 #   a sweep of the allowed maximum, 100,000 combinations, on dry (before: no row in 580 s,
 #   stuck in Google Benchmark's registration); --benchmark_ flags past 4096 refused with the count
+#   plan of L1000 C65536 H512 T65536 B64          (before: 196 s, printing nothing)
 # Usage: cli_scaling.sh path/to/memopt [source dir]
 set -u
 M=$(realpath "${1:?usage: cli_scaling.sh path/to/memopt}")
@@ -52,6 +53,11 @@ check "and said it times them by the plain loop" grep -q 'timed by the plain loo
 rc=$?
 check "--benchmark_ flags with 100,000 configurations: exit $rc, want 2 with the count: $(cat err.txt)" \
   bash -c "[ $rc -eq 2 ] && grep -q '100000 configurations to run' err.txt && grep -q -- '--shard i/n, n >= 25' err.txt"
+
+# a plan of a huge shape: hundreds of dry runs of a thousand layers (before: 196 s, the allocator's
+# sorted free list and a pointer hash that piled 2 MiB-aligned addresses into a few slots)
+check "plan of L1000 C65536 H512 T65536 B64" within plan 120 "$M" plan --layers 1000 --hidden 65536 --heads 512 --seq 65536 --batch 64
+check "the plan finished its report" grep -q 'planned in .* dry runs' out.txt
 
 echo "cli_scaling: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
