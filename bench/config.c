@@ -740,9 +740,13 @@ mo_status mo_config_finish(mo_config *c) {
     if (!(CMDS_CONFIG & B(c->command))) return MO_OK;
 
     size_t n = mo_config_count(c);
-    if (n > MO_COMBINATIONS_MAX)
-        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make more than %d combinations", mo_command_name(c->command),
-                       MO_COMBINATIONS_MAX);
+    if (n > MO_COMBINATIONS_MAX) {
+        char count[32];
+        if (n == SIZE_MAX) snprintf(count, sizeof count, "over 2^63");
+        else snprintf(count, sizeof count, "%zu", n);
+        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make %s combinations, more than the %d allowed (shorten a list)",
+                       mo_command_name(c->command), count, MO_COMBINATIONS_MAX);
+    }
     // The first failing combination's message is the one reported when none is valid.
     mo_status first = MO_OK;
     char first_msg[1024] = "";
