@@ -59,6 +59,12 @@ static void md_escape(const char *s, char *buf, size_t n) {
 }
 
 static void summary_line(const mo_compare_summary *s, char *buf, size_t n) {
+    if (s->invalid) {
+        snprintf(buf, n, "%zu configurations: %zu without a valid measurement in NEW, %zu same, %zu slower, %zu more memory, "
+                         "%zu failed now, %zu missing, %zu new",
+                 s->rows, s->invalid, s->same, s->slower, s->more_memory, s->status_worse, s->missing, s->added);
+        return;
+    }
     snprintf(buf, n, "%zu configurations: %zu same, %zu slower, %zu faster, %zu more memory, %zu less memory, %zu failed now, %zu run now, "
                      "%zu missing, %zu new (%zu within noise)",
              s->rows, s->same, s->slower, s->faster, s->more_memory, s->less_memory, s->status_worse, s->status_better, s->missing,

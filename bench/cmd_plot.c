@@ -217,28 +217,53 @@ void mo_plot_subtitle(const mo_csv_row *rows, size_t n, char *buf, size_t bn) {
 
 // ---------------------------------------------------------------- the rows to draw
 
+// Row indices sorted by a key (ties by index): lookups and grouping in n log n, not n^2.
+typedef struct keyed {
+    char key[KEY_MAX];
+    size_t index;
+} keyed;
+
+static int cmp_keyed(const void *a, const void *b) {
+    const keyed *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    if (c) return c;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+typedef struct span {
+    size_t first, last; // a key's first and last row
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
 // The last row of each configuration key, in the order keys first appear.
 static mo_status latest_rows(const mo_csv_row *rows, size_t n, size_t **out, size_t *m) {
     *out = malloc((n ? n : 1) * sizeof **out);
-    char (*keys)[KEY_MAX] = malloc((n ? n : 1) * KEY_MAX);
-    if (!*out || !keys) {
+    keyed *k = malloc((n ? n : 1) * sizeof *k);
+    span *g = malloc((n ? n : 1) * sizeof *g);
+    if (!*out || !k || !g) {
         free(*out);
-        free(keys);
+        free(k);
+        free(g);
         return MO_FAIL(MO_ERR_INTERNAL, "host out of memory for %zu rows", n);
     }
+    for (size_t i = 0; i < n; i++) {
+        mo_csv_config_key(&rows[i], k[i].key, KEY_MAX);
+        k[i].index = i;
+    }
+    qsort(k, n, sizeof *k, cmp_keyed);
     *m = 0;
     for (size_t i = 0; i < n; i++) {
-        char k[KEY_MAX];
-        mo_csv_config_key(&rows[i], k, sizeof k);
-        size_t j = 0;
-        while (j < *m && strcmp(keys[j], k)) j++;
-        if (j == *m) {
-            snprintf(keys[j], KEY_MAX, "%s", k);
-            (*m)++;
-        }
-        (*out)[j] = i;
+        if (i == 0 || strcmp(k[i].key, k[i - 1].key)) g[(*m)++].first = k[i].index;
+        g[*m - 1].last = k[i].index;
     }
-    free(keys);
+    qsort(g, *m, sizeof *g, cmp_span);
+    for (size_t j = 0; j < *m; j++) (*out)[j] = g[j].last;
+    free(k);
+    free(g);
     return MO_OK;
 }
 
@@ -285,6 +310,15 @@ static mo_status data_memory(const mo_csv_row *rows, const size_t *idx, size_t m
     return MO_OK;
 }
 
+static const mo_csv_row *sort_rows; // qsort's comparator has no user pointer
+
+static int cmp_by_peak(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int64_t px = sort_rows[x].peak_allocated_bytes, py = sort_rows[y].peak_allocated_bytes;
+    if (px != py) return (px > py) - (px < py);
+    return (x > y) - (x < y);
+}
+
 // (b) peak against throughput, with the Pareto frontier: no other run has both less (or equal)
 // peak memory and more (or equal) throughput, one of them strictly.
 static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size_t m, const char *outdir, int *count) {
@@ -304,14 +338,14 @@ static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size
     fprintf(f, "# label peak_allocated_GiB tokens_per_s on_frontier number point_label (the point's number; points that"
                " coincide share one label)\n");
     fprintf(pf, "# the Pareto frontier, by peak: peak_allocated_GiB tokens_per_s\n");
-    // Selection sort by peak is fine: a figure holds tens of points, not thousands.
-    for (size_t a = 0; a < k; a++)
-        for (size_t b = a + 1; b < k; b++)
-            if (rows[sel[b]].peak_allocated_bytes < rows[sel[a]].peak_allocated_bytes) {
-                size_t t = sel[a]; sel[a] = sel[b]; sel[b] = t;
-            }
+    // By peak (ties in row order), then one pass: a point is dominated when a smaller peak has at
+    // least its throughput, or the same peak has more. n log n: a CSV may hold 100k rows.
+    sort_rows = rows;
+    qsort(sel, k, sizeof *sel, cmp_by_peak);
     // Points closer than this (2% of the x axis, 3% of the y axis) would print their numbers over
-    // each other: they share one label.
+    // each other: they share one label. That search is quadratic, and a figure of more than
+    // MAX_NUMBERED points cannot be read point by point anyway: above it, points carry no number.
+    enum { MAX_NUMBERED = 400 };
     double max_peak = 0, max_tps = 0;
     for (size_t a = 0; a < k; a++) {
         if ((double)rows[sel[a]].peak_allocated_bytes > max_peak) max_peak = (double)rows[sel[a]].peak_allocated_bytes;
@@ -319,36 +353,31 @@ static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size
     }
 #define NEAR(o, r) (fabs((double)((o)->peak_allocated_bytes - (r)->peak_allocated_bytes)) <= 0.02 * max_peak && \
                     fabs((o)->tokens_per_s - (r)->tokens_per_s) <= 0.03 * max_tps)
-    for (size_t a = 0; a < k; a++) {
-        const mo_csv_row *r = &rows[sel[a]];
-        int dominated = 0;
-        for (size_t b = 0; b < k && !dominated; b++) {
-            const mo_csv_row *o = &rows[sel[b]];
-            if (b == a) continue;
-            int le = o->peak_allocated_bytes <= r->peak_allocated_bytes && o->tokens_per_s >= r->tokens_per_s;
-            int lt = o->peak_allocated_bytes < r->peak_allocated_bytes || o->tokens_per_s > r->tokens_per_s;
-            dominated = le && lt;
+    double best_below = -INFINITY; // the best throughput at a peak below the current group's
+    for (size_t g0 = 0, g1; g0 < k; g0 = g1) {
+        double group_best = -INFINITY;
+        for (g1 = g0; g1 < k && rows[sel[g1]].peak_allocated_bytes == rows[sel[g0]].peak_allocated_bytes; g1++)
+            if (rows[sel[g1]].tokens_per_s > group_best) group_best = rows[sel[g1]].tokens_per_s;
+        for (size_t a = g0; a < g1; a++) {
+            const mo_csv_row *r = &rows[sel[a]];
+            int dominated = best_below >= r->tokens_per_s || group_best > r->tokens_per_s;
+            char lb[256], pl[64] = "";
+            label(&L, r, lb, sizeof lb);
+            // The number label of a point, carried by the first of the points that coincide with it
+            // (within NEAR): numbers never print over each other.
+            int first = k <= MAX_NUMBERED;
+            for (size_t b = 0; b < a && first; b++) first = !NEAR(&rows[sel[b]], r);
+            if (first)
+                for (size_t b = a; b < k; b++)
+                    if (NEAR(&rows[sel[b]], r)) {
+                        size_t l = strlen(pl);
+                        snprintf(pl + l, sizeof pl - l, "%s%zu", l ? "," : "", b + 1);
+                    }
+            fprintf(f, "\"%s\" %.6f %.3f %d %zu \"%s\"\n", lb, gib(r->peak_allocated_bytes), r->tokens_per_s, !dominated,
+                    a + 1, pl);
+            if (!dominated) fprintf(pf, "%.6f %.3f\n", gib(r->peak_allocated_bytes), r->tokens_per_s);
         }
-        char lb[256], pl[64] = "";
-        label(&L, r, lb, sizeof lb);
-        // The number label of a point, carried by the first of the points that coincide with it (within
-        // NEAR): numbers never print over each other.
-        int first = 1;
-        for (size_t b = 0; b < a && first; b++) {
-            const mo_csv_row *o = &rows[sel[b]];
-            first = !NEAR(o, r);
-        }
-        if (first) {
-            for (size_t b = a; b < k; b++) {
-                const mo_csv_row *o = &rows[sel[b]];
-                if (NEAR(o, r)) {
-                    size_t l = strlen(pl);
-                    snprintf(pl + l, sizeof pl - l, "%s%zu", l ? "," : "", b + 1);
-                }
-            }
-        }
-        fprintf(f, "\"%s\" %.6f %.3f %d %zu \"%s\"\n", lb, gib(r->peak_allocated_bytes), r->tokens_per_s, !dominated, a + 1, pl);
-        if (!dominated) fprintf(pf, "%.6f %.3f\n", gib(r->peak_allocated_bytes), r->tokens_per_s);
+        if (group_best > best_below) best_below = group_best;
     }
 #undef NEAR
     *count = (int)k;
@@ -425,30 +454,51 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// The configuration of r without its cap, as a key.
+static void key_without_cap(const mo_csv_row *r, char *k) {
+    mo_csv_row t = *r;
+    t.cap_bytes = -1;
+    mo_csv_config_key(&t, k, KEY_MAX);
+}
+
 static mo_status data_fits(const mo_csv_row *rows, const size_t *idx, size_t m, const char *outdir, int *nx, int *ny) {
     int64_t *caps = malloc((m ? m : 1) * sizeof *caps);
-    char (*cfg)[KEY_MAX] = malloc((m ? m : 1) * KEY_MAX);
-    size_t *first = calloc(m ? m : 1, sizeof *first);
-    if (!caps || !cfg || !first) { free(caps); free(cfg); free(first); return MO_FAIL(MO_ERR_INTERNAL, "host out of memory"); }
-    size_t ncap = 0, ncfg = 0;
-    for (size_t i = 0; i < m; i++) {
-        const mo_csv_row *r = &rows[idx[i]];
-        int64_t c = r->cap_bytes > 0 ? r->cap_bytes : 0;
-        size_t j = 0;
-        while (j < ncap && caps[j] != c) j++;
-        if (j == ncap) caps[ncap++] = c;
-        mo_csv_row t = *r;
-        t.cap_bytes = -1; // the configuration without its cap
-        char k[KEY_MAX];
-        mo_csv_config_key(&t, k, sizeof k);
-        j = 0;
-        while (j < ncfg && strcmp(cfg[j], k)) j++;
-        if (j == ncfg) {
-            snprintf(cfg[ncfg], KEY_MAX, "%s", k);
-            first[ncfg++] = idx[i];
-        }
+    keyed *k = malloc((m ? m : 1) * sizeof *k);
+    span *g = malloc((m ? m : 1) * sizeof *g);
+    size_t *first = calloc(m ? m : 1, sizeof *first), *cfg_of = calloc(m ? m : 1, sizeof *cfg_of);
+    if (!caps || !k || !g || !first || !cfg_of) {
+        free(caps); free(k); free(g); free(first); free(cfg_of);
+        return MO_FAIL(MO_ERR_INTERNAL, "host out of memory");
     }
-    qsort(caps, ncap, sizeof *caps, cmp_i64);
+    // The caps, sorted and unique (columns); the configurations without their cap, in the order
+    // they first appear (rows): both by sorting, so a CSV of 100k rows plots in n log n.
+    size_t ncap = 0, ncfg = 0;
+    for (size_t i = 0; i < m; i++) caps[i] = rows[idx[i]].cap_bytes > 0 ? rows[idx[i]].cap_bytes : 0;
+    qsort(caps, m, sizeof *caps, cmp_i64);
+    for (size_t i = 0; i < m; i++)
+        if (i == 0 || cmp_i64(&caps[i], &caps[ncap - 1])) caps[ncap++] = caps[i];
+    for (size_t i = 0; i < m; i++) {
+        key_without_cap(&rows[idx[i]], k[i].key);
+        k[i].index = i;
+    }
+    qsort(k, m, sizeof *k, cmp_keyed);
+    for (size_t i = 0; i < m; i++) {
+        if (i == 0 || strcmp(k[i].key, k[i - 1].key)) { g[ncfg].first = k[i].index; g[ncfg++].last = 0; }
+        cfg_of[k[i].index] = ncfg - 1; // the group, renumbered below
+    }
+    // Number the configurations by first appearance: g[j].last holds group j's final number.
+    span *order = malloc((ncfg ? ncfg : 1) * sizeof *order);
+    if (!order) {
+        free(caps); free(k); free(g); free(first); free(cfg_of);
+        return MO_FAIL(MO_ERR_INTERNAL, "host out of memory");
+    }
+    for (size_t j = 0; j < ncfg; j++) { order[j].first = g[j].first; order[j].last = j; }
+    qsort(order, ncfg, sizeof *order, cmp_span);
+    for (size_t y = 0; y < ncfg; y++) {
+        g[order[y].last].last = y;
+        first[y] = idx[order[y].first];
+    }
+    free(order);
     labeler L;
     labeler_init(&L, rows, first, ncfg, 1);
     mo_status st = MO_OK;
@@ -458,13 +508,9 @@ static mo_status data_fits(const mo_csv_row *rows, const size_t *idx, size_t m, 
         for (size_t i = 0; i < m; i++) {
             const mo_csv_row *r = &rows[idx[i]];
             int64_t c = r->cap_bytes > 0 ? r->cap_bytes : 0;
-            size_t x = 0, y = 0;
-            while (caps[x] != c) x++;
-            mo_csv_row t = *r;
-            t.cap_bytes = -1;
-            char k[KEY_MAX], cl[64], lb[256];
-            mo_csv_config_key(&t, k, sizeof k);
-            while (strcmp(cfg[y], k)) y++;
+            const int64_t *at = bsearch(&c, caps, ncap, sizeof *caps, cmp_i64);
+            size_t x = at ? (size_t)(at - caps) : 0, y = g[cfg_of[i]].last;
+            char cl[64], lb[256];
             if (c == 0) snprintf(cl, sizeof cl, "none");
             else {
                 char b[32];
@@ -481,8 +527,10 @@ static mo_status data_fits(const mo_csv_row *rows, const size_t *idx, size_t m, 
     *nx = (int)ncap;
     *ny = (int)ncfg;
     free(caps);
-    free(cfg);
+    free(k);
+    free(g);
     free(first);
+    free(cfg_of);
     return st;
 }
 

@@ -11,6 +11,8 @@ mo_status mo_cmd_run(const mo_run_config *rc) {
     MO_TRY(mo_run_env_init(&env, rc));
     mo_csv_writer *w = NULL;
     if (rc->csv[0]) MO_TRY(mo_csv_open(rc->csv, &w)); // a bad file is refused before any work
+    if (mo_csv_repaired_bytes(w))
+        printf("memopt run: %s: cut %zu bytes of a torn last line (an interrupted write)\n", rc->csv, mo_csv_repaired_bytes(w));
     mo_csv_row row;
     mo_status st = mo_fallback_execute(rc, &env, &row, stdout); // --on-oom fail|shrink
     if (st == MO_OK && w) {

@@ -26,6 +26,11 @@
 #endif
 
 #define KEY_MAX 512
+// Google Benchmark (1.7) registers every benchmark up front and its run is quadratic in their
+// number (no-op benchmarks: 4k take 1.3 s, 16k 35 s, 100k would take most of an hour before the
+// first row). Past this many configurations in one process the sweep times with its plain loop,
+// the same measurement, and refuses --benchmark_* flags (a shard brings the count under it).
+#define MO_GBENCH_MAX_CONFIGS 4096
 
 static double now_s(void) {
     struct timespec t;
@@ -155,9 +160,17 @@ struct sweep {
     double t0;
     mo_csv_row *bases; // measured ckpt-none rows, the baselines of recompute_overhead
     size_t n_bases, cap_bases;
+    // bases by configuration key (open addressing, hash -> index + 1): the baseline of a row is
+    // found in O(1), not by scanning every earlier row (a 100k-row sweep would be quadratic).
+    uint64_t *bhash;
+    size_t *bslot, bcap, bcount;
     int fixed_iterations;
     job *jobs;
     job *last;         // the job whose benchmark body ran last
+    // Google Benchmark calls the bodies: the first failure (a row that could not be written) is
+    // kept here, later bodies run nothing, and run_gbench returns it (exit 1, not a quiet 0).
+    mo_status failed;
+    char failed_msg[1024];
 };
 
 static void utc_now(char *buf, size_t n) {
@@ -216,6 +229,65 @@ static void progress(sweep *sw, const mo_run_config *rc) {
     fflush(sw->out);
 }
 
+static uint64_t hash_key(const char *k) {
+    uint64_t h = 1469598103934665603ull; // FNV-1a
+    for (; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ull;
+    return h;
+}
+
+// Where key sits in the table, or the empty slot it would take.
+static size_t base_slot(const sweep *sw, const char *key, uint64_t h) {
+    char have[KEY_MAX];
+    size_t i = (size_t)h & (sw->bcap - 1);
+    for (; sw->bslot[i]; i = (i + 1) & (sw->bcap - 1)) {
+        if (sw->bhash[i] != h) continue;
+        mo_csv_config_key(&sw->bases[sw->bslot[i] - 1], have, KEY_MAX);
+        if (!strcmp(have, key)) break;
+    }
+    return i;
+}
+
+// Indexes bases[j] under its own key; a later row of the same key replaces it (the last counts).
+static void base_index(sweep *sw, size_t j) {
+    if (!mo_derive_measured(&sw->bases[j])) return;
+    if ((sw->bcount + 1) * 2 > sw->bcap) {
+        size_t nc = sw->bcap ? 2 * sw->bcap : 64;
+        uint64_t *nh = calloc(nc, sizeof *nh);
+        size_t *ns = calloc(nc, sizeof *ns);
+        if (!nh || !ns) { free(nh); free(ns); return; } // only recompute_overhead cells go empty
+        uint64_t *oh = sw->bhash;
+        size_t *os = sw->bslot, oc = sw->bcap;
+        sw->bhash = nh; sw->bslot = ns; sw->bcap = nc;
+        for (size_t i = 0; i < oc; i++) {
+            if (!os[i]) continue;
+            size_t k = (size_t)oh[i] & (nc - 1);
+            while (ns[k]) k = (k + 1) & (nc - 1);
+            nh[k] = oh[i];
+            ns[k] = os[i];
+        }
+        free(oh);
+        free(os);
+    }
+    char key[KEY_MAX];
+    mo_csv_config_key(&sw->bases[j], key, KEY_MAX);
+    uint64_t h = hash_key(key);
+    size_t i = base_slot(sw, key, h);
+    if (!sw->bslot[i]) sw->bcount++;
+    sw->bhash[i] = h;
+    sw->bslot[i] = j + 1;
+}
+
+// The baseline of row (the same configuration with ckpt none), or NULL.
+static const mo_csv_row *base_of(const sweep *sw, const mo_csv_row *row) {
+    if (!sw->bcap) return NULL;
+    mo_csv_row t = *row;
+    snprintf(t.ckpt, sizeof t.ckpt, "none");
+    char key[KEY_MAX];
+    mo_csv_config_key(&t, key, KEY_MAX);
+    size_t i = base_slot(sw, key, hash_key(key));
+    return sw->bslot[i] ? &sw->bases[sw->bslot[i] - 1] : NULL;
+}
+
 static mo_status keep_baseline(sweep *sw, const mo_csv_row *row) {
     if (!mo_derive_measured(row) || strcmp(row->ckpt, "none") || !isfinite(row->step_ms)) return MO_OK;
     if (sw->n_bases == sw->cap_bases) {
@@ -226,6 +298,7 @@ static mo_status keep_baseline(sweep *sw, const mo_csv_row *row) {
         sw->cap_bases = nc;
     }
     sw->bases[sw->n_bases++] = *row;
+    base_index(sw, sw->n_bases - 1);
     return MO_OK;
 }
 
@@ -235,7 +308,8 @@ static mo_status emit(sweep *sw, job *j, mo_csv_row *row) {
     // e.g. a precision not built yet) is an invalid combination; an error during a run stays error.
     if (!strcmp(row->status, "error") && row->peak_allocated_bytes < 0)
         snprintf(row->status, sizeof row->status, "invalid");
-    MO_TRY(mo_derive_fill_overhead(sw->bases, sw->n_bases, row));
+    const mo_csv_row *base = base_of(sw, row);
+    MO_TRY(mo_derive_fill_overhead(base, base ? 1 : 0, row));
     if (sw->w) MO_TRY(mo_csv_append(sw->w, row));
     MO_TRY(keep_baseline(sw, row));
     j->written = 1;
@@ -336,6 +410,15 @@ static mo_status gb_attempt(const mo_run_config *rc, void *user, mo_csv_row *row
     return mo_run_end(s, row);
 }
 
+// Keeps the first failure of a benchmark body; returns st.
+static mo_status gb_fail(sweep *sw, mo_status st) {
+    if (st != MO_OK && sw->failed == MO_OK) {
+        sw->failed = st;
+        snprintf(sw->failed_msg, sizeof sw->failed_msg, "%s", mo_errmsg_plain());
+    }
+    return st;
+}
+
 static mo_status flush_pending(sweep *sw, job *j) {
     if (!j || j->written || !j->pending) return MO_OK;
     mo_status st = emit(sw, j, j->pending);
@@ -349,8 +432,12 @@ static void gb_body(mo_gb_state *st, void *user) {
     sweep *sw = j->sw;
     if (sw->last != j) {
         // The previous configuration is finished: its row, if still pending, is final now.
-        if (flush_pending(sw, sw->last) != MO_OK) fprintf(stderr, "memopt sweep: %s\n", mo_errmsg_plain());
+        if (sw->failed == MO_OK) gb_fail(sw, flush_pending(sw, sw->last));
         sw->last = j;
+    }
+    if (sw->failed != MO_OK) {
+        mo_gb_skip_with_error(st, "not run: the sweep failed before it (see the error at the end)");
+        return;
     }
     mo_run_config rc;
     if (mo_config_combination(sw->cfg, j->index, &rc) != MO_OK) {
@@ -361,7 +448,7 @@ static void gb_body(mo_gb_state *st, void *user) {
         mo_status v = mo_run_config_validate(&rc);
         char why[1024];
         snprintf(why, sizeof why, "invalid: %s", v == MO_OK ? "refused" : mo_errmsg_plain());
-        if (!j->written && emit_invalid(sw, j) != MO_OK) fprintf(stderr, "memopt sweep: %s\n", mo_errmsg_plain());
+        if (!j->written) gb_fail(sw, emit_invalid(sw, j));
         mo_gb_skip_with_error(st, why);
         return;
     }
@@ -382,7 +469,10 @@ static void gb_body(mo_gb_state *st, void *user) {
         if (final) {
             free(j->pending);
             j->pending = NULL;
-            if (emit(sw, j, &row) != MO_OK) fprintf(stderr, "memopt sweep: %s\n", mo_errmsg_plain());
+            if (gb_fail(sw, emit(sw, j, &row)) != MO_OK) {
+                mo_gb_skip_with_error(st, sw->failed_msg);
+                return;
+            }
         } else {
             if (!j->pending) j->pending = malloc(sizeof *j->pending);
             if (j->pending) *j->pending = row;
@@ -431,6 +521,7 @@ static mo_status run_gbench(sweep *sw) {
     argv[argc] = NULL;
     mo_status st = mo_gb_run(&argc, argv);
     if (st != MO_OK) return st;
+    if (sw->failed != MO_OK) return MO_FAIL(sw->failed, "%s", sw->failed_msg);
     // Rows still pending, and invalid combinations --benchmark_filter kept from running: an
     // invalid combination is never dropped. Valid ones filtered out were not asked for.
     MO_TRY(flush_pending(sw, sw->last));
@@ -454,11 +545,36 @@ mo_status mo_sweep_execute(const mo_config *cfg, int use_gbench, FILE *out) {
     sw->out = out;
     sw->tty = out == stdout && isatty(STDOUT_FILENO);
     MO_TRY_GOTO(st, mo_run_env_init(&sw->env, &cfg->base), done);
+    // A bad --csv (another schema) is refused before any work; a torn last line (an interrupted
+    // write) is cut off here, before --resume reads the rows already done.
+    if (cfg->base.csv[0]) {
+        MO_TRY_GOTO(st, mo_csv_open(cfg->base.csv, &sw->w), done);
+        size_t cut = mo_csv_repaired_bytes(sw->w);
+        if (cut && out)
+            fprintf(out, "memopt sweep: %s: cut %zu bytes of a torn last line (an interrupted write)%s\n", cfg->base.csv, cut,
+                    cfg->resume ? "; resuming from the whole rows" : "");
+    }
     MO_TRY_GOTO(st, mo_sweep_select(cfg, &sw->env, &plan), done);
-    // A bad --csv (another schema) is refused before any work.
-    if (cfg->base.csv[0]) MO_TRY_GOTO(st, mo_csv_open(cfg->base.csv, &sw->w), done);
     if (cfg->resume && cfg->base.csv[0]) MO_TRY_GOTO(st, mo_csv_read(cfg->base.csv, &sw->bases, &sw->n_bases), done);
     sw->cap_bases = sw->n_bases;
+    for (size_t j = 0; j < sw->n_bases; j++) base_index(sw, j);
+#ifdef MEMOPT_HAVE_GBENCH
+    if (use_gbench && plan.n > MO_GBENCH_MAX_CONFIGS) {
+        if (cfg->n_gbench) {
+            st = MO_FAIL(MO_ERR_INVALID,
+                         "%s: %zu configurations to run; Google Benchmark takes at most %d in one process (its setup is "
+                         "quadratic in their number): split the sweep with --shard i/n, n >= %zu",
+                         cfg->gbench[0], plan.n, MO_GBENCH_MAX_CONFIGS,
+                         (plan.n + MO_GBENCH_MAX_CONFIGS - 1) / MO_GBENCH_MAX_CONFIGS);
+            goto done;
+        }
+        if (out)
+            fprintf(out, "memopt sweep: %zu configurations, above the %d Google Benchmark takes in one process (its setup is"
+                         " quadratic): each is timed by the plain loop of --warmup + --steps steps, the same measurement\n",
+                    plan.n, MO_GBENCH_MAX_CONFIGS);
+        use_gbench = 0;
+    }
+#endif
     sw->planned = plan.n;
     sw->jobs = calloc(plan.n ? plan.n : 1, sizeof *sw->jobs);
     if (!sw->jobs) {
@@ -504,6 +620,8 @@ done:
         for (size_t k = 0; k < sw->planned; k++) free(sw->jobs[k].pending);
     free(sw->jobs);
     free(sw->bases);
+    free(sw->bhash);
+    free(sw->bslot);
     mo_sweep_plan_free(&plan);
     free(sw);
     return st;

@@ -18,42 +18,72 @@ static int cmp_keyed(const void *x, const void *y) {
     return (a->index > b->index) - (a->index < b->index);
 }
 
-// Keys sorted (ties by row order), so lookups are binary searches and the last duplicate is found.
-static mo_status index_rows(const mo_csv_row *r, size_t n, keyed **out, size_t *dups) {
+// Keys sorted (ties by row order), so lookups are binary searches; last[i] says whether row i is
+// the last of its key (a file of repeated keys costs n log n, not the n^2 of walking duplicates).
+static mo_status index_rows(const mo_csv_row *r, size_t n, keyed **out, unsigned char **last, size_t *dups) {
     *out = NULL;
+    *last = NULL;
     *dups = 0;
     keyed *k = malloc((n ? n : 1) * sizeof *k);
-    if (!k) return MO_FAIL(MO_ERR_INTERNAL, "out of host memory");
+    unsigned char *l = calloc(n ? n : 1, 1);
+    if (!k || !l) {
+        free(k);
+        free(l);
+        return MO_FAIL(MO_ERR_INTERNAL, "out of host memory for %zu rows", n);
+    }
     for (size_t i = 0; i < n; i++) {
         mo_csv_config_key(&r[i], k[i].key, sizeof k[i].key);
         k[i].index = i;
     }
     qsort(k, n, sizeof *k, cmp_keyed);
-    for (size_t i = 1; i < n; i++) *dups += !strcmp(k[i].key, k[i - 1].key);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && !strcmp(k[i].key, k[i - 1].key)) (*dups)++;
+        if (i + 1 == n || strcmp(k[i].key, k[i + 1].key)) l[k[i].index] = 1;
+    }
     *out = k;
+    *last = l;
     return MO_OK;
 }
 
-// The last row with this key, or -1.
+// The last row with this key, or -1: the entry before the first key greater than it.
 static long find_last(const keyed *k, size_t n, const char *key) {
-    size_t lo = 0, hi = n; // first position with key >= target
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (strcmp(k[mid].key, key) < 0) lo = mid + 1;
+        if (strcmp(k[mid].key, key) <= 0) lo = mid + 1;
         else hi = mid;
     }
-    long found = -1;
-    while (lo < n && !strcmp(k[lo].key, key)) found = (long)k[lo++].index;
-    return found;
+    return lo > 0 && !strcmp(k[lo - 1].key, key) ? (long)k[lo - 1].index : -1;
 }
-
-static int is_last(const keyed *k, size_t n, const char *key, size_t index) { return find_last(k, n, key) == (long)index; }
 
 static int ok(const mo_csv_row *r) { return !strcmp(r->status, "ok"); }
 static int finite_pos(double x) { return isfinite(x) && x > 0; }
 
+// A time that is there but is not a time: zero, negative or infinite (the reader refuses nan).
+static int bad_time(double x) { return !isnan(x) && !finite_pos(x); }
+
+// NEW trained (status ok) but a measurement the comparison needs is missing or invalid: a corrupt
+// or truncated file must not pass the memory gate by saying nothing. Returns 1 and notes why.
+static int invalid_measurement(const mo_csv_row *b, const mo_csv_row *n, mo_compare_item *it) {
+    const char *why = NULL;
+    char v[40] = "";
+    if (b->peak_allocated_bytes >= 0 && n->peak_allocated_bytes < 0) why = "no peak_allocated_bytes";
+    else if (b->peak_reserved_bytes >= 0 && n->peak_reserved_bytes < 0) why = "no peak_reserved_bytes";
+    else if (finite_pos(b->step_ms) && isnan(n->step_ms)) why = "no step_ms";
+    else if (bad_time(n->step_ms) || bad_time(n->step_ms_p10) || bad_time(n->step_ms_p90)) {
+        double x = bad_time(n->step_ms) ? n->step_ms : bad_time(n->step_ms_p10) ? n->step_ms_p10 : n->step_ms_p90;
+        snprintf(v, sizeof v, "%g", x);
+        why = "a step time that is not a positive number";
+    }
+    if (!why) return 0;
+    it->flags |= MO_CMP_INVALID;
+    snprintf(it->note, sizeof it->note, "NEW has %s%s%s%s: not a measurement", why, v[0] ? " (" : "", v, v[0] ? ")" : "");
+    return 1;
+}
+
 static void compare_pair(const mo_csv_row *b, const mo_csv_row *n, double tol, mo_compare_item *it) {
     it->time_ratio = NAN;
+    if (ok(b) && ok(n) && invalid_measurement(b, n, it)) return;
     if (ok(b) && !ok(n)) {
         it->flags |= MO_CMP_STATUS_WORSE;
         snprintf(it->note, sizeof it->note, "status ok -> %s: %.120s", n->status, n->detail);
@@ -105,16 +135,17 @@ mo_status mo_compare_rows(const mo_csv_row *base, size_t nb, const mo_csv_row *n
     *n_out = 0;
     memset(s, 0, sizeof *s);
     keyed *kb = NULL, *kn = NULL;
-    mo_status st = index_rows(base, nb, &kb, &s->duplicates_base);
-    if (st == MO_OK) st = index_rows(neu, nn, &kn, &s->duplicates_new);
+    unsigned char *lb = NULL, *ln = NULL;
+    mo_status st = index_rows(base, nb, &kb, &lb, &s->duplicates_base);
+    if (st == MO_OK) st = index_rows(neu, nn, &kn, &ln, &s->duplicates_new);
     mo_compare_item *items = st == MO_OK ? calloc(nb + nn + 1, sizeof *items) : NULL;
     if (st == MO_OK && !items) st = MO_FAIL(MO_ERR_INTERNAL, "out of host memory");
-    if (st != MO_OK) { free(kb); free(kn); return st; }
+    if (st != MO_OK) { free(kb); free(kn); free(lb); free(ln); return st; }
     size_t n = 0;
     char key[512];
     for (size_t i = 0; i < nb; i++) {
+        if (!lb[i]) continue; // an earlier duplicate: its last row speaks for it
         mo_csv_config_key(&base[i], key, sizeof key);
-        if (!is_last(kb, nb, key, i)) continue; // an earlier duplicate: its last row speaks for it
         mo_compare_item *it = &items[n++];
         it->base = &base[i];
         long j = find_last(kn, nn, key);
@@ -127,8 +158,9 @@ mo_status mo_compare_rows(const mo_csv_row *base, size_t nb, const mo_csv_row *n
         compare_pair(it->base, it->neu, tol, it);
     }
     for (size_t j = 0; j < nn; j++) {
+        if (!ln[j]) continue;
         mo_csv_config_key(&neu[j], key, sizeof key);
-        if (!is_last(kn, nn, key, j) || find_last(kb, nb, key) >= 0) continue;
+        if (find_last(kb, nb, key) >= 0) continue;
         mo_compare_item *it = &items[n++];
         it->neu = &neu[j];
         it->flags = MO_CMP_NEW;
@@ -136,6 +168,8 @@ mo_status mo_compare_rows(const mo_csv_row *base, size_t nb, const mo_csv_row *n
     }
     free(kb);
     free(kn);
+    free(lb);
+    free(ln);
     for (size_t i = 0; i < n; i++) {
         unsigned f = items[i].flags;
         s->rows++;
@@ -149,6 +183,7 @@ mo_status mo_compare_rows(const mo_csv_row *base, size_t nb, const mo_csv_row *n
         s->status_worse += !!(f & MO_CMP_STATUS_WORSE);
         s->status_better += !!(f & MO_CMP_STATUS_BETTER);
         s->noisy += !!(f & MO_CMP_NOISY);
+        s->invalid += !!(f & MO_CMP_INVALID);
         s->regressions += (f & MO_CMP_REGRESSION) != 0;
     }
     *items_out = items;
@@ -158,7 +193,7 @@ mo_status mo_compare_rows(const mo_csv_row *base, size_t nb, const mo_csv_row *n
 
 const char *mo_compare_verdict(unsigned f, char *buf, size_t n) {
     static const struct { unsigned flag; const char *word; } words[] = {
-        {MO_CMP_STATUS_WORSE, "failed now"}, {MO_CMP_SLOWER, "slower"},       {MO_CMP_MORE_MEMORY, "more memory"},
+        {MO_CMP_INVALID, "no measurement"},  {MO_CMP_STATUS_WORSE, "failed now"}, {MO_CMP_SLOWER, "slower"},       {MO_CMP_MORE_MEMORY, "more memory"},
         {MO_CMP_STATUS_BETTER, "runs now"},  {MO_CMP_FASTER, "faster"},       {MO_CMP_LESS_MEMORY, "less memory"},
         {MO_CMP_MISSING, "missing"},         {MO_CMP_NEW, "new"},
     };

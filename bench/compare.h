@@ -18,7 +18,9 @@
 // on both sides only the median rule applies (said in the row's note).
 //
 // Status: ok in base but oom/error/invalid in new is a regression; the reverse an improvement.
-// Regressions: slower, more memory, status worse. Improvements and rows in one file only are
+// Measurements: a row ok on both sides whose NEW lacks a peak or step time that BASE has, or holds
+// a step time that is not positive, is a regression ("no measurement"): a corrupt file must fail.
+// Regressions: slower, more memory, status worse, no measurement. Improvements and rows in one file only are
 // reported, never failed.
 #ifndef MEMOPT_BENCH_COMPARE_H
 #define MEMOPT_BENCH_COMPARE_H
@@ -45,8 +47,9 @@ enum {
     MO_CMP_STATUS_WORSE = 1u << 6, // ok -> not ok
     MO_CMP_STATUS_BETTER = 1u << 7,
     MO_CMP_NOISY = 1u << 8,        // the median moved past the tolerance but the spreads overlap
+    MO_CMP_INVALID = 1u << 9,      // ok in both, but NEW lacks a measurement BASE has, or holds an invalid one
 };
-#define MO_CMP_REGRESSION (MO_CMP_SLOWER | MO_CMP_MORE_MEMORY | MO_CMP_STATUS_WORSE)
+#define MO_CMP_REGRESSION (MO_CMP_SLOWER | MO_CMP_MORE_MEMORY | MO_CMP_STATUS_WORSE | MO_CMP_INVALID)
 
 typedef struct mo_compare_item {
     const mo_csv_row *base, *neu; // either may be NULL (missing / new)
@@ -58,6 +61,7 @@ typedef struct mo_compare_item {
 
 typedef struct mo_compare_summary {
     size_t rows, same, slower, faster, more_memory, less_memory, missing, added, status_worse, status_better, noisy;
+    size_t invalid;               // items flagged MO_CMP_INVALID
     size_t regressions;           // items with any MO_CMP_REGRESSION flag
     size_t duplicates_base, duplicates_new;
 } mo_compare_summary;

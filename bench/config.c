@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 // ---------------------------------------------------------------- names
 
@@ -22,8 +23,10 @@ const char *mo_command_name(mo_command c) { return (unsigned)c < MO_CMD_COUNT ? 
 mo_status mo_command_parse(const char *s, mo_command *out) {
     for (int i = 1; i < MO_CMD_COUNT; i++)
         if (!strcmp(s, command_names[i])) { *out = (mo_command)i; return MO_OK; }
+    // A name is echoed up to 64 bytes: the line stays one readable line whatever was typed.
     return MO_FAIL(MO_ERR_INVALID,
-                   "unknown subcommand '%s' (accepted: run, sweep, claims, plan, mincap, compare, plot, devices)", s);
+                   "unknown subcommand '%.64s'%s (accepted: run, sweep, claims, plan, mincap, compare, plot, devices)", s,
+                   strlen(s) > 64 ? "... (cut)" : "");
 }
 
 int mo_command_single(mo_command c) { return c == MO_CMD_RUN || c == MO_CMD_MINCAP || c == MO_CMD_CLAIMS; }
@@ -368,11 +371,21 @@ static mo_status set_resume(mo_config *c, const char *f, const char *v, int idx)
 
 static mo_status set_shard(mo_config *c, const char *f, const char *v, int idx) {
     (void)idx;
-    int i = -1, n = -1, used = 0;
-    if (sscanf(v, "%d/%d%n", &i, &n, &used) != 2 || v[used] || n < 1 || i < 0 || i >= n)
-        return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: i/n with 0 <= i < n, like 0/4)", f, v);
-    c->shard_index = i;
-    c->shard_count = n;
+    // Digits only, each within range (sscanf's %d would wrap 99999999999 to 1215752191).
+    char part[32];
+    const char *slash = strchr(v, '/');
+    long long i = -1, n = -1;
+    int ok = slash && (size_t)(slash - v) < sizeof part;
+    if (ok) {
+        memcpy(part, v, (size_t)(slash - v));
+        part[slash - v] = '\0';
+        ok = parse_digits(part, 0, MO_COMBINATIONS_MAX - 1, &i) && parse_digits(slash + 1, 1, MO_COMBINATIONS_MAX, &n) && i < n;
+    }
+    if (!ok)
+        return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: i/n with 0 <= i < n <= %d, like 0/4)", f, v,
+                       MO_COMBINATIONS_MAX);
+    c->shard_index = (int)i;
+    c->shard_count = (int)n;
     return MO_OK;
 }
 
@@ -450,7 +463,7 @@ static const flag_def flags[] = {
     {{"--vocab", "N", "vocabulary size (1..2097152; presets 50304)", "model", CMDS_CONFIG, 1}, set_vocab},
     {{"--attn", "materialized|fused", "attention: keep (B,H,T,T) scores, or flash-style (default materialized)", "model", CMDS_CONFIG, 1}, set_attn},
     // strategy
-    {{"--cap", "none|FRACTION|SIZE", "memory cap on reserved bytes: 0.5 of device memory, or 24GiB (default none)", "strategy", CMDS_CONFIG, 1}, set_cap},
+    {{"--cap", "none|FRACTION|SIZE", "memory cap on reserved bytes: 0.5 of device memory, or 24GiB; none or 0: no cap (default none)", "strategy", CMDS_CONFIG, 1}, set_cap},
     {{"--alloc", "caching|async|raw", "allocator (default caching)", "strategy", CMDS_CONFIG, 1}, set_alloc},
     {{"--ckpt", "none|full|every:K|sqrt|selective", "activation checkpointing (default none; K <= layers)", "strategy", CMDS_CONFIG, 1}, set_ckpt},
     {{"--accum", "K", "micro-batches per step, batch divisible by K (default 1)", "strategy", CMDS_CONFIG, 1}, set_accum},
@@ -511,6 +524,20 @@ mo_status mo_config_set(mo_config *c, const char *flag, const char *value) {
     if (!strncmp(flag, "--benchmark_", 12)) {
         if (c->command != MO_CMD_SWEEP)
             return MO_FAIL(MO_ERR_INVALID, "%s: Google Benchmark flags are for memopt sweep", flag);
+        // Known names only: Google Benchmark would print its own line for an unknown one, then ours.
+        static const char *const gb_flags[] = {
+            "color", "context", "counters_tabular", "display_aggregates_only", "enable_random_interleaving", "filter",
+            "format", "list_tests", "min_time", "min_warmup_time", "out", "out_format", "perf_counters", "repetitions",
+            "report_aggregates_only", "time_unit"};
+        int known = 0;
+        for (size_t i = 0; i < sizeof gb_flags / sizeof gb_flags[0] && !known; i++) known = !strcmp(flag + 12, gb_flags[i]);
+        if (!known)
+            return MO_FAIL(MO_ERR_INVALID,
+                           "%.64s: not a Google Benchmark flag (accepted: --benchmark_ and one of repetitions, filter, "
+                           "min_time, min_warmup_time, out, out_format, format, list_tests, report_aggregates_only, "
+                           "display_aggregates_only, enable_random_interleaving, time_unit, counters_tabular, color, "
+                           "context, perf_counters)",
+                           flag);
         if (c->n_gbench >= 8) return MO_FAIL(MO_ERR_INVALID, "%s: at most 8 --benchmark_ flags", flag);
         int k = snprintf(c->gbench[c->n_gbench], sizeof c->gbench[0], "%s%s%s", flag, value ? "=" : "", value ? value : "");
         if (k < 0 || (size_t)k >= sizeof c->gbench[0]) return MO_FAIL(MO_ERR_INVALID, "%s: value too long", flag);
@@ -521,7 +548,9 @@ mo_status mo_config_set(mo_config *c, const char *flag, const char *value) {
     for (size_t i = 0; i < NFLAGS && !d; i++)
         if (!strcmp(flag, flags[i].info.name)) d = &flags[i];
     const char *cmd = mo_command_name(c->command);
-    if (!d) return MO_FAIL(MO_ERR_INVALID, "unknown flag '%s' for memopt %s (see memopt --help)", flag, cmd);
+    if (!d)
+        return MO_FAIL(MO_ERR_INVALID, "unknown flag '%.64s'%s for memopt %s (see memopt --help)", flag,
+                       strlen(flag) > 64 ? "... (cut)" : "", cmd);
     if (!(d->info.commands & B(c->command))) {
         char buf[128];
         return MO_FAIL(MO_ERR_INVALID, "%s: not a flag of memopt %s (it is for: %s)", flag, cmd,
@@ -576,11 +605,27 @@ static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx
     MO_TRY(set_path(f, path, c->grid, sizeof c->grid));
     FILE *fp = fopen(path, "r");
     if (!fp) return MO_FAIL(MO_ERR_INVALID, "%s: cannot open '%s': %s", f, path, strerror(errno));
-    char line[4096];
+    // Whole lines of any length (a fixed buffer would split a long line and parse its tail as flags).
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t len;
     int lineno = 0;
     mo_status st = MO_OK;
-    while (st == MO_OK && fgets(line, sizeof line, fp)) {
+    while (st == MO_OK && (len = getline(&line, &line_cap, fp)) >= 0) {
         lineno++;
+        if (memchr(line, '\0', (size_t)len)) {
+            st = MO_FAIL(MO_ERR_INVALID, "--grid %s:%d: a NUL byte in the line (accepted: a text file of flags)", path, lineno);
+            break;
+        }
+        if (lineno == 1 && !strncmp(line, "\xEF\xBB\xBF", 3)) {
+            st = MO_FAIL(MO_ERR_INVALID, "--grid %s:1: starts with a UTF-8 byte-order mark (accepted: plain text; save it without the BOM)", path);
+            break;
+        }
+        char *cr = strchr(line, '\r');
+        if (cr && cr[1] != '\n' && cr[1] != '\0') {
+            st = MO_FAIL(MO_ERR_INVALID, "--grid %s:%d: a line ends in CR alone (accepted: LF or CRLF line endings)", path, lineno);
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char *p = line;
@@ -611,6 +656,7 @@ static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx
         }
     }
     if (st == MO_OK && ferror(fp)) st = MO_FAIL(MO_ERR_INVALID, "--grid: error reading '%s'", path);
+    free(line);
     fclose(fp);
     return st;
 }
@@ -710,9 +756,13 @@ mo_status mo_config_finish(mo_config *c) {
     if (!(CMDS_CONFIG & B(c->command))) return MO_OK;
 
     size_t n = mo_config_count(c);
-    if (n > MO_COMBINATIONS_MAX)
-        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make more than %d combinations", mo_command_name(c->command),
-                       MO_COMBINATIONS_MAX);
+    if (n > MO_COMBINATIONS_MAX) {
+        char count[32];
+        if (n == SIZE_MAX) snprintf(count, sizeof count, "over 2^63");
+        else snprintf(count, sizeof count, "%zu", n);
+        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make %s combinations, more than the %d allowed (shorten a list)",
+                       mo_command_name(c->command), count, MO_COMBINATIONS_MAX);
+    }
     // The first failing combination's message is the one reported when none is valid.
     mo_status first = MO_OK;
     char first_msg[1024] = "";

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -193,6 +194,17 @@ static mo_status slurp(const char *path, int fd, char **out, size_t *len) {
     return MO_OK;
 }
 
+// Encodings memopt does not write, named plainly (else they surface as a strange first column).
+static mo_status check_text(const char *path, const char *text, size_t len) {
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3))
+        return MO_FAIL(MO_ERR_INVALID, "%s: starts with a UTF-8 byte-order mark (accepted: memopt's CSV, which has none; save it without the BOM)", path);
+    size_t hl = strcspn(text, "\n");
+    const char *cr = memchr(text, '\r', hl);
+    if (cr && cr + 1 < text + hl)
+        return MO_FAIL(MO_ERR_INVALID, "%s: its lines end in CR alone (accepted: LF or CRLF line endings)", path);
+    return MO_OK;
+}
+
 // A parser over the buffer: next_record splits one record into fields in place.
 typedef struct reader {
     char *p, *end;
@@ -262,7 +274,18 @@ static size_t complete_prefix(const char *p, size_t len) {
 struct mo_csv_writer {
     int fd;
     char path[MO_PATH_MAX];
+    size_t repaired; // bytes of a torn last line (or header) cut off when the file was opened
 };
+
+// Writers of one file take turns (flock): two processes creating it cannot both write the header,
+// and a row is whole when the next writer sees the end of the file.
+static mo_status lock_file(int fd, const char *path) {
+    while (flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR) return MO_FAIL(MO_ERR_IO, "%s: cannot lock: %s", path, strerror(errno));
+    return MO_OK;
+}
+
+static void unlock_file(int fd) { flock(fd, LOCK_UN); }
 
 static mo_status write_all(int fd, const char *path, const char *s, size_t n) {
     while (n) {
@@ -336,14 +359,18 @@ mo_status mo_csv_open(const char *path, mo_csv_writer **out) {
     MO_TRY(mo_mkdir_parent(path, "--csv"));
     int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return MO_FAIL(MO_ERR_IO, "%s: cannot open for append: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0;
-    mo_status st = slurp(path, fd, &text, &len);
+    mo_status st = lock_file(fd, path);
     if (st != MO_OK) { close(fd); return st; }
+    char *text = NULL;
+    size_t len = 0, cut = 0;
+    st = slurp(path, fd, &text, &len);
+    if (st == MO_OK && (st = check_text(path, text, len)) != MO_OK) free(text);
+    if (st != MO_OK) { unlock_file(fd); close(fd); return st; }
     const char *header = mo_csv_header();
     size_t keep = complete_prefix(text, len);
     if (keep == 0) {
         // New, empty, or only a torn header: start over with the header.
+        cut = len;
         if (len && strncmp(text, header, len)) st = header_mismatch(path, text);
         else if (len && ftruncate(fd, 0) != 0) st = MO_FAIL(MO_ERR_IO, "%s: ftruncate: %s", path, strerror(errno));
         else {
@@ -357,21 +384,39 @@ mo_status mo_csv_open(const char *path, mo_csv_writer **out) {
         if (hl != strlen(header) || strncmp(text, header, hl)) st = header_mismatch(path, text);
         else if (keep < len && ftruncate(fd, (off_t)keep) != 0) // a row torn by an interruption
             st = MO_FAIL(MO_ERR_IO, "%s: ftruncate: %s", path, strerror(errno));
+        else cut = len - keep;
     }
     free(text);
+    unlock_file(fd);
     if (st != MO_OK) { close(fd); return st; }
     mo_csv_writer *w = calloc(1, sizeof *w);
     if (!w) { close(fd); return MO_FAIL(MO_ERR_IO, "out of host memory"); }
     w->fd = fd;
+    w->repaired = cut;
     snprintf(w->path, sizeof w->path, "%s", path);
     *out = w;
     return MO_OK;
 }
 
+size_t mo_csv_repaired_bytes(const mo_csv_writer *w) { return w ? w->repaired : 0; }
+
 mo_status mo_csv_append(mo_csv_writer *w, const mo_csv_row *row) {
     char buf[16384];
     MO_TRY(mo_csv_format_row(row, buf, sizeof buf));
-    return write_all(w->fd, w->path, buf, strlen(buf)); // O_APPEND: one write lands at the end whole
+    MO_TRY(lock_file(w->fd, w->path));
+    // O_APPEND: the row lands at the end. A write cut short (a full disk, the file size limit)
+    // is taken back, so the file never ends in part of a row.
+    off_t end = lseek(w->fd, 0, SEEK_END);
+    mo_status st = write_all(w->fd, w->path, buf, strlen(buf));
+    struct stat sb;
+    if (st != MO_OK && end >= 0 && fstat(w->fd, &sb) == 0 && sb.st_size > end && ftruncate(w->fd, end) != 0) {
+        int e = errno;
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mo_errmsg_plain());
+        st = MO_FAIL(MO_ERR_IO, "%s (and cutting the partial row failed: %s)", why, strerror(e));
+    }
+    unlock_file(w->fd);
+    return st;
 }
 
 void mo_csv_close(mo_csv_writer *w) {
@@ -390,12 +435,20 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
         errno = 0;
         long long v = strtoll(s, &end, 10);
         if (*end || errno) return MO_FAIL(MO_ERR_INVALID, "%s:%d: column %s: '%s' is not an integer", path, line, c->name, s);
+        // memopt writes an unknown count as an empty cell, never a negative one.
+        if (v < 0)
+            return MO_FAIL(MO_ERR_INVALID, "%s:%d: column %s: '%s' is negative (accepted: a count >= 0, or empty)", path,
+                           line, c->name, s);
         *i64_at(r, c) = v;
         return MO_OK;
     case COL_F64:
         if (!*s) { *f64_at(r, c) = NAN; return MO_OK; }
         double d = strtod(s, &end);
         if (*end) return MO_FAIL(MO_ERR_INVALID, "%s:%d: column %s: '%s' is not a number", path, line, c->name, s);
+        // memopt writes an unknown value as an empty cell: a 'nan' is not memopt's (inf is: a diverged loss).
+        if (isnan(d))
+            return MO_FAIL(MO_ERR_INVALID, "%s:%d: column %s: '%s' is not a number (accepted: a number, or empty)", path,
+                           line, c->name, s);
         *f64_at(r, c) = d;
         return MO_OK;
     case COL_STR:
@@ -418,6 +471,7 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
     size_t len = 0;
     mo_status st = slurp(path, fd, &text, &len);
     close(fd);
+    if (st == MO_OK && (st = check_text(path, text, len)) != MO_OK) free(text);
     if (st != MO_OK) return st;
 
     reader rd = {text, text + len, 1, 1};

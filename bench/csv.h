@@ -76,9 +76,13 @@ size_t mo_csv_num_columns(void);
 
 // Writer. Opens FILE for append; a new or empty file gets the header. An existing file must have
 // exactly this header (else MO_ERR_INVALID, nothing written); a torn last line (a run interrupted
-// while writing) is cut off. Each row is one write(2) followed by fsync(2).
+// while writing) is cut off. Each row is one write(2) followed by fsync(2). Writers of one file,
+// in any process, take turns under flock(2), so the header is written once and rows never
+// interleave; a row whose write fails (full disk) is cut off again, and the status says why.
 typedef struct mo_csv_writer mo_csv_writer;
 mo_status mo_csv_open(const char *path, mo_csv_writer **out);
+// Bytes of a torn last line (or a torn header) mo_csv_open cut off; 0 when the file was whole.
+size_t mo_csv_repaired_bytes(const mo_csv_writer *w);
 mo_status mo_csv_append(mo_csv_writer *w, const mo_csv_row *row);
 void mo_csv_close(mo_csv_writer *w);
 // One row as CSV text (RFC 4180 quoting), with the trailing newline; MO_ERR_INVALID if n is short.

@@ -178,6 +178,7 @@ static mo_status session_fail(mo_run_session *s, mo_status st) {
 // The run's batch (the same synthetic tokens every step), given to the model or to every rank.
 static mo_status set_synthetic_batch(mo_run_session *s) {
     const mo_gpt_config *g = &s->g;
+    if (s->be == MO_BACKEND_DRY) return MO_OK; // nothing is computed: no tokens (4 host arrays of batch x seq)
     size_t BT = (size_t)g->batch * g->seq;
     int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
     mo_status st = MO_OK;
@@ -482,7 +483,8 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     // A run that failed has no peak to predict (the dry replay under the same cap fails the same way).
     if (s->st == MO_OK) row->predicted_peak_bytes = predicted_peak(s);
     if (s->st != MO_OK) {
-        snprintf(row->status, sizeof row->status, "%s", s->st == MO_ERR_OOM ? "oom" : "error");
+        // A shape refused mid-build (its byte counts overflow: MO_ERR_INVALID) is invalid input.
+        snprintf(row->status, sizeof row->status, "%s", s->st == MO_ERR_OOM ? "oom" : s->st == MO_ERR_INVALID ? "invalid" : "error");
         snprintf(row->detail, sizeof row->detail, "%s", s->detail);
         goto finish;
     }

@@ -19,6 +19,12 @@ mo_status mo_gpt_validate(const mo_gpt_config *c) {
         return MO_FAIL(MO_ERR_INVALID, "--heads %d: hidden %d is not divisible by it", c->heads, c->hidden);
     if (c->accum < 1 || c->batch % c->accum)
         return MO_FAIL(MO_ERR_INVALID, "--accum %d: batch %d is not divisible by it", c->accum, c->batch);
+    // The ops take a micro-batch's rows (batch/accum x seq) as an int.
+    if ((long long)(c->batch / c->accum) * c->seq > 2147483647LL)
+        return MO_FAIL(MO_ERR_INVALID,
+                       "--batch %d --seq %d: a micro-batch of %lld tokens overflows the ops' 32-bit row count (at most "
+                       "2147483647; raise --accum or lower --batch or --seq)",
+                       c->batch / c->accum, c->seq, (long long)(c->batch / c->accum) * c->seq);
     if (c->ckpt == MO_CKPT_EVERY && (c->ckpt_every < 1 || c->ckpt_every > c->layers))
         return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..%d (the layer count)", c->ckpt_every, c->layers);
     if (c->dtype != MO_F32 && c->dtype != MO_F16 && c->dtype != MO_BF16)
@@ -279,9 +285,13 @@ mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ct
         MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->targets), fail);
         MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->losses), fail);
     }
-    m->inputs_host = calloc(BT, sizeof(int));
-    m->targets_host = calloc(BT, sizeof(int));
-    if (!m->inputs_host || !m->targets_host) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch"); goto fail; }
+    // The dry backend computes nothing: no host copy of the tokens (batch x seq ints each, 16 GiB
+    // at 65536 x 65536, which the OOM killer would end before any status could be written).
+    if (ctx->backend != MO_BACKEND_DRY) {
+        m->inputs_host = calloc(BT, sizeof(int));
+        m->targets_host = calloc(BT, sizeof(int));
+        if (!m->inputs_host || !m->targets_host) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch"); goto fail; }
+    }
     size_t o = 0;
     for (int p = 0; p < GPT_NPARAMS; p++) {
         m->param_ptr[p] = m->params + o;
@@ -338,6 +348,7 @@ mo_status mo_gpt_set_batch(mo_gpt *m, const int *tokens, const int *targets) {
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab || targets[i] < 0 || targets[i] >= m->cfg.vocab)
             return MO_FAIL(MO_ERR_INVALID, "batch: token %zu out of range 0..%d", i, m->cfg.vocab - 1);
     }
+    if (!m->inputs_host) return MO_OK; // dry: no data to hold
     memcpy(m->inputs_host, tokens, BT * sizeof(int));
     memcpy(m->targets_host, targets, BT * sizeof(int));
     if (m->inputs) MO_TRY(mo_memcpy_h2d(m->ctx, m->inputs, tokens, BT * sizeof(int)));   // NULL: not the first stage

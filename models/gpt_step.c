@@ -419,7 +419,7 @@ static mo_status backward(step_state *s) {
     if (st == MO_OK) st = mo_prof_begin(x, MO_PROF_ELEMENTWISE);
     if (st == MO_OK)
         st = mo_encoder_backward_mixed(x, DT, m->grad_ptr[GPT_WTE], m->grad_ptr[GPT_WPE], dresid, m->inputs + off,
-                                       m->inputs_host + off, s->Bm, T, C, V);
+                                       m->inputs_host ? m->inputs_host + off : NULL, s->Bm, T, C, V); // NULL on dry
     if (st == MO_OK) st = mo_prof_end(x);
     act_free(m, &s->dresid);
     return st;

@@ -39,7 +39,7 @@ struct block {
     uint64_t requested; // what the caller asked for (in use only)
     segment *seg;
     block *prev, *next;         // address-order neighbours within the segment
-    block *fprev, *fnext;       // free list of the pool, ordered by (size, ptr)
+    block *fl, *fr;             // the pool's free blocks: a treap ordered by (size, ptr)
     int in_use;
     int cat;
 };
@@ -66,7 +66,7 @@ struct mo_allocator {
     uint64_t cap;
     void *stream;
     segment *segments;       // all segments
-    block *free_list[2];     // per pool
+    block *free_tree[2];     // per pool: free blocks by (size, ptr), the best fit in O(log n)
     ptr_map live;
     uintptr_t dry_next;
     mo_alloc_stats st;
@@ -79,7 +79,14 @@ struct mo_allocator {
 };
 
 // ---------- pointer map ----------
-static size_t hash_ptr(uintptr_t p, size_t cap) { return (size_t)((p >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1); }
+// All bits mixed (splitmix64's finalizer): addresses are multiples of 512 B, dry ones of 2 MiB, and
+// the low bits of a plain product of them are all zero, which piled every key into a few slots.
+static size_t hash_ptr(uintptr_t p, size_t cap) {
+    uint64_t z = (uint64_t)p;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (size_t)(z ^ (z >> 31)) & (cap - 1);
+}
 
 static int map_grow(ptr_map *m) {
     size_t ncap = m->cap ? m->cap * 2 : 1024;
@@ -137,6 +144,10 @@ static block *map_take(ptr_map *m, uintptr_t k) {
 static mo_status backend_get(mo_allocator *a, uint64_t size, uintptr_t *out) {
     switch (a->backend) {
     case MO_BACKEND_DRY:
+        // Fake addresses are never reused: a long run of huge segments could wrap them.
+        if (size > UINTPTR_MAX - a->dry_next)
+            return MO_FAIL(MO_ERR_INVALID, "dry backend: a segment of %" PRIu64 " bytes wraps its 64-bit fake address space "
+                           "(%" PRIu64 " bytes handed out so far): the shape is too large", size, (uint64_t)(a->dry_next - DRY_BASE));
         *out = a->dry_next;
         a->dry_next += size;
         return MO_OK;
@@ -218,25 +229,71 @@ static void note_reserve(mo_allocator *a, int64_t delta) {
     }
 }
 
-// Free list ordered by (size, ptr): the first block that fits is the best fit.
+// The free blocks of a pool, ordered by (size, ptr): the first block that fits is the best fit
+// (smallest, lowest address on ties). A treap whose priorities hash the address, so its shape and
+// every choice are deterministic: a model of a thousand layers caches thousands of free blocks,
+// which a sorted list made quadratic (a plan of L1000 C65536 took minutes in list walks).
+static uint64_t treap_prio(const block *b) { return (uint64_t)b->ptr * 0x9E3779B97F4A7C15ull; }
+static int before(const block *x, const block *y) { return x->size < y->size || (x->size == y->size && x->ptr < y->ptr); }
+
+static block *treap_insert(block *t, block *b) {
+    if (!t) {
+        b->fl = b->fr = NULL;
+        return b;
+    }
+    if (before(b, t)) {
+        t->fl = treap_insert(t->fl, b);
+        if (treap_prio(t->fl) > treap_prio(t)) { block *l = t->fl; t->fl = l->fr; l->fr = t; t = l; }
+    } else {
+        t->fr = treap_insert(t->fr, b);
+        if (treap_prio(t->fr) > treap_prio(t)) { block *r = t->fr; t->fr = r->fl; r->fl = t; t = r; }
+    }
+    return t;
+}
+
+// Joins two treaps, every key of l before every key of r.
+static block *treap_join(block *l, block *r) {
+    if (!l) return r;
+    if (!r) return l;
+    if (treap_prio(l) > treap_prio(r)) {
+        l->fr = treap_join(l->fr, r);
+        return l;
+    }
+    r->fl = treap_join(l, r->fl);
+    return r;
+}
+
+static block *treap_remove(block *t, const block *b) {
+    if (!t) return NULL;
+    if (t == b) return treap_join(t->fl, t->fr);
+    if (before(b, t)) t->fl = treap_remove(t->fl, b);
+    else t->fr = treap_remove(t->fr, b);
+    return t;
+}
+
 static void free_insert(mo_allocator *a, block *b) {
     int pool = b->seg->pool;
-    block **pp = &a->free_list[pool], *prev = NULL;
-    while (*pp && ((*pp)->size < b->size || ((*pp)->size == b->size && (*pp)->ptr < b->ptr))) {
-        prev = *pp;
-        pp = &(*pp)->fnext;
-    }
-    b->fnext = *pp;
-    b->fprev = prev;
-    if (*pp) (*pp)->fprev = b;
-    *pp = b;
+    a->free_tree[pool] = treap_insert(a->free_tree[pool], b);
 }
 
 static void free_remove(mo_allocator *a, block *b) {
-    if (b->fprev) b->fprev->fnext = b->fnext;
-    else a->free_list[b->seg->pool] = b->fnext;
-    if (b->fnext) b->fnext->fprev = b->fprev;
-    b->fprev = b->fnext = NULL;
+    int pool = b->seg->pool;
+    a->free_tree[pool] = treap_remove(a->free_tree[pool], b);
+    b->fl = b->fr = NULL;
+}
+
+// The first free block of the pool with at least size bytes, or NULL.
+static block *best_fit(const mo_allocator *a, int pool, uint64_t size) {
+    block *best = NULL;
+    for (block *t = a->free_tree[pool]; t;) {
+        if (t->size >= size) {
+            best = t;
+            t = t->fl;
+        } else {
+            t = t->fr;
+        }
+    }
+    return best;
 }
 
 static void segment_unlink(mo_allocator *a, segment *s) {
@@ -267,9 +324,11 @@ static mo_status release_free_segments(mo_allocator *a) {
 
 static uint64_t largest_free(const mo_allocator *a) {
     uint64_t m = 0;
-    for (int p = 0; p < 2; p++)
-        for (const block *b = a->free_list[p]; b; b = b->fnext)
-            if (b->size > m) m = b->size;
+    for (int p = 0; p < 2; p++) {
+        const block *b = a->free_tree[p];
+        while (b && b->fr) b = b->fr; // the last in (size, ptr) order is the largest
+        if (b && b->size > m) m = b->size;
+    }
     return m;
 }
 
@@ -292,6 +351,11 @@ static mo_status new_segment(mo_allocator *a, uint64_t seg_bytes, int pool, uint
             a->st.num_alloc_retries++;
             MO_TRY(release_free_segments(a));
         }
+        // The byte counts are int64 in the results: refuse what would pass 2^63 rather than wrap.
+        if (seg_bytes > (uint64_t)INT64_MAX - a->st.reserved_bytes)
+            return MO_FAIL(MO_ERR_INVALID, "a segment of %" PRIu64 " bytes for a request of %" PRIu64 " bytes, with %" PRIu64
+                           " bytes reserved, overflows the 64-bit byte counts (at most 2^63-1): the shape is too large",
+                           seg_bytes, req, a->st.reserved_bytes);
         if (a->cap && a->st.reserved_bytes + seg_bytes > a->cap) {
             snprintf(why, sizeof why, "the cap");
             continue;
@@ -326,8 +390,7 @@ static mo_status new_segment(mo_allocator *a, uint64_t seg_bytes, int pool, uint
 static mo_status caching_alloc(mo_allocator *a, uint64_t req, int cat, uintptr_t *ptr) {
     uint64_t size = round_size(req);
     int pool = size <= SMALL_SIZE ? 0 : 1;
-    block *b = a->free_list[pool];
-    while (b && b->size < size) b = b->fnext;
+    block *b = best_fit(a, pool, size);
     if (!b) {
         segment *s = NULL;
         MO_TRY(new_segment(a, segment_size_for(size), pool, req, &s));
@@ -529,6 +592,10 @@ static int is_async_pool(const mo_allocator *a) { return a->kind == MO_ALLOC_ASY
 mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {
     *ptr = NULL;
     if ((unsigned)cat >= MO_CAT_COUNT) return MO_FAIL(MO_ERR_INTERNAL, "bad memory category %d", (int)cat);
+    // Rounding a request this large to its segment would wrap (and no count can hold it).
+    if ((uint64_t)bytes > (uint64_t)INT64_MAX - SEGMENT_ROUND)
+        return MO_FAIL(MO_ERR_INVALID, "a request of %zu bytes (%s) overflows the 64-bit byte counts (at most 2^63-1): "
+                       "the shape is too large", bytes, mo_category_name(cat));
     uintptr_t p = 0;
     mo_status st;
     const uint64_t before = a->st.allocated_bytes; // the trace's block size: what allocated grew by

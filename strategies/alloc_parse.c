@@ -42,8 +42,9 @@ mo_status mo_size_parse(const char *s, const char *flag, uint64_t *out) {
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (!strcasecmp(end, units[i].unit) && (units[i].unit[0] || strchr(s, '.') == NULL)) {
             double b = v * units[i].mult;
-            if (!isfinite(b) || b < 0 || b > 1.8e19)
-                return MO_FAIL(MO_ERR_INVALID, "%s: '%s' is out of range", flag, s);
+            // Byte counts are int64 in the CSV and the statistics: 2^63 and above would wrap.
+            if (!isfinite(b) || b < 0 || b >= 9223372036854775808.0)
+                return MO_FAIL(MO_ERR_INVALID, "%s: '%s' is out of range (accepted: a size below 2^63 bytes, 8 EiB)", flag, s);
             *out = (uint64_t)llround(b);
             return MO_OK;
         }
@@ -65,7 +66,9 @@ mo_status mo_cap_parse(const char *s, mo_cap *out) {
         return MO_OK;
     }
     uint64_t b = 0;
-    if (mo_size_parse(s, "--cap", &b) != MO_OK || b == 0)
+    mo_status st = mo_size_parse(s, "--cap", &b);
+    if (st != MO_OK && strstr(mo_errmsg(), "out of range")) return st; // its message says the range
+    if (st != MO_OK || b == 0)
         return MO_FAIL(MO_ERR_INVALID, "--cap: '%s' is not a cap (accepted: none, a fraction like 0.5, or a size like 24GiB, 512MiB)", s);
     out->kind = 2;
     out->bytes = b;

@@ -118,6 +118,48 @@ int main(void) {
         CHECK(s.regressions == 0 && s.missing == 1 && s.added == 1 && s.duplicates_new == 1 && s.same == 2);
         free(items);
     }
+    // A corrupt NEW (issue 21): a measurement BASE has is missing or invalid in NEW: a regression,
+    // never "same".
+    mo_csv_row bad = base;
+    bad.step_ms = NAN;
+    f = one(&base, &bad, 0.05, &reg);
+    CHECK((f & MO_CMP_INVALID) && reg == 1);
+    CHECK(!strcmp(mo_compare_verdict(f, buf, sizeof buf), "no measurement"));
+    bad = base;
+    bad.step_ms = -5;
+    CHECK((one(&base, &bad, 0.05, &reg) & MO_CMP_INVALID) && reg == 1);
+    bad = base;
+    bad.step_ms = INFINITY;
+    CHECK((one(&base, &bad, 0.05, &reg) & MO_CMP_INVALID) && reg == 1);
+    bad = base;
+    bad.step_ms_p10 = 0;
+    CHECK((one(&base, &bad, 0.05, &reg) & MO_CMP_INVALID) && reg == 1);
+    bad = base;
+    bad.peak_allocated_bytes = -1; // the column was absent
+    CHECK((one(&base, &bad, 0.05, &reg) & MO_CMP_INVALID) && reg == 1);
+    bad = base;
+    bad.peak_reserved_bytes = -1;
+    CHECK((one(&base, &bad, 0.05, &reg) & MO_CMP_INVALID) && reg == 1);
+    // A BASE without times asks for none.
+    mo_csv_row untimed = base;
+    untimed.step_ms = untimed.step_ms_p10 = untimed.step_ms_p90 = NAN;
+    CHECK(one(&untimed, &untimed, 0.05, &reg) == 0 && reg == 0);
+
+    // Many rows of one key: the last one counts, and the lookup is not quadratic (40k rows here
+    // took seconds before; this only checks the verdict, the time is in tests/cli_scaling.sh).
+    size_t nr = 40000;
+    mo_csv_row *many = malloc(nr * sizeof *many);
+    if (CHECK(many != NULL)) {
+        for (size_t i = 0; i < nr; i++) many[i] = base;
+        many[nr - 1].peak_allocated_bytes += 1;
+        if (CHECK_OK(mo_compare_rows(&base, 1, many, nr, 0.05, &items, &k, &s))) {
+            CHECK(k == 1 && items[0].neu == &many[nr - 1] && (items[0].flags & MO_CMP_MORE_MEMORY));
+            CHECK(s.duplicates_new == nr - 1);
+            free(items);
+        }
+        free(many);
+    }
+
     // Dry rows (no times): memory alone decides.
     mo_csv_row d = base;
     snprintf(d.backend, sizeof d.backend, "dry");
