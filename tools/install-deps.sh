@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure the build and test tools are there: installs the missing Debian packages when run as
-# root, otherwise prints the one command that would. Usage: tools/install-deps.sh [test|bench]
+# root, otherwise prints the one command that would. Usage: tools/install-deps.sh [test|bench|fuzz]
 set -u
 want="${1:-test}"
 need=()
@@ -15,6 +15,11 @@ for f in /usr/lib/*/cmake/benchmark/benchmarkConfig.cmake /usr/lib/cmake/benchma
   [ -f "$f" ] && have_gbench=1
 done
 [ $have_gbench = 1 ] || need+=(libbenchmark-dev)
+if [ "$want" = fuzz ]; then
+  # clang with libFuzzer (the clang_rt fuzzer archive is in libclang-rt-dev)
+  command -v clang >/dev/null 2>&1 || need+=(clang)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-dev)
+fi
 if [ "$want" = bench ]; then
   command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
 fi
