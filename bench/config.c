@@ -306,7 +306,8 @@ static mo_status parse_real(const char *f, const char *v, double lo, int open_lo
                             double *out) {
     char *end = NULL;
     errno = 0;
-    double d = *v && !isspace((unsigned char)*v) ? strtod(v, &end) : NAN;
+    // strtod also takes hex ("0x1") and "infinity": a decimal number only.
+    double d = *v && !isspace((unsigned char)*v) && !strpbrk(v, "xXpP") ? strtod(v, &end) : NAN;
     if (!end || *end || errno || !isfinite(d) || d > hi || (open_lo ? d <= lo : d < lo))
         return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: %s)", f, v, what);
     *out = d;
@@ -563,8 +564,15 @@ static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx
     char line[4096];
     int lineno = 0;
     mo_status st = MO_OK;
-    while (st == MO_OK && fgets(line, sizeof line, fp)) {
+    // The last byte is a sentinel: fgets overwrites it with the NUL only when the line filled the
+    // buffer, which a NUL byte inside the line (a binary file, /dev/zero) cannot hide.
+    while (st == MO_OK && (line[sizeof line - 1] = 'x', fgets(line, sizeof line, fp))) {
         lineno++;
+        if (line[sizeof line - 1] == '\0' && line[sizeof line - 2] != '\n' && !feof(fp)) {
+            st = MO_FAIL(MO_ERR_INVALID, "--grid %s:%d: line longer than %zu characters (accepted: a text file, one flag per line)",
+                         path, lineno, sizeof line - 2);
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char *p = line;
@@ -654,6 +662,11 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
 }
 
 mo_status mo_run_config_validate(const mo_run_config *r) {
+    // The model keeps the step's tokens and targets on the host (B*T ints each), on every backend.
+    if ((uint64_t)r->batch * (uint64_t)r->seq > MO_MAX_TOKENS)
+        return MO_FAIL(MO_ERR_INVALID, "--batch %d x --seq %d: %llu tokens per step, more than %llu (the host holds each step's tokens)",
+                       r->batch, r->seq, (unsigned long long)r->batch * (unsigned long long)r->seq,
+                       (unsigned long long)MO_MAX_TOKENS);
     if (r->hidden % r->heads)
         return MO_FAIL(MO_ERR_INVALID, "--heads %d: hidden %d is not divisible by %d", r->heads, r->hidden, r->heads);
     if (r->batch % r->accum)
@@ -694,9 +707,22 @@ mo_status mo_config_finish(mo_config *c) {
     if (!(CMDS_CONFIG & B(c->command))) return MO_OK;
 
     size_t n = mo_config_count(c);
-    if (n > MO_COMBINATIONS_MAX)
-        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make more than %d combinations", mo_command_name(c->command),
-                       MO_COMBINATIONS_MAX);
+    if (n > MO_COMBINATIONS_MAX) {
+        // The exact product (mo_config_count saturates): at most 32^15, well within a double's range.
+        const int lens[] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
+                            c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap};
+        static const char *const names[] = {"--preset", "--layers", "--hidden", "--heads", "--seq", "--vocab", "--batch",
+                                            "--attn", "--precision", "--tp", "--pp", "--accum", "--ckpt", "--alloc", "--cap"};
+        double total = 1;
+        char axes[512] = "";
+        for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+            total *= lens[i] > 0 ? lens[i] : 1;
+            size_t o = strlen(axes);
+            if (lens[i] > 1) snprintf(axes + o, sizeof axes - o, "%s%s %d", o ? " x " : "", names[i], lens[i]);
+        }
+        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make %.0f combinations (%s; at most %d: split the sweep or shorten a list)",
+                       mo_command_name(c->command), total, axes, MO_COMBINATIONS_MAX);
+    }
     // The first failing combination's message is the one reported when none is valid.
     mo_status first = MO_OK;
     char first_msg[1024] = "";

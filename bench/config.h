@@ -39,6 +39,7 @@ extern "C" {
 #define MO_MAX_TP 256
 #define MO_MAX_PP 1024
 #define MO_MAX_STEPS 1000000
+#define MO_MAX_TOKENS ((uint64_t)1 << 27) // batch x seq: the host keeps 2 x 512 MiB of token ids
 
 typedef enum mo_command {
     MO_CMD_NONE = 0,
