@@ -9,7 +9,9 @@
 #   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt;
 #   "peerlite" the PyTorch fp32 / TF32 rows only; "regress" remakes results/baseline-h200.csv and compares a
 #   second run of the set with it; "ceab" A/Bs the fp32 cross-entropy kernels; "headline" the
-#   split model's GPU test and the eight precision x attention rows
+#   split model's GPU test and the eight precision x attention rows; "faults" fails every allocation of a
+#   tiny step on cuda in turn (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check),
+#   racecheck, initcheck and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -216,6 +218,19 @@ fi
 if has sweep; then
   $M sweep --preset gpt2-124m --precision fp32,tf32,bf16 --attn materialized,fused --ckpt none,full,selective --cap none,8GiB \
     --steps 5 --warmup 2 --csv $R/sweep.csv --benchmark_out=$R/sweep_gbench.json --benchmark_out_format=json 2>&1 | tail -5
+fi
+if has faults; then
+  # every allocation of a tiny training step failed in turn on cuda (tests/gpu_alloc_faults.c); alone:
+  # it checks that device-wide memory (cudaMemGetInfo) comes back after each failure
+  (cd $B && timeout 500 ./gpu_alloc_faults >"$R/gpu_alloc_faults.log" 2>&1; echo "gpu_alloc_faults exit $?: $(tail -1 "$R/gpu_alloc_faults.log")")
+  grep -E "^fault injection|FAIL" "$R/gpu_alloc_faults.log" | head -40
+fi
+if has sanitize; then
+  # compute-sanitizer memcheck (leak check), racecheck, initcheck, synccheck over every gpu_* test
+  # binary, reduced, about 4 minutes in all (tools/gpu_sanitize.sh); sanitize.log is the committed log
+  rm -f "$OUT/sanitize.log"
+  SAN_BUDGET=${SAN_BUDGET:-220} bash tools/gpu_sanitize.sh $B "$R/sanitize" "$OUT/sanitize.log"
+  cp "$OUT/sanitize.log" "$R/sanitize.log"
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv
 echo "== done $(date -u +%FT%TZ)"
