@@ -37,7 +37,30 @@ bad() {
 TINY=(--backend dry --layers 2 --hidden 32 --heads 2 --seq 16 --batch 4 --vocab 64 --steps 1 --warmup 0)
 HUGE=(99999999999 18446744073709551616 2147483648 4294967296 4294967297 9223372036854775808 99999999999999999999999)
 NONNUM=(abc "" 1x " 8" "8 " 0x10 +3 1.5 1e3 - ,)
+SIZES=(0 -1 abc "" 1.5.5 18446744073709551616 99999999999999TiB 1e30GiB nan inf NaN 12XB GiB 0x100000 1KiB 1e-9 " 1GiB")
+CAPS=(-1 abc "" 1.5.5 18446744073709551616 99999999999999TiB 1e30GiB nan inf -0.5 0.0 1.0000001 2.0 12XB GiB 0x10 0x0.8 " 0.5")
+LRS=(0 -1 abc "" 1e-400 1e400 nan inf 11 0x1 " 1e-3" 1e-3x)
+ENUMS=("" abc 0 -1 FP32 "fp32 ")
+EVERY=(every: every:-1 every:0 every:99999999999 every:1x every:1025 "every: 2" every)
+SEEDS=(-1 18446744073709551616 99999999999999999999999 abc "" 1.5 0x10 " 1" +1)
+INT0=(-1 "${HUGE[@]}" abc "" 1x 0x10 1.5)
 CONFIG_CMDS=(run sweep claims plan mincap)
+# A CUDA build's binary takes ~0.1 s to start (it loads cuBLAS and cuDNN), 30x the cpu-only one: there
+# every list is cut to a few values per kind. The parser is the same code; the cpu-only build (and
+# make sanitize's) tries them all.
+if "$M" --version | grep -q "built with CUDA"; then
+  echo "a CUDA build: a few values of each kind (the cpu-only build tries all)"
+  HUGE=(18446744073709551616 4294967297)
+  NONNUM=(abc "" 0x10 1.5)
+  SIZES=(0 abc 18446744073709551616 1e30GiB 0x100000 1KiB)
+  CAPS=(-1 abc 18446744073709551616 0.0 2.0 0x10 " 0.5")
+  LRS=(0 abc 1e400 nan 0x1)
+  ENUMS=("" abc)
+  EVERY=(every:0 every:99999999999)
+  SEEDS=(-1 18446744073709551616 abc)
+  INT0=(-1 18446744073709551616 abc)
+  CONFIG_CMDS=(run sweep) # claims, plan and mincap: the few checks after the matrix
+fi
 
 # ---- integer flags (1..max)
 for cmd in "${CONFIG_CMDS[@]}"; do
@@ -46,9 +69,9 @@ for cmd in "${CONFIG_CMDS[@]}"; do
   done
   # integer flags that take 0
   for f in --warmup --monitor; do
-    for v in -1 "${HUGE[@]}" abc "" 1x 0x10 1.5; do bad "$f" "$cmd" "$f" "$v"; done
+    for v in "${INT0[@]}"; do bad "$f" "$cmd" "$f" "$v"; done
   done
-  for v in -1 18446744073709551616 99999999999999999999999 abc "" 1.5 0x10 " 1" +1; do bad --seed "$cmd" --seed "$v"; done
+  for v in "${SEEDS[@]}"; do bad --seed "$cmd" --seed "$v"; done
   # above each documented limit by one
   bad --layers "$cmd" --layers 1025
   bad --hidden "$cmd" --hidden 65537
@@ -60,18 +83,14 @@ for cmd in "${CONFIG_CMDS[@]}"; do
   bad --pp "$cmd" --pp 1025
   bad --steps "$cmd" --steps 1000001
   # sizes and caps
-  for v in 0 -1 abc "" 1.5.5 18446744073709551616 99999999999999TiB 1e30GiB nan inf NaN 12XB GiB 0x100000 1KiB 1e-9 " 1GiB"; do
-    bad --device-mem "$cmd" --device-mem "$v"
-  done
-  for v in -1 abc "" 1.5.5 18446744073709551616 99999999999999TiB 1e30GiB nan inf -0.5 0.0 1.0000001 2.0 12XB GiB 0x10 0x0.8 " 0.5"; do
-    bad --cap "$cmd" --cap "$v"
-  done
-  for v in 0 -1 abc "" 1e-400 1e400 nan inf 11 0x1 " 1e-3" 1e-3x; do bad --lr "$cmd" --lr "$v"; done
+  for v in "${SIZES[@]}"; do bad --device-mem "$cmd" --device-mem "$v"; done
+  for v in "${CAPS[@]}"; do bad --cap "$cmd" --cap "$v"; done
+  for v in "${LRS[@]}"; do bad --lr "$cmd" --lr "$v"; done
   # enums
   for f in --precision --attn --alloc --ckpt --comm --on-oom --backend --model --preset; do
-    for v in "" abc 0 -1 FP32 "fp32 "; do bad "$f" "$cmd" "$f" "$v"; done
+    for v in "${ENUMS[@]}"; do bad "$f" "$cmd" "$f" "$v"; done
   done
-  for v in every: every:-1 every:0 every:99999999999 every:1x every:1025 "every: 2" every; do bad --ckpt "$cmd" --ckpt "$v"; done
+  for v in "${EVERY[@]}"; do bad --ckpt "$cmd" --ckpt "$v"; done
   # paths
   bad --csv "$cmd" --csv ""
   bad --csv "$cmd" --csv "$(printf 'a%.0s' $(seq 1100))"
@@ -86,6 +105,18 @@ for cmd in "${CONFIG_CMDS[@]}"; do
   # the cross-flag rules
   bad "--heads 7" "$cmd" --heads 7 --hidden 768
   bad "--batch 65536 x --seq 65536" "$cmd" "${TINY[@]}" --batch 65536 --seq 65536
+done
+
+# ---- every configuration command, also where the matrix above ran on two of them only
+for cmd in run sweep claims plan mincap; do
+  bad --batch "$cmd" --batch 0
+  bad --layers "$cmd" --layers 18446744073709551616
+  bad --cap "$cmd" --cap 0x10
+  bad --device-mem "$cmd" --device-mem 1e30GiB
+  bad --precision "$cmd" --precision abc
+  bad --lr "$cmd" --lr nan
+  bad "unexpected argument" "$cmd" stray
+  bad "--heads 7" "$cmd" --heads 7 --hidden 768
 done
 
 # ---- single-configuration commands: one value, not a list
@@ -132,7 +163,7 @@ bad "1048576 combinations" sweep --grid "$tmp/explode.grid"
 bad --benchmark_ run --benchmark_repetitions=2
 
 # ---- plan's own flags
-for v in 0 -1 abc "" 1.5.5 18446744073709551616 99999999999999TiB 1e30GiB nan 0x100000 1KiB; do bad --mem plan --mem "$v"; done
+for v in "${SIZES[@]}"; do bad --mem plan --mem "$v"; done
 for v in "" "h 200" "h200;rm" nosuchgpu "$(printf 'h%.0s' $(seq 100))"; do bad --gpu plan --gpu "$v"; done
 bad "--gpu and --mem" plan --gpu h200 --mem 80GiB
 bad --validate plan --validate ""
