@@ -309,7 +309,8 @@ static mo_status parse_real(const char *f, const char *v, double lo, int open_lo
                             double *out) {
     char *end = NULL;
     errno = 0;
-    double d = *v && !isspace((unsigned char)*v) ? strtod(v, &end) : NAN;
+    // strtod also takes hex ("0x1") and "infinity": a decimal number only.
+    double d = *v && !isspace((unsigned char)*v) && !strpbrk(v, "xXpP") ? strtod(v, &end) : NAN;
     if (!end || *end || errno || !isfinite(d) || d > hi || (open_lo ? d <= lo : d < lo))
         return MO_FAIL(MO_ERR_INVALID, "%s: invalid value '%s' (accepted: %s)", f, v, what);
     *out = d;
@@ -599,20 +600,55 @@ mo_status mo_config_set(mo_config *c, const char *flag, const char *value) {
 
 // ---------------------------------------------------------------- --grid FILE
 
+// One line of a grid file, read whole up to GRID_LINE_MAX characters: a fixed buffer would split a
+// long line and parse its tail as flags, and an unbounded one never ends on /dev/zero. Returns the
+// length (NUL bytes included), or GRID_EOF, GRID_TOO_LONG, GRID_NOMEM.
+enum { GRID_LINE_MAX = 65536 };
+#define GRID_EOF ((ssize_t)-1)
+#define GRID_TOO_LONG ((ssize_t)-2)
+#define GRID_NOMEM ((ssize_t)-3)
+static ssize_t grid_line(FILE *fp, char **buf, size_t *cap) {
+    size_t n = 0;
+    int ch;
+    while ((ch = getc(fp)) != EOF) {
+        if (n >= GRID_LINE_MAX) return GRID_TOO_LONG;
+        if (n + 2 > *cap) {
+            size_t nc = *cap ? 2 * *cap : 256;
+            char *nb = realloc(*buf, nc);
+            if (!nb) return GRID_NOMEM;
+            *buf = nb;
+            *cap = nc;
+        }
+        (*buf)[n++] = (char)ch;
+        if (ch == '\n') break;
+    }
+    if (!n) return GRID_EOF;
+    (*buf)[n] = '\0';
+    return (ssize_t)n;
+}
+
 // Each line: "--flag value", "flag value", "flag=value" or a switch; '#' starts a comment.
 static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx) {
     (void)idx;
     MO_TRY(set_path(f, path, c->grid, sizeof c->grid));
     FILE *fp = fopen(path, "r");
     if (!fp) return MO_FAIL(MO_ERR_INVALID, "%s: cannot open '%s': %s", f, path, strerror(errno));
-    // Whole lines of any length (a fixed buffer would split a long line and parse its tail as flags).
     char *line = NULL;
     size_t line_cap = 0;
     ssize_t len;
     int lineno = 0;
     mo_status st = MO_OK;
-    while (st == MO_OK && (len = getline(&line, &line_cap, fp)) >= 0) {
+    while (st == MO_OK && (len = grid_line(fp, &line, &line_cap)) != GRID_EOF) {
         lineno++;
+        if (len == GRID_TOO_LONG) {
+            st = MO_FAIL(MO_ERR_INVALID, "--grid %s:%d: line longer than %d characters (accepted: a text file, one flag per line)",
+                         path, lineno, GRID_LINE_MAX);
+            break;
+        }
+        if (len == GRID_NOMEM) {
+            st = MO_FAIL(MO_ERR_INTERNAL, "--grid %s:%d: host out of memory for the line", path, lineno);
+            break;
+        }
         if (memchr(line, '\0', (size_t)len)) {
             st = MO_FAIL(MO_ERR_INVALID, "--grid %s:%d: a NUL byte in the line (accepted: a text file of flags)", path, lineno);
             break;
@@ -757,11 +793,20 @@ mo_status mo_config_finish(mo_config *c) {
 
     size_t n = mo_config_count(c);
     if (n > MO_COMBINATIONS_MAX) {
-        char count[32];
-        if (n == SIZE_MAX) snprintf(count, sizeof count, "over 2^63");
-        else snprintf(count, sizeof count, "%zu", n);
-        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make %s combinations, more than the %d allowed (shorten a list)",
-                       mo_command_name(c->command), count, MO_COMBINATIONS_MAX);
+        // The exact product (mo_config_count saturates): at most 32^15, well within a double's range.
+        const int lens[] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
+                            c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap};
+        static const char *const names[] = {"--preset", "--layers", "--hidden", "--heads", "--seq", "--vocab", "--batch",
+                                            "--attn", "--precision", "--tp", "--pp", "--accum", "--ckpt", "--alloc", "--cap"};
+        double total = 1;
+        char axes[512] = "";
+        for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+            total *= lens[i] > 0 ? lens[i] : 1;
+            size_t o = strlen(axes);
+            if (lens[i] > 1) snprintf(axes + o, sizeof axes - o, "%s%s %d", o ? " x " : "", names[i], lens[i]);
+        }
+        return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make %.0f combinations (%s; at most %d: split the sweep or shorten a list)",
+                       mo_command_name(c->command), total, axes, MO_COMBINATIONS_MAX);
     }
     // The first failing combination's message is the one reported when none is valid.
     mo_status first = MO_OK;

@@ -13,6 +13,8 @@
 #include "alloc.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +79,40 @@ struct mo_allocator {
     cudaMemPool_t pool;      // async
 #endif
 };
+
+// ---------- process-wide: fault injection (mo_alloc_fail_at, MEMOPT_FAIL_ALLOC) and accounting ----------
+static _Atomic uint64_t g_calls;    // mo_alloc calls since the last arming
+static _Atomic uint64_t g_fail_at;  // the call that fails; 0 off
+static _Atomic uint64_t g_injected; // faults injected
+static _Atomic uint64_t g_allocated, g_reserved, g_leaked, g_allocators;
+static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+
+static void read_fail_env(void) {
+    const char *e = getenv("MEMOPT_FAIL_ALLOC");
+    if (!e || !*e) return;
+    char *end = NULL;
+    unsigned long long k = strtoull(e, &end, 10);
+    if (*end || e[0] == '-') {
+        fprintf(stderr, "memopt: MEMOPT_FAIL_ALLOC='%s' ignored (accepted: a positive integer k)\n", e);
+        return;
+    }
+    mo_alloc_fail_at(k);
+}
+
+void mo_alloc_fail_at(uint64_t k) {
+    atomic_store(&g_fail_at, 0);
+    atomic_store(&g_calls, 0);
+    atomic_store(&g_fail_at, k);
+}
+uint64_t mo_alloc_calls(void) { return atomic_load(&g_calls); }
+uint64_t mo_alloc_faults_injected(void) { return atomic_load(&g_injected); }
+
+void mo_alloc_global_stats(mo_alloc_global *out) {
+    out->allocated_bytes = atomic_load(&g_allocated);
+    out->reserved_bytes = atomic_load(&g_reserved);
+    out->leaked_bytes = atomic_load(&g_leaked);
+    out->live_allocators = atomic_load(&g_allocators);
+}
 
 // ---------- pointer map ----------
 // All bits mixed (splitmix64's finalizer): addresses are multiples of 512 B, dry ones of 2 MiB, and
@@ -203,6 +239,7 @@ static void note_alloc(mo_allocator *a, uint64_t size, uint64_t req, int cat) {
     s->requested_bytes += req;
     s->allocated_by_cat[cat] += size;
     s->num_allocs++;
+    atomic_fetch_add(&g_allocated, size);
     if (s->allocated_bytes > s->peak_allocated_bytes) {
         s->peak_allocated_bytes = s->allocated_bytes;
         memcpy(s->at_peak_by_cat, s->allocated_by_cat, sizeof s->at_peak_by_cat);
@@ -215,10 +252,12 @@ static void note_free(mo_allocator *a, uint64_t size, uint64_t req, int cat) {
     a->st.requested_bytes -= req;
     a->st.allocated_by_cat[cat] -= size;
     a->st.num_frees++;
+    atomic_fetch_sub(&g_allocated, size);
 }
 
 static void note_reserve(mo_allocator *a, int64_t delta) {
     a->st.reserved_bytes += (uint64_t)delta;
+    atomic_fetch_add(&g_reserved, (uint64_t)delta);
     if (delta > 0) {
         a->st.num_segments++;
         a->st.num_segment_allocs++;
@@ -490,6 +529,7 @@ static mo_status async_reserved(mo_allocator *a, uint64_t *out) {
 static mo_status async_sync_reserved(mo_allocator *a) {
     uint64_t r = 0;
     MO_TRY(async_reserved(a, &r));
+    atomic_fetch_add(&g_reserved, r - a->st.reserved_bytes);
     a->st.reserved_bytes = r;
     if (r > a->st.peak_reserved_bytes) a->st.peak_reserved_bytes = r;
     return MO_OK;
@@ -545,6 +585,7 @@ static mo_status async_alloc(mo_allocator *a, uint64_t req, int cat, uintptr_t *
 mo_status mo_allocator_create(mo_allocator **out, mo_alloc_kind kind, mo_backend_kind backend, uint64_t cap_bytes,
                               void *stream) {
     *out = NULL;
+    pthread_once(&g_env_once, read_fail_env);
 #ifndef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA) return MO_FAIL(MO_ERR_UNSUPPORTED, "--backend cuda: this build has no CUDA (MEMOPT_CUDA=OFF)");
 #endif
@@ -579,6 +620,7 @@ mo_status mo_allocator_create(mo_allocator **out, mo_alloc_kind kind, mo_backend
         }
     }
 #endif
+    atomic_fetch_add(&g_allocators, 1);
     *out = a;
     return MO_OK;
 }
@@ -596,6 +638,13 @@ mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {
     if ((uint64_t)bytes > (uint64_t)INT64_MAX - SEGMENT_ROUND)
         return MO_FAIL(MO_ERR_INVALID, "a request of %zu bytes (%s) overflows the 64-bit byte counts (at most 2^63-1): "
                        "the shape is too large", bytes, mo_category_name(cat));
+    uint64_t call = atomic_fetch_add(&g_calls, 1) + 1, fail_at = atomic_load(&g_fail_at);
+    if (fail_at && call == fail_at) {
+        atomic_fetch_add(&g_injected, 1);
+        char why[64];
+        snprintf(why, sizeof why, "injected fault: allocation %" PRIu64, call);
+        return oom(a, bytes, why);
+    }
     uintptr_t p = 0;
     mo_status st;
     const uint64_t before = a->st.allocated_bytes; // the trace's block size: what allocated grew by
@@ -657,6 +706,10 @@ void mo_allocator_destroy(mo_allocator *a) {
     if (a->live.count)
         fprintf(stderr, "memopt: allocator destroyed with %zu live blocks (%" PRIu64 " bytes): a leak\n", a->live.count,
                 a->st.allocated_bytes);
+    atomic_fetch_add(&g_leaked, a->st.allocated_bytes);
+    atomic_fetch_sub(&g_allocated, a->st.allocated_bytes);
+    atomic_fetch_sub(&g_reserved, a->st.reserved_bytes);
+    atomic_fetch_sub(&g_allocators, 1);
 #ifdef MEMOPT_HAVE_CUDA
     if (a->backend == MO_BACKEND_CUDA) cudaDeviceSynchronize();
     if (is_async_pool(a)) {

@@ -125,6 +125,25 @@ typedef void (*mo_block_visitor)(void *user, uintptr_t seg_base, uint64_t seg_si
                                  uint64_t size, int in_use, int cat);
 void mo_allocator_visit(const mo_allocator *a, mo_block_visitor fn, void *user);
 
+// Fault injection, for the tests and MEMOPT_FAIL_ALLOC=k (README, knobs): the k-th mo_alloc call
+// (1-based) counted over every allocator of the process from this call fails with MO_ERR_OOM and the
+// allocator's own out-of-memory message ("... (injected fault: allocation k)"), as the cap would;
+// the calls before and after it are served. k 0 disarms. The counter is atomic: with the ranks of a
+// split as threads, exactly one rank gets the failure. MEMOPT_FAIL_ALLOC is read by the first
+// mo_allocator_create of the process.
+void mo_alloc_fail_at(uint64_t k);
+uint64_t mo_alloc_calls(void);          // mo_alloc calls since the last mo_alloc_fail_at (or start)
+uint64_t mo_alloc_faults_injected(void); // faults injected since the process started
+
+// Process-wide accounting over every allocator, live or destroyed, for leak tests: bytes allocated
+// and reserved now (a destroyed allocator gives its segments back), and the bytes of live blocks
+// that mo_allocator_destroy found (a leak; 0 when every tensor was freed).
+typedef struct mo_alloc_global {
+    uint64_t allocated_bytes, reserved_bytes, leaked_bytes;
+    uint64_t live_allocators;
+} mo_alloc_global;
+void mo_alloc_global_stats(mo_alloc_global *out);
+
 #ifdef __cplusplus
 }
 #endif

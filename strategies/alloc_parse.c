@@ -31,7 +31,8 @@ const char *mo_category_name(mo_category c) {
 
 mo_status mo_size_parse(const char *s, const char *flag, uint64_t *out) {
     char *end = NULL;
-    if (!s || !*s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
+    // strtod would also take hex ("0x10"): decimal digits only.
+    if (!s || !*s || !(isdigit((unsigned char)s[0]) || s[0] == '.') || strpbrk(s, "xX"))
         return MO_FAIL(MO_ERR_INVALID, "%s: '%s' is not a size (accepted: bytes, or a number with B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", flag, s ? s : "");
     double v = strtod(s, &end);
     static const struct { const char *unit; double mult; } units[] = {
@@ -55,8 +56,9 @@ mo_status mo_size_parse(const char *s, const char *flag, uint64_t *out) {
 mo_status mo_cap_parse(const char *s, mo_cap *out) {
     memset(out, 0, sizeof *out);
     if (!strcmp(s, "none") || !strcmp(s, "0")) return MO_OK;
-    char *end = NULL;
-    double v = strtod(s, &end);
+    char *end = (char *)s;
+    // strtod would also take hex ("0x0.8") and leading spaces: a decimal number only.
+    double v = strpbrk(s, "xXpP") || isspace((unsigned char)s[0]) ? NAN : strtod(s, &end);
     // A plain number with a decimal point, or a number at most 1, is a fraction of device memory.
     if (end != s && *end == '\0' && (strchr(s, '.') || v <= 1.0)) {
         if (!(v > 0.0 && v <= 1.0))

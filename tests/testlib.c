@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "kernels/backend.h"
 #include "kernels/status.h"
@@ -96,4 +97,11 @@ uint64_t test_seed_from_time(void) {
     if (env) s = strtoull(env, NULL, 0);
     printf("seed %llu (replay with MEMOPT_TEST_SEED=%llu)\n", (unsigned long long)s, (unsigned long long)s);
     return s;
+}
+
+int test_reduced(const char *what) {
+    const char *e = getenv("MEMOPT_TEST_REDUCED");
+    int r = e && strcmp(e, "0") != 0 && *e;
+    if (r) printf("MEMOPT_TEST_REDUCED: skipping %s\n", what);
+    return r;
 }

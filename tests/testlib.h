@@ -38,5 +38,8 @@ uint64_t test_rng_u64(test_rng *r);
 float test_rng_uniform(test_rng *r, float lo, float hi);
 void test_fill_uniform(test_rng *r, float *x, size_t n, float lo, float hi);
 uint64_t test_seed_from_time(void); // a new seed per run, printed so a failure can be replayed
+// MEMOPT_TEST_REDUCED=1: skip the timing loops (compute-sanitizer runs the GPU tests ~10-100x slower;
+// tools/gpu_session.sh stage sanitize). Prints the skip once per caller.
+int test_reduced(const char *what);
 
 #endif

@@ -12,7 +12,9 @@
 #   split model's GPU test and the eight precision x attention rows; "profile" --profile's measured time
 #   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused); "trace" the
 #   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
-#   "bench" times make bench
+#   "bench" times make bench; "faults" fails every allocation of a tiny step on cuda in turn
+#   (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
+#   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -243,6 +245,19 @@ if has bench; then
   bash bench/run_bench.sh $B 2>&1 | tail -8
   echo "make bench (run_bench.sh): $(( $(date +%s) - t0 )) s"
   cp -r $B/bench "$R/bench" 2>/dev/null || true
+fi
+if has faults; then
+  # every allocation of a tiny training step failed in turn on cuda (tests/gpu_alloc_faults.c); alone:
+  # it checks that device-wide memory (cudaMemGetInfo) comes back after each failure
+  (cd $B && timeout 500 ./gpu_alloc_faults >"$R/gpu_alloc_faults.log" 2>&1; echo "gpu_alloc_faults exit $?: $(tail -1 "$R/gpu_alloc_faults.log")")
+  grep -E "^fault injection|FAIL" "$R/gpu_alloc_faults.log" | head -40
+fi
+if has sanitize; then
+  # compute-sanitizer memcheck (leak check), racecheck, initcheck, synccheck over every gpu_* test
+  # binary, reduced, about 4 minutes in all (tools/gpu_sanitize.sh); sanitize.log is the committed log
+  rm -f "$OUT/sanitize.log"
+  SAN_BUDGET=${SAN_BUDGET:-220} bash tools/gpu_sanitize.sh $B "$R/sanitize" "$OUT/sanitize.log"
+  cp "$OUT/sanitize.log" "$R/sanitize.log"
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv
 echo "== done $(date -u +%FT%TZ)"

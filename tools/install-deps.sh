@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure the build and test tools are there: installs the missing Debian packages when run as
-# root, otherwise prints the one command that would. Usage: tools/install-deps.sh [test|bench]
+# root, otherwise prints the one command that would. Usage: tools/install-deps.sh [test|bench|fuzz]
 set -u
 want="${1:-test}"
 need=()
@@ -17,6 +17,11 @@ done
 [ $have_gbench = 1 ] || need+=(libbenchmark-dev)
 # gnuplot is optional: make bench measures without it and says how to draw the figures later.
 optional=()
+if [ "$want" = fuzz ]; then
+  # clang with libFuzzer (the clang_rt fuzzer archive is in libclang-rt-dev)
+  command -v clang >/dev/null 2>&1 || need+=(clang)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-dev)
+fi
 if [ "$want" = bench ]; then
   command -v gnuplot >/dev/null 2>&1 || optional+=(gnuplot-nox)
 fi
