@@ -1,6 +1,7 @@
 // The results CSV: one table of columns drives the header, the writer and the reader, so the
 // three cannot drift apart.
 #include "csv.h"
+#include "models/model.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +32,7 @@ static const col_def cols[] = {
     I(peak_reserved_bytes), I(static_bytes), I(activation_peak_bytes), I(param_bytes), I(grad_bytes),
     I(optim_bytes), I(master_bytes), I(activation_bytes), I(workspace_bytes), I(num_ooms),
     I(num_alloc_retries), I(skipped_steps), F(loss_scale), F(loss_first), F(loss_last),
-    I(predicted_peak_bytes), F(comm_ms), I(comm_modelled),
+    I(predicted_peak_bytes), F(comm_ms), I(comm_modelled), S(dims), F(items_per_s),
 };
 #undef I
 #undef F
@@ -65,7 +66,9 @@ void mo_csv_row_init(mo_csv_row *row) {
 
 void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t cap_bytes) {
     snprintf(row->backend, sizeof row->backend, "%s", mo_backend_name(rc->backend));
-    snprintf(row->model, sizeof row->model, "%s", mo_model_name(rc->model));
+    snprintf(row->model, sizeof row->model, "%s", rc->model);
+    const mo_model_ops *m = mo_model_find(rc->model);
+    if (m && m->dims_text) m->dims_text(rc, row->dims, sizeof row->dims);
     row->layers = rc->layers;
     row->hidden = rc->hidden;
     row->heads = rc->heads;
@@ -158,10 +161,10 @@ const char *mo_csv_config_key(const mo_csv_row *r, char *buf, size_t n) {
     if (r->pp >= 0) snprintf(pp, sizeof pp, "%lld", (long long)r->pp);
     snprintf(buf, n,
              "backend=%s model=%s layers=%lld hidden=%lld heads=%lld seq=%lld batch=%lld vocab=%lld precision=%s "
-             "attn=%s ckpt=%s accum=%s tp=%s pp=%s comm=%s cap_bytes=%s alloc=%s",
+             "attn=%s ckpt=%s accum=%s tp=%s pp=%s comm=%s cap_bytes=%s alloc=%s dims=%s",
              r->backend, r->model, (long long)r->layers, (long long)r->hidden, (long long)r->heads,
              (long long)r->seq, (long long)r->batch, (long long)r->vocab, r->precision, r->attn, r->ckpt, accum, tp,
-             pp, r->comm, cap, r->alloc);
+             pp, r->comm, cap, r->alloc, r->dims);
     return buf;
 }
 
@@ -373,6 +376,23 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
 
 #define MAX_FIELDS 256
 
+// A row of an older schema, brought up to this one (its schema_version stays the file's). Version 1 had gpt rows only: their dims text is
+// the gpt table's of the GPT columns, and their items per second the tokens per second.
+static void upgrade_row(mo_csv_row *r) {
+    if (r->schema_version >= 2) return;
+    if (!r->model[0] || !strcmp(r->model, "gpt")) {
+        const mo_model_ops *m = mo_model_find("gpt");
+        if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {
+            mo_run_config rc;
+            memset(&rc, 0, sizeof rc);
+            rc.layers = (int)r->layers; rc.hidden = (int)r->hidden; rc.heads = (int)r->heads;
+            rc.seq = (int)r->seq; rc.vocab = (int)r->vocab;
+            m->dims_text(&rc, r->dims, sizeof r->dims);
+        }
+        if (isnan(r->items_per_s)) r->items_per_s = r->tokens_per_s;
+    }
+}
+
 mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
     *rows_out = NULL;
     *n_out = 0;
@@ -422,9 +442,9 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         if (nf > version_at) {
             const char *v = fields[version_at];
             ver = strtoll(v, &end, 10);
-            if (!*v || *end || ver != MO_CSV_SCHEMA_VERSION) {
-                st = MO_FAIL(MO_ERR_INVALID, "%s: schema_version %s, this memopt reads %d", path, *v ? v : "(empty)",
-                             MO_CSV_SCHEMA_VERSION);
+            if (!*v || *end || ver < MO_CSV_SCHEMA_OLDEST || ver > MO_CSV_SCHEMA_VERSION) {
+                st = MO_FAIL(MO_ERR_INVALID, "%s: schema_version %s, this memopt reads %d..%d", path, *v ? v : "(empty)",
+                             MO_CSV_SCHEMA_OLDEST, MO_CSV_SCHEMA_VERSION);
                 goto done;
             }
         }
@@ -449,6 +469,7 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         mo_csv_row_init(r);
         for (int i = 0; i < nf && st == MO_OK; i++) st = parse_cell(path, rd.line, &cols[map[i]], fields[i], r);
         if (st != MO_OK) goto done;
+        upgrade_row(r);
         n++;
     }
     if (unknown && n == 0)

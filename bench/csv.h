@@ -18,7 +18,11 @@
 extern "C" {
 #endif
 
-#define MO_CSV_SCHEMA_VERSION 1
+// 2: dims and items_per_s (at the end). The reader takes every version from 1 (missing columns read
+// as unknown; a version-1 row, always a gpt one, gets its dims and items_per_s derived from its
+// GPT columns, so that rows of both versions compare).
+#define MO_CSV_SCHEMA_VERSION 2
+#define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {
     int64_t schema_version;        // MO_CSV_SCHEMA_VERSION
@@ -29,8 +33,9 @@ typedef struct mo_csv_row {
     int64_t device_mem_bytes;
     char driver[32];
     char cuda_runtime[32];
-    char model[32];                // "gpt"
-    int64_t layers, hidden, heads, seq, batch, micro_batch, vocab, params;
+    char model[32];                // "gpt" (models/model.h)
+    int64_t layers, hidden, heads, seq, batch, micro_batch, vocab, params; // GPT's; empty for other models
+
     char precision[8];
     char attn[16];
     char ckpt[24];                 // "every:4"
@@ -51,6 +56,9 @@ typedef struct mo_csv_row {
     int64_t predicted_peak_bytes;
     double comm_ms;
     int64_t comm_modelled;         // 1: comm_ms is modelled, not measured; 0 measured
+    // schema 2
+    char dims[128];                // the model's own dimension text, "L12 C768 H12 T1024 V50304"
+    double items_per_s;            // the model's items (tokens for gpt) per second
 } mo_csv_row;
 
 // Every field unknown, schema_version set.
@@ -74,11 +82,12 @@ void mo_csv_close(mo_csv_writer *w);
 mo_status mo_csv_format_row(const mo_csv_row *row, char *buf, size_t n);
 
 // Reader. Columns are found by header name (any order; a missing column reads as unknown, an
-// unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_VERSION.
+// unknown column is an error). Every row's schema_version must be in MO_CSV_SCHEMA_OLDEST ..
+// MO_CSV_SCHEMA_VERSION; older rows are brought up to the current schema (see above).
 // *rows is malloc'ed (free it); *n may be 0.
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 
-// A string naming the configuration of a row (backend, model and dims, precision, attn, ckpt,
+// A string naming the configuration of a row (backend, model and its dims text, the GPT columns, precision, attn, ckpt,
 // accum, tp, pp, comm, cap_bytes, alloc): rows with equal keys are the same experiment, for
 // sweep --resume and compare. Device, times and results are not part of it.
 const char *mo_csv_config_key(const mo_csv_row *row, char *buf, size_t n);

@@ -158,8 +158,10 @@ mo_status mo_plan_config_from_row(const mo_csv_row *r, mo_run_config *rc) {
     *rc = c->base;
     free(c);
     rc->preset[0] = '\0';
+    // The rows' dimension columns are GPT's (an empty model column: a gpt row).
     if (r->model[0] && strcmp(r->model, "gpt"))
-        return MO_FAIL(MO_ERR_INVALID, "model '%s': the planner knows gpt", r->model);
+        return MO_FAIL(MO_ERR_INVALID, "model '%s': the planner reads gpt rows only so far", r->model);
+    snprintf(rc->model, sizeof rc->model, "gpt");
     const int64_t dims[] = {r->layers, r->hidden, r->heads, r->seq, r->batch, r->vocab};
     static const char *names[] = {"layers", "hidden", "heads", "seq", "batch", "vocab"};
     for (int i = 0; i < 6; i++)
