@@ -696,13 +696,24 @@ mo_status mo_run_config_validate(const mo_run_config *r) {
     if (!m->split && r->tp * r->pp > 1)
         return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: model %s cannot be split over ranks yet (accepted: --tp 1 --pp 1)",
                        r->tp, r->pp, m->name);
-    if (r->batch % r->accum)
-        return MO_FAIL(MO_ERR_INVALID, "--accum %d: batch %d is not divisible by %d", r->accum, r->batch, r->accum);
-    if (r->ckpt.kind == MO_CKPT_EVERY && (r->ckpt.every < 1 || r->ckpt.every > r->layers))
-        return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..layers (layers %d)", r->ckpt.every, r->layers);
+    MO_TRY(m->validate(r));
+    MO_TRY(mo_run_config_check_accum(r));
+    MO_TRY(mo_run_config_check_every(r));
     if (r->comm == MO_COMM_NCCL && r->backend != MO_BACKEND_CUDA)
         return MO_FAIL(MO_ERR_INVALID, "--comm nccl: needs --backend cuda (got %s)", mo_backend_name(r->backend));
-    return m->validate(r); // the model's own rules last: the generic ones above name their flags first
+    return MO_OK;
+}
+
+mo_status mo_run_config_check_accum(const mo_run_config *r) {
+    if (r->accum < 1 || r->batch % r->accum)
+        return MO_FAIL(MO_ERR_INVALID, "--accum %d: batch %d is not divisible by %d", r->accum, r->batch, r->accum);
+    return MO_OK;
+}
+
+mo_status mo_run_config_check_every(const mo_run_config *r) {
+    if (r->ckpt.kind == MO_CKPT_EVERY && (r->ckpt.every < 1 || r->ckpt.every > r->layers))
+        return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..layers (layers %d)", r->ckpt.every, r->layers);
+    return MO_OK;
 }
 
 // The dimension flags given that the model does not take.

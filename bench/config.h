@@ -181,6 +181,10 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
 //   model lacks (attention for --attn fused and --ckpt selective, a split for --tp/--pp), and the
 //   generic ones: batch % accum == 0; every:K has K <= layers; --comm nccl needs --backend cuda.
 mo_status mo_run_config_validate(const mo_run_config *rc);
+// Two of the generic rules, for a model's validate that checks them in its own order: batch % accum,
+// and every:K with K <= layers.
+mo_status mo_run_config_check_accum(const mo_run_config *rc);
+mo_status mo_run_config_check_every(const mo_run_config *rc);
 
 // mo_errmsg() without its "file.c:123: " prefix: the text a user is shown for bad input.
 const char *mo_errmsg_plain(void);

@@ -69,15 +69,17 @@ void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t c
     snprintf(row->model, sizeof row->model, "%s", rc->model);
     const mo_model_ops *m = mo_model_find(rc->model);
     if (m && m->dims_text) m->dims_text(rc, row->dims, sizeof row->dims);
-    row->layers = rc->layers;
-    row->hidden = rc->hidden;
-    row->heads = rc->heads;
-    row->seq = rc->seq;
+    // GPT's dimension columns: empty for a model that lacks the dimension (its dims text says all).
+    unsigned has = m ? m->dims : ~0u;
+    row->layers = has & MO_DIM_LAYERS ? rc->layers : -1;
+    row->hidden = has & MO_DIM_HIDDEN ? rc->hidden : -1;
+    row->heads = has & MO_DIM_HEADS ? rc->heads : -1;
+    row->seq = has & MO_DIM_SEQ ? rc->seq : -1;
     row->batch = rc->batch;
     row->micro_batch = rc->accum > 0 ? rc->batch / rc->accum : -1;
-    row->vocab = rc->vocab;
+    row->vocab = has & MO_DIM_VOCAB ? rc->vocab : -1;
     snprintf(row->precision, sizeof row->precision, "%s", mo_precision_name(rc->precision));
-    snprintf(row->attn, sizeof row->attn, "%s", mo_attn_name(rc->attn));
+    snprintf(row->attn, sizeof row->attn, "%s", has & MO_OPT_ATTN ? mo_attn_name(rc->attn) : "");
     mo_ckpt_format(rc->ckpt, row->ckpt, sizeof row->ckpt);
     row->accum = rc->accum;
     row->tp = rc->tp;

@@ -243,7 +243,7 @@ static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo
     s->cap = mo_cap_resolve(&rc->cap, total);
     *res = s;
     mo_status st = mo_model_of(rc, &s->ops);
-    if (st == MO_OK) st = s->ops->validate(rc);
+    if (st == MO_OK && s->ops->check) st = s->ops->check(rc);
     if (st == MO_OK && is_split(rc) && !s->ops->split)
         st = MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: model %s cannot be split over ranks yet", rc->tp, rc->pp, s->ops->name);
     if (st == MO_OK && is_split(rc)) {

@@ -32,10 +32,12 @@ static void gpt_config_of(const mo_run_config *rc, mo_gpt_config *g) {
     g->seed = rc->seed;
 }
 
-// The cross-flag rules of a GPT combination (they were config.c's), then the model's own shape checks.
+// The cross-flag rules of a GPT combination, in the order config.c had them (the generic accum rule
+// among them, so that a combination breaking two rules names the same one as before).
 static mo_status gpt_validate(const mo_run_config *r) {
     if (r->heads < 1 || r->hidden % r->heads)
         return MO_FAIL(MO_ERR_INVALID, "--heads %d: hidden %d is not divisible by %d", r->heads, r->hidden, r->heads);
+    MO_TRY(mo_run_config_check_accum(r));
     if (r->tp > 1 && r->heads % r->tp)
         return MO_FAIL(MO_ERR_INVALID, "--tp %d: heads %d is not divisible by %d", r->tp, r->heads, r->tp);
     if (r->tp > 1 && (4 * r->hidden) % r->tp)
@@ -44,6 +46,11 @@ static mo_status gpt_validate(const mo_run_config *r) {
     if (r->pp > 1 && r->layers % r->pp)
         return MO_FAIL(MO_ERR_INVALID, "--pp %d: layers %d is not divisible by %d (every stage holds layers/pp blocks)",
                        r->pp, r->layers, r->pp);
+    return mo_run_config_check_every(r);
+}
+
+// The model's own shape checks (the engine's, before anything is built).
+static mo_status gpt_check(const mo_run_config *r) {
     mo_gpt_config g;
     gpt_config_of(r, &g);
     return mo_gpt_validate(&g);
@@ -241,6 +248,7 @@ const mo_model_ops mo_gpt_model = {
     .presets = gpt_presets,
     .n_presets = (int)(sizeof gpt_presets / sizeof gpt_presets[0]),
     .validate = gpt_validate,
+    .check = gpt_check,
     .dims_text = gpt_dims_text,
     .num_params = gpt_num_params,
     .items_per_sample = gpt_items_per_sample,

@@ -86,9 +86,13 @@ typedef struct mo_model_ops {
     const mo_preset *presets;
     int n_presets;
 
-    // The model's rules for one combination (shapes, and the strategies it has or refuses, with the
-    // reason). The generic rules (batch % accum, every:K <= layers, nccl on cuda) are config.c's.
+    // The model's cross-flag rules for one combination (in mo_run_config_validate; what a model lacks
+    // by its dims bits and split is refused there). The generic rules (batch % accum, every:K <=
+    // layers, nccl on cuda) are config.c's, checked after it (a model may check them earlier itself).
     mo_status (*validate)(const mo_run_config *rc);
+    // The model's own check before the engine builds anything (shapes its kernels take); a refusal
+    // makes the row invalid.
+    mo_status (*check)(const mo_run_config *rc);
     // Its dimensions as a short text for the CSV's dims column ("L12 C768 H12 T1024 V50304").
     const char *(*dims_text)(const mo_run_config *rc, char *buf, size_t n);
     size_t (*num_params)(const mo_run_config *rc);

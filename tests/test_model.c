@@ -209,6 +209,8 @@ static void test_engine_through_table(void) {
     CHECK_MSG(!strcmp(row.status, "ok"), "%s: %s", row.status, row.detail);
     CHECK(!strcmp(row.model, "toy") && !strcmp(row.dims, "L2 H32"));
     CHECK(row.params == 2 * 32 * 32 && row.steps == 3);
+    // GPT's columns it lacks are empty; layers and hidden it has.
+    CHECK(row.layers == 2 && row.hidden == 32 && row.heads == -1 && row.seq == -1 && row.vocab == -1 && !row.attn[0]);
     // params + grads, then one (4,32) fp32 activation per layer (512 bytes: the allocator's block
     // size, so no rounding): the peak is exact on every backend.
     CHECK_EQ_U64(row.param_bytes, 2 * 32 * 32 * 4);
