@@ -201,6 +201,8 @@ static void base_from_preset(mo_run_config *b, const mo_preset *p) {
     b->seq = p->seq;
     b->batch = p->batch;
     b->vocab = p->vocab;
+    b->input = p->input;
+    b->classes = p->classes;
 }
 
 static mo_status set_model(mo_config *c, const char *f, const char *v, int idx) {
@@ -248,6 +250,8 @@ INT_AXIS(heads, 1, MO_MAX_HEADS)
 INT_AXIS(seq, 1, MO_MAX_SEQ)
 INT_AXIS(batch, 1, MO_MAX_BATCH)
 INT_AXIS(vocab, 1, MO_MAX_VOCAB)
+INT_AXIS(input, 1, MO_MAX_INPUT)
+INT_AXIS(classes, 2, MO_MAX_CLASSES)
 INT_AXIS(accum, 1, MO_MAX_BATCH)
 INT_AXIS(tp, 1, MO_MAX_TP)
 INT_AXIS(pp, 1, MO_MAX_PP)
@@ -442,6 +446,7 @@ static int *list_count(mo_config *c, const char *name) {
         {"--preset", offsetof(mo_config, n_preset)},     {"--layers", offsetof(mo_config, n_layers)},
         {"--hidden", offsetof(mo_config, n_hidden)},     {"--heads", offsetof(mo_config, n_heads)},
         {"--seq", offsetof(mo_config, n_seq)},           {"--vocab", offsetof(mo_config, n_vocab)},
+        {"--input", offsetof(mo_config, n_input)},       {"--classes", offsetof(mo_config, n_classes)},
         {"--batch", offsetof(mo_config, n_batch)},       {"--attn", offsetof(mo_config, n_attn)},
         {"--precision", offsetof(mo_config, n_precision)}, {"--tp", offsetof(mo_config, n_tp)},
         {"--pp", offsetof(mo_config, n_pp)},             {"--accum", offsetof(mo_config, n_accum)},
@@ -455,7 +460,7 @@ static int *list_count(mo_config *c, const char *name) {
 
 static const flag_def flags[] = {
     // model
-    {{"--model", "NAME", "model family: gpt (default gpt)", "model", CMDS_CONFIG, 0}, set_model},
+    {{"--model", "NAME", "model family: gpt, mlp (default gpt)", "model", CMDS_CONFIG, 0}, set_model},
     {{"--preset", "gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m", "GPT-2 dimensions (default gpt2-124m); explicit dims override", "model", CMDS_CONFIG, 1}, set_preset},
     {{"--layers", "N", "transformer blocks (1..1024)", "model", CMDS_CONFIG, 1}, set_layers},
     {{"--hidden", "N", "channels (1..65536), divisible by --heads", "model", CMDS_CONFIG, 1}, set_hidden},
@@ -463,6 +468,8 @@ static const flag_def flags[] = {
     {{"--seq", "N", "sequence length (1..65536)", "model", CMDS_CONFIG, 1}, set_seq},
     {{"--batch", "N", "global batch per optimizer step (1..65536; default 8)", "model", CMDS_CONFIG, 1}, set_batch},
     {{"--vocab", "N", "vocabulary size (1..2097152; presets 50304)", "model", CMDS_CONFIG, 1}, set_vocab},
+    {{"--input", "N", "mlp: input width (1..1048576)", "model", CMDS_CONFIG, 1}, set_input},
+    {{"--classes", "N", "mlp: classes of the softmax head (2..2097152)", "model", CMDS_CONFIG, 1}, set_classes},
     {{"--attn", "materialized|fused", "attention: keep (B,H,T,T) scores, or flash-style (default materialized)", "model", CMDS_CONFIG, 1}, set_attn},
     // strategy
     {{"--cap", "none|FRACTION|SIZE", "memory cap on reserved bytes: 0.5 of device memory, or 24GiB (default none)", "strategy", CMDS_CONFIG, 1}, set_cap},
@@ -632,7 +639,8 @@ static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx
 
 size_t mo_config_count(const mo_config *c) {
     const int lens[] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
-                        c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap};
+                        c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap,
+                        c->n_input, c->n_classes};
     size_t total = 1;
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         size_t n = lens[i] > 0 ? (size_t)lens[i] : 1;
@@ -654,6 +662,7 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
     size_t count = mo_config_count(c);
     if (i >= count) return MO_FAIL(MO_ERR_INTERNAL, "combination %zu of %zu", i, count);
     // Decode in reverse order of the documented nesting.
+    int k_classes = take(&i, c->n_classes), k_input = take(&i, c->n_input);
     int k_cap = take(&i, c->n_cap), k_alloc = take(&i, c->n_alloc), k_ckpt = take(&i, c->n_ckpt);
     int k_accum = take(&i, c->n_accum), k_pp = take(&i, c->n_pp), k_tp = take(&i, c->n_tp);
     int k_prec = take(&i, c->n_precision), k_attn = take(&i, c->n_attn), k_batch = take(&i, c->n_batch);
@@ -671,6 +680,8 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
     out->heads = c->n_heads ? c->heads[k_heads] : p->heads;
     out->seq = c->n_seq ? c->seq[k_seq] : p->seq;
     out->vocab = c->n_vocab ? c->vocab[k_vocab] : p->vocab;
+    out->input = c->n_input ? c->input[k_input] : p->input;
+    out->classes = c->n_classes ? c->classes[k_classes] : p->classes;
     out->batch = c->n_batch ? c->batch[k_batch] : p->batch;
     out->attn = c->attn[k_attn];
     out->precision = c->precision[k_prec];
@@ -724,6 +735,7 @@ static mo_status check_model_flags(const mo_config *c) {
         {"--layers", MO_DIM_LAYERS, offsetof(mo_config, n_layers)}, {"--hidden", MO_DIM_HIDDEN, offsetof(mo_config, n_hidden)},
         {"--heads", MO_DIM_HEADS, offsetof(mo_config, n_heads)},    {"--seq", MO_DIM_SEQ, offsetof(mo_config, n_seq)},
         {"--vocab", MO_DIM_VOCAB, offsetof(mo_config, n_vocab)},    {"--attn", MO_OPT_ATTN, offsetof(mo_config, attn_given)},
+        {"--input", MO_DIM_INPUT, offsetof(mo_config, n_input)},    {"--classes", MO_DIM_CLASSES, offsetof(mo_config, n_classes)},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (*(const int *)((const char *)c + dims[i].off) && !(m->dims & dims[i].bit))

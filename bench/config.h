@@ -36,6 +36,8 @@ extern "C" {
 #define MO_MAX_SEQ 65536
 #define MO_MAX_BATCH 65536
 #define MO_MAX_VOCAB (1 << 21)
+#define MO_MAX_INPUT (1 << 20)
+#define MO_MAX_CLASSES (1 << 21)
 #define MO_MAX_TP 256
 #define MO_MAX_PP 1024
 #define MO_MAX_STEPS 1000000
@@ -75,6 +77,7 @@ mo_status mo_ckpt_parse(const char *s, mo_ckpt *out);
 typedef struct mo_preset {
     const char *name;
     int layers, hidden, heads, seq, batch, vocab;
+    int input, classes; // the MLP's input width and classes
 } mo_preset;
 const mo_preset *mo_preset_find(const char *name); // any model's preset by name; NULL when unknown
 const mo_preset *mo_presets(size_t *n);            // the default model's (gpt)
@@ -87,6 +90,7 @@ typedef struct mo_run_config {
     int layers, hidden, heads, seq;
     int batch;                       // global batch per optimizer step
     int vocab;
+    int input, classes;              // the MLP's input width and class count (0 for gpt)
     mo_attn_kind attn;
     // strategy
     mo_cap cap;                      // resolve with mo_cap_resolve(&cap, device total)
@@ -122,6 +126,8 @@ typedef struct mo_config {
     int n_heads;     int heads[MO_LIST_MAX];
     int n_seq;       int seq[MO_LIST_MAX];
     int n_vocab;     int vocab[MO_LIST_MAX];
+    int n_input;     int input[MO_LIST_MAX];
+    int n_classes;   int classes[MO_LIST_MAX];
     int n_batch;     int batch[MO_LIST_MAX];
     int n_attn;      mo_attn_kind attn[MO_LIST_MAX];
     int n_precision; mo_precision precision[MO_LIST_MAX];
@@ -171,7 +177,8 @@ mo_status mo_config_finish(mo_config *c);
 // Number of combinations: the product of the list lengths (an empty dimension list counts 1).
 size_t mo_config_count(const mo_config *c);
 // Combination i, 0 <= i < count. Order: nested loops, the first axis outermost, the last fastest:
-//   preset, layers, hidden, heads, seq, vocab, batch, attn, precision, tp, pp, accum, ckpt, alloc, cap
+//   preset, layers, hidden, heads, seq, vocab, batch, attn, precision, tp, pp, accum, ckpt, alloc, cap,
+//   input, classes
 // (each list in the order given on the command line). Dimensions not given come from the preset.
 // Does not validate: call mo_run_config_validate.
 mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out);

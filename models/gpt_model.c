@@ -10,10 +10,10 @@
 
 // GPT-2 sizes, seq 1024, vocab 50304 (50257 padded to a multiple of 128), batch 8; the first is the default.
 static const mo_preset gpt_presets[] = {
-    {"gpt2-124m", 12, 768, 12, 1024, 8, 50304},
-    {"gpt2-350m", 24, 1024, 16, 1024, 8, 50304},
-    {"gpt2-774m", 36, 1280, 20, 1024, 8, 50304},
-    {"gpt2-1558m", 48, 1600, 25, 1024, 8, 50304},
+    {"gpt2-124m", 12, 768, 12, 1024, 8, 50304, 0, 0},
+    {"gpt2-350m", 24, 1024, 16, 1024, 8, 50304, 0, 0},
+    {"gpt2-774m", 36, 1280, 20, 1024, 8, 50304, 0, 0},
+    {"gpt2-1558m", 48, 1600, 25, 1024, 8, 50304, 0, 0},
 };
 
 // The model's configuration of one run: dims, attention, checkpointing, accumulation, precision,

@@ -30,6 +30,8 @@ enum {
     MO_DIM_SEQ = 1u << 3,
     MO_DIM_VOCAB = 1u << 4,
     MO_OPT_ATTN = 1u << 5,
+    MO_DIM_INPUT = 1u << 6,
+    MO_DIM_CLASSES = 1u << 7,
 };
 
 // What the engine reads after each step.
@@ -128,6 +130,7 @@ const mo_preset *mo_model_preset(const mo_model_ops *ops, const char *name);
 
 // The built-in tables.
 extern const mo_model_ops mo_gpt_model;
+extern const mo_model_ops mo_mlp_model;
 
 #ifdef __cplusplus
 }

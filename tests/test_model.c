@@ -16,7 +16,7 @@
 // layers x (hidden, hidden) fp32 weights with their gradients; a step holds one (batch, hidden)
 // activation per layer until its end. Nothing is computed: the table's plumbing is what is tested.
 
-static const mo_preset toy_presets[] = {{"toy-s", 2, 32, 0, 0, 4, 0}, {"toy-m", 4, 32, 0, 0, 8, 0}};
+static const mo_preset toy_presets[] = {{"toy-s", 2, 32, 0, 0, 4, 0, 0, 0}, {"toy-m", 4, 32, 0, 0, 8, 0, 0, 0}};
 
 typedef struct toy {
     mo_ctx *ctx;
@@ -112,7 +112,7 @@ static void test_registry(void) {
     CHECK(mo_model_find("toy") == &toy_model);
     CHECK(mo_model_register(&toy_model) == MO_ERR_INVALID && strstr(mo_errmsg(), "exists"));
     char names[128];
-    CHECK_MSG(!strcmp(mo_model_names(names, sizeof names), "gpt, toy"), "%s", names);
+    CHECK_MSG(!strcmp(mo_model_names(names, sizeof names), "gpt, mlp, toy"), "%s", names);
     CHECK(mo_preset_find("toy-m") == &toy_presets[1] && mo_preset_find("gpt2-350m") != NULL);
     CHECK(mo_model_preset(&toy_model, "gpt2-124m") == NULL);
 }
@@ -176,7 +176,7 @@ static void test_config_through_table(void) {
     CHECK_OK(mo_config_combination(&cfg, 0, &rc));
     CHECK(rc.layers == 4 && rc.hidden == 8 && rc.batch == 8);
     // What it refuses, with the reason.
-    expect_refused((const char *const[]){"--model", "nosuch", NULL}, "--model: unknown value 'nosuch' (accepted: gpt, toy)");
+    expect_refused((const char *const[]){"--model", "nosuch", NULL}, "--model: unknown value 'nosuch' (accepted: gpt, mlp, toy)");
     expect_refused((const char *const[]){"--model", "toy", "--heads", "4", NULL}, "--heads: not a flag of model toy");
     expect_refused((const char *const[]){"--model", "toy", "--seq", "4", NULL}, "--seq: not a flag of model toy");
     expect_refused((const char *const[]){"--model", "toy", "--attn", "fused", NULL}, "--attn: not a flag of model toy");
