@@ -61,6 +61,15 @@ static const char *gpt_dims_text(const mo_run_config *rc, char *buf, size_t n) {
     return buf;
 }
 
+static mo_status gpt_dims_parse(const char *t, mo_run_config *rc) {
+    int L, C, H, T, V, used = 0;
+    if (sscanf(t, "L%d C%d H%d T%d V%d%n", &L, &C, &H, &T, &V, &used) != 5 || t[used] || L < 1 || C < 1 || H < 1 || T < 1 ||
+        V < 1)
+        return MO_FAIL(MO_ERR_INVALID, "dims '%s': not gpt's 'L12 C768 H12 T1024 V50304'", t);
+    rc->layers = L; rc->hidden = C; rc->heads = H; rc->seq = T; rc->vocab = V;
+    return MO_OK;
+}
+
 static size_t gpt_num_params(const mo_run_config *rc) {
     mo_gpt_config g;
     gpt_config_of(rc, &g);
@@ -250,6 +259,7 @@ const mo_model_ops mo_gpt_model = {
     .validate = gpt_validate,
     .check = gpt_check,
     .dims_text = gpt_dims_text,
+    .dims_parse = gpt_dims_parse,
     .num_params = gpt_num_params,
     .items_per_sample = gpt_items_per_sample,
     .step_flops = gpt_step_flops,

@@ -93,6 +93,15 @@ static const char *mlp_dims_text(const mo_run_config *rc, char *buf, size_t n) {
     return buf;
 }
 
+static mo_status mlp_dims_parse(const char *t, mo_run_config *rc) {
+    int L, H, I, K, used = 0;
+    if (sscanf(t, "L%d H%d I%d K%d%n", &L, &H, &I, &K, &used) != 4 || t[used] || L < 1 || H < 1 || I < 1 || K < 2)
+        return MO_FAIL(MO_ERR_INVALID, "dims '%s': not the mlp's 'L4 H256 I256 K10'", t);
+    rc->layers = L; rc->hidden = H; rc->input = I; rc->classes = K;
+    rc->heads = rc->seq = rc->vocab = 0;
+    return MO_OK;
+}
+
 static size_t mlp_num_params(const mo_run_config *rc) {
     mlp_cfg c;
     cfg_of(rc, &c);
@@ -559,6 +568,7 @@ const mo_model_ops mo_mlp_model = {
     .validate = mlp_validate,
     .check = mlp_validate,
     .dims_text = mlp_dims_text,
+    .dims_parse = mlp_dims_parse,
     .num_params = mlp_num_params,
     .items_per_sample = mlp_items,
     .step_flops = mlp_step_flops,

@@ -97,6 +97,8 @@ typedef struct mo_model_ops {
     mo_status (*check)(const mo_run_config *rc);
     // Its dimensions as a short text for the CSV's dims column ("L12 C768 H12 T1024 V50304").
     const char *(*dims_text)(const mo_run_config *rc, char *buf, size_t n);
+    // Its inverse, for a results row (plan --validate): sets the dimensions dims_text writes.
+    mo_status (*dims_parse)(const char *text, mo_run_config *rc);
     size_t (*num_params)(const mo_run_config *rc);
     double (*items_per_sample)(const mo_run_config *rc); // tokens per sequence for GPT
     double (*step_flops)(const mo_run_config *rc);       // model FLOPs of one step, recompute excluded

@@ -10,7 +10,8 @@
 #   "peerlite" the PyTorch fp32 / TF32 rows only; "regress" remakes results/baseline-h200.csv and compares a
 #   second run of the set with it; "ceab" A/Bs the fp32 cross-entropy kernels; "headline" the
 #   split model's GPU test and the eight precision x attention rows; "trace" --profile's measured time
-#   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused)
+#   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused); "mlp" the MLP's
+#   GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -196,6 +197,19 @@ if has trace; then
     $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $1 --attn $2 --profile \
       | grep -E "step:|profile|predicted" | sed "s/^/$1 $2: /"
   done
+fi
+if has mlp; then
+  # the MLP (second model): its GPU test, then rows for the shape where activations dominate (mlp-act)
+  # and the one where parameters do (mlp-param), and plan --validate on them
+  (cd $B && timeout 300 ./gpu_mlp >"$R/gpu_mlp.log" 2>&1; echo "gpu_mlp exit $?: $(tail -1 "$R/gpu_mlp.log")")
+  grep -E "FAIL|cuda:" "$R/gpu_mlp.log" | head -20
+  csv="$R/h200-mlp.csv"
+  for pr in mlp-act mlp-param; do
+    $M sweep --model mlp --preset $pr --precision fp32,tf32,bf16,fp16 --ckpt none,full,sqrt --steps 10 --warmup 3 \
+      --csv "$csv" 2>&1 | tail -1
+    $M sweep --model mlp --preset $pr --precision fp32,bf16 --accum 4 --steps 10 --warmup 3 --csv "$csv" 2>&1 | tail -1
+  done
+  $M plan --validate "$csv" --out-dir "$R" 2>&1 | tail -6
 fi
 if has split; then
   csv="$R/h200-gpt2-124m-split.csv"
