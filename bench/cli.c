@@ -55,9 +55,11 @@ void mo_cli_usage(FILE *f) {
             "\n* takes a comma list in sweep and plan (--precision fp32,bf16 --ckpt none,full --batch 4,8);\n"
             "  run, mincap and claims take one value. Combinations are enumerated as nested loops, the\n"
             "  last varying fastest: preset, layers, hidden, heads, seq, vocab, batch, attn, precision,\n"
-            "  tp, pp, accum, ckpt, alloc, cap. Dimensions not given come from the preset.\n"
+            "  tp, pp, accum, ckpt, alloc, cap, input, classes. Dimensions not given come from the preset.\n"
             "Rules: hidden %% heads == 0, batch %% accum == 0, heads %% tp == 0, 4*hidden %% tp == 0,\n"
             "  layers %% pp == 0, every:K with K <= layers, --comm nccl needs --backend cuda.\n"
+            "  A model refuses the flags it lacks (mlp: --heads --seq --vocab --attn, selective, --tp/--pp;\n"
+            "  gpt: --input --classes).\n"
             "Flags: --flag value or --flag=value; -- ends the flags.\n"
             "Exit codes: 0 success; 1 a run or comparison failed (OOM with --on-oom fail, a regression);\n"
             "  2 bad input (a one-line reason on stderr).\n");
