@@ -79,6 +79,28 @@ static void test_ckpt_saves(void) {
     }
     CHECK_MSG(act[0] > act[1] && act[1] > act[2] && act[3] < act[0], "activation peaks none %lld every:4 %lld full %lld sqrt %lld",
               (long long)act[0], (long long)act[1], (long long)act[2], (long long)act[3]);
+    // Exact: the step's peak is the last segment's backward, with the other segments' inputs live, so
+    // doubling the layers at the same K adds exactly those inputs, one (N,H) fp32 each (64 x 64 x 4 B,
+    // a multiple of the allocator's 512-byte blocks): every:4 one more segment, full four more.
+    static const struct { const char *ckpt; int extra; } rel[] = {{"every:4", 1}, {"full", 4}, {"none", -1}};
+    for (int k = 0; k < 3; k++) {
+        int64_t a[2];
+        for (int half = 0; half < 2; half++) {
+            mo_run_config rc;
+            const char *kv[] = {"--layers", half ? "4" : "8", "--hidden", "64", "--batch", "64", "--backend", "dry",
+                                "--ckpt", rel[k].ckpt, NULL};
+            config_of(kv, &rc);
+            mo_csv_row row;
+            CHECK_OK(mo_run_execute(&rc, &env, &row, NULL));
+            a[half] = row.activation_peak_bytes;
+        }
+        if (rel[k].extra >= 0)
+            CHECK_MSG(a[0] - a[1] == rel[k].extra * 64 * 64 * 4, "%s: L8 - L4 activation peak %lld, want %d", rel[k].ckpt,
+                      (long long)(a[0] - a[1]), rel[k].extra * 64 * 64 * 4);
+        else // none keeps every block's internals: 4 more blocks' worth (ln, 2 x 4H, out, mean, rstd)
+            CHECK_MSG(a[0] - a[1] == 4 * (64 * 64 * 4 * 10 + 2 * 512), "none: L8 - L4 activation peak %lld",
+                      (long long)(a[0] - a[1]));
+    }
 }
 
 // Under a cap too small for it: an out-of-memory row on both backends, nothing left allocated.
