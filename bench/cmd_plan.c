@@ -349,7 +349,7 @@ static void print_model(const mo_run_config *rc) {
     // The preset's name only when the dimensions are still the preset's.
     const mo_preset *p = mo_model_preset(m, rc->preset);
     int is_preset = p && p->layers == rc->layers && p->hidden == rc->hidden && p->heads == rc->heads && p->seq == rc->seq &&
-                    p->vocab == rc->vocab;
+                    p->vocab == rc->vocab && p->input == rc->input && p->classes == rc->classes;
     char dims[128];
     printf("memopt plan: %s %s, %s, batch %d, %.1fM parameters\n", m->name, is_preset ? rc->preset : "(custom shape)",
            m->dims_text(rc, dims, sizeof dims), rc->batch, (double)m->num_params(rc) / 1e6);
