@@ -14,6 +14,7 @@
 #include <string.h>
 #include "bench/cli.h"
 #include "bench/planner.h"
+#include "models/model.h"
 
 #define TABLE_ROWS_MAX 24 // rows printed; the rest are counted
 // The largest batch is searched (about 10 dry runs at growing batch sizes each) for the asked
@@ -106,14 +107,15 @@ static void short_strategy(const mo_run_config *rc, char *buf, size_t n) {
              mo_ckpt_format(rc->ckpt, ck, sizeof ck), rc->accum);
 }
 
-static double tokens_per_s(const mo_run_config *rc, double ms) { return (double)rc->batch * rc->seq / (ms * 1e-3); }
+// The model's items (gpt: tokens) per second.
+static double tokens_per_s(const mo_run_config *rc, double ms) {
+    const mo_model_ops *m = mo_model_find(rc->model);
+    return m ? (double)rc->batch * m->items_per_sample(rc) / (ms * 1e-3) : NAN;
+}
 
 static double model_tflops(const mo_run_config *rc, double ms) {
-    mo_gpt_config g;
-    memset(&g, 0, sizeof g);
-    g.layers = rc->layers; g.hidden = rc->hidden; g.heads = rc->heads; g.seq = rc->seq; g.batch = rc->batch;
-    g.vocab = rc->vocab; g.accum = rc->accum;
-    return mo_gpt_step_flops(&g) / (ms * 1e-3) / 1e12;
+    const mo_model_ops *m = mo_model_find(rc->model);
+    return m ? m->step_flops(rc) / (ms * 1e-3) / 1e12 : NAN;
 }
 
 static mo_status evaluate(entry *e, const target *t, const mo_run_env *env, int want_max, int *runs) {
@@ -358,16 +360,15 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
 }
 
 static void print_model(const mo_run_config *rc) {
-    mo_gpt_config g;
-    memset(&g, 0, sizeof g);
-    g.layers = rc->layers; g.hidden = rc->hidden; g.heads = rc->heads; g.seq = rc->seq; g.batch = rc->batch;
-    g.vocab = rc->vocab; g.accum = 1;
+    const mo_model_ops *m = mo_model_find(rc->model);
+    if (!m) return;
     // The preset's name only when the dimensions are still the preset's.
-    const mo_preset *p = mo_preset_find(rc->preset);
+    const mo_preset *p = mo_model_preset(m, rc->preset);
     int is_preset = p && p->layers == rc->layers && p->hidden == rc->hidden && p->heads == rc->heads && p->seq == rc->seq &&
-                    p->vocab == rc->vocab;
-    printf("memopt plan: gpt %s, L%d C%d H%d T%d V%d, batch %d, %.1fM parameters\n", is_preset ? rc->preset : "(custom shape)",
-           rc->layers, rc->hidden, rc->heads, rc->seq, rc->vocab, rc->batch, (double)mo_gpt_num_params(&g) / 1e6);
+                    p->vocab == rc->vocab && p->input == rc->input && p->classes == rc->classes;
+    char dims[128];
+    printf("memopt plan: %s %s, %s, batch %d, %.1fM parameters\n", m->name, is_preset ? rc->preset : "(custom shape)",
+           m->dims_text(rc, dims, sizeof dims), rc->batch, (double)m->num_params(rc) / 1e6);
 }
 
 mo_status mo_cmd_plan(const mo_config *cfg) {

@@ -21,6 +21,7 @@
 #include "bench/cli.h"
 #include "bench/derive.h"
 #include "bench/fallback.h"
+#include "models/model.h"
 #ifdef MEMOPT_HAVE_GBENCH
 #include "bench/gbench_shim.h"
 #endif
@@ -195,19 +196,29 @@ static void invalid_row(const sweep *sw, const mo_run_config *rc, const char *re
     snprintf(row->detail, sizeof row->detail, "%s", reason);
 }
 
-// A readable benchmark name: backend/model/precision/attn/ckpt/accum/alloc/cap.
+// A readable benchmark name: backend/model/precision/attn/ckpt/accum/alloc/cap (attn only for a model
+// with attention). A custom GPT shape is L-C-H-T-B-V as in the committed results; another model's is
+// its name and dims text ("mlp-L4-H256-I256-K10-B64").
 mo_status mo_config_name(const mo_run_config *rc, char *buf, size_t n) {
-    const mo_preset *p = mo_preset_find(rc->preset);
-    char model[96], ckpt[24], extra[48] = "";
+    const mo_model_ops *m = mo_model_find(rc->model);
+    const mo_preset *p = m ? mo_model_preset(m, rc->preset) : NULL;
+    char model[160], ckpt[24], extra[48] = "", attn[24] = "";
     if (p && p->layers == rc->layers && p->hidden == rc->hidden && p->heads == rc->heads && p->seq == rc->seq &&
-        p->vocab == rc->vocab)
+        p->vocab == rc->vocab && p->input == rc->input && p->classes == rc->classes)
         snprintf(model, sizeof model, "%s-B%d", p->name, rc->batch);
-    else
+    else if (!m || m == &mo_gpt_model)
         snprintf(model, sizeof model, "L%d-C%d-H%d-T%d-B%d-V%d", rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch,
                  rc->vocab);
+    else {
+        char dims[128];
+        m->dims_text(rc, dims, sizeof dims);
+        for (char *c = dims; *c; c++) if (*c == ' ') *c = '-';
+        snprintf(model, sizeof model, "%s-%s-B%d", m->name, dims, rc->batch);
+    }
+    if (!m || (m->dims & MO_OPT_ATTN)) snprintf(attn, sizeof attn, "/%s", mo_attn_name(rc->attn));
     if (rc->tp != 1 || rc->pp != 1) snprintf(extra, sizeof extra, "/tp:%d/pp:%d", rc->tp, rc->pp);
-    snprintf(buf, n, "%s/%s/%s/%s/ckpt:%s/accum:%d%s/alloc:%s/cap:%s", mo_backend_name(rc->backend), model,
-             mo_precision_name(rc->precision), mo_attn_name(rc->attn), mo_ckpt_format(rc->ckpt, ckpt, sizeof ckpt),
+    snprintf(buf, n, "%s/%s/%s%s/ckpt:%s/accum:%d%s/alloc:%s/cap:%s", mo_backend_name(rc->backend), model,
+             mo_precision_name(rc->precision), attn, mo_ckpt_format(rc->ckpt, ckpt, sizeof ckpt),
              rc->accum, extra, mo_alloc_kind_name(rc->alloc), rc->cap_text[0] ? rc->cap_text : "none");
     return MO_OK;
 }

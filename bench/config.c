@@ -1,6 +1,7 @@
 // Flags to mo_config, lists to combinations, and the rules a combination must satisfy.
 // Every message is one line that starts with the flag's name, so the CLI can print it as is.
 #include "config.h"
+#include "models/model.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -35,10 +36,8 @@ static const char *const attn_names[] = {"materialized", "fused"};
 static const char *const precision_names[] = {"fp32", "tf32", "fp16", "bf16"};
 static const char *const comm_names[] = {"local", "nccl"};
 static const char *const on_oom_names[] = {"fail", "shrink"};
-static const char *const model_names[] = {"gpt"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-const char *mo_model_name(mo_model_kind m) { return (unsigned)m < 1 ? model_names[m] : "?"; }
 const char *mo_attn_name(mo_attn_kind a) { return (unsigned)a < 2 ? attn_names[a] : "?"; }
 const char *mo_precision_name(mo_precision p) { return (unsigned)p < 4 ? precision_names[p] : "?"; }
 const char *mo_comm_name(mo_comm_kind c) { return (unsigned)c < 2 ? comm_names[c] : "?"; }
@@ -112,21 +111,18 @@ const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n) {
 
 // ---------------------------------------------------------------- presets
 
-static const mo_preset presets[] = {
-    {"gpt2-124m", 12, 768, 12, 1024, 8, 50304},
-    {"gpt2-350m", 24, 1024, 16, 1024, 8, 50304},
-    {"gpt2-774m", 36, 1280, 20, 1024, 8, 50304},
-    {"gpt2-1558m", 48, 1600, 25, 1024, 8, 50304},
-};
-
+// Presets are the models' own (models/model.h); their names are unique over all models.
 const mo_preset *mo_presets(size_t *n) {
-    *n = sizeof presets / sizeof presets[0];
-    return presets;
+    const mo_model_ops *m = mo_model_default();
+    *n = (size_t)m->n_presets;
+    return m->presets;
 }
 
 const mo_preset *mo_preset_find(const char *name) {
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-        if (!strcmp(name, presets[i].name)) return &presets[i];
+    for (int i = 0, n = mo_model_count(); i < n; i++) {
+        const mo_preset *p = mo_model_preset(mo_model_at(i), name);
+        if (p) return p;
+    }
     return NULL;
 }
 
@@ -146,8 +142,9 @@ void mo_config_defaults(mo_config *c, mo_command command) {
     memset(c, 0, sizeof *c);
     c->command = command;
     mo_run_config *b = &c->base;
-    const mo_preset *p = &presets[0];
-    b->model = MO_MODEL_GPT;
+    const mo_model_ops *model = mo_model_default();
+    const mo_preset *p = &model->presets[0];
+    snprintf(b->model, sizeof b->model, "%s", model->name);
     snprintf(b->preset, sizeof b->preset, "%s", p->name);
     b->layers = p->layers;
     b->hidden = p->hidden;
@@ -198,18 +195,51 @@ static mo_status set_path(const char *flag, const char *v, char *dst, size_t n) 
     return MO_OK;
 }
 
+// The dimensions of a preset into the base configuration.
+static void base_from_preset(mo_run_config *b, const mo_preset *p) {
+    snprintf(b->preset, sizeof b->preset, "%s", p->name);
+    b->layers = p->layers;
+    b->hidden = p->hidden;
+    b->heads = p->heads;
+    b->seq = p->seq;
+    b->batch = p->batch;
+    b->vocab = p->vocab;
+    b->input = p->input;
+    b->classes = p->classes;
+}
+
 static mo_status set_model(mo_config *c, const char *f, const char *v, int idx) {
     (void)idx;
-    int i = 0;
-    MO_TRY(parse_enum(f, v, model_names, COUNT(model_names), &i));
-    c->base.model = (mo_model_kind)i;
+    const mo_model_ops *m = mo_model_find(v);
+    if (!m) {
+        char names[256];
+        return MO_FAIL(MO_ERR_INVALID, "%s: unknown value '%s' (accepted: %s)", f, v, mo_model_names(names, sizeof names));
+    }
+    snprintf(c->base.model, sizeof c->base.model, "%s", m->name);
+    // Without --preset the shape starts from the model's default preset.
+    if (!c->preset_given) {
+        c->n_preset = 1;
+        snprintf(c->preset[0], sizeof c->preset[0], "%s", m->presets[0].name);
+        base_from_preset(&c->base, &m->presets[0]);
+    }
     return MO_OK;
 }
 
 static mo_status set_preset(mo_config *c, const char *f, const char *v, int idx) {
-    if (!mo_preset_find(v))
-        return MO_FAIL(MO_ERR_INVALID, "%s: unknown value '%s' (accepted: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m)", f, v);
+    if (!mo_preset_find(v)) {
+        // The accepted names: every model's presets.
+        char acc[512] = "";
+        for (int i = 0, n = mo_model_count(); i < n; i++) {
+            const mo_model_ops *m = mo_model_at(i);
+            for (int k = 0; k < m->n_presets; k++) {
+                if (acc[0]) strncat(acc, ", ", sizeof acc - strlen(acc) - 1);
+                strncat(acc, m->presets[k].name, sizeof acc - strlen(acc) - 1);
+            }
+        }
+        return MO_FAIL(MO_ERR_INVALID, "%s: unknown value '%s' (accepted: %s)", f, v, acc);
+    }
     snprintf(c->preset[idx], sizeof c->preset[idx], "%s", v);
+    c->preset_given = 1;
     return MO_OK;
 }
 
@@ -223,6 +253,8 @@ INT_AXIS(heads, 1, MO_MAX_HEADS)
 INT_AXIS(seq, 1, MO_MAX_SEQ)
 INT_AXIS(batch, 1, MO_MAX_BATCH)
 INT_AXIS(vocab, 1, MO_MAX_VOCAB)
+INT_AXIS(input, 1, MO_MAX_INPUT)
+INT_AXIS(classes, 2, MO_MAX_CLASSES)
 INT_AXIS(accum, 1, MO_MAX_BATCH)
 INT_AXIS(tp, 1, MO_MAX_TP)
 INT_AXIS(pp, 1, MO_MAX_PP)
@@ -231,6 +263,7 @@ static mo_status set_attn(mo_config *c, const char *f, const char *v, int idx) {
     int i = 0;
     MO_TRY(parse_enum(f, v, attn_names, COUNT(attn_names), &i));
     c->attn[idx] = (mo_attn_kind)i;
+    c->attn_given = 1;
     return MO_OK;
 }
 
@@ -441,6 +474,7 @@ static int *list_count(mo_config *c, const char *name) {
         {"--preset", offsetof(mo_config, n_preset)},     {"--layers", offsetof(mo_config, n_layers)},
         {"--hidden", offsetof(mo_config, n_hidden)},     {"--heads", offsetof(mo_config, n_heads)},
         {"--seq", offsetof(mo_config, n_seq)},           {"--vocab", offsetof(mo_config, n_vocab)},
+        {"--input", offsetof(mo_config, n_input)},       {"--classes", offsetof(mo_config, n_classes)},
         {"--batch", offsetof(mo_config, n_batch)},       {"--attn", offsetof(mo_config, n_attn)},
         {"--precision", offsetof(mo_config, n_precision)}, {"--tp", offsetof(mo_config, n_tp)},
         {"--pp", offsetof(mo_config, n_pp)},             {"--accum", offsetof(mo_config, n_accum)},
@@ -454,7 +488,7 @@ static int *list_count(mo_config *c, const char *name) {
 
 static const flag_def flags[] = {
     // model
-    {{"--model", "gpt", "model family", "model", CMDS_CONFIG, 0}, set_model},
+    {{"--model", "NAME", "model family: gpt, mlp (default gpt)", "model", CMDS_CONFIG, 0}, set_model},
     {{"--preset", "gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m", "GPT-2 dimensions (default gpt2-124m); explicit dims override", "model", CMDS_CONFIG, 1}, set_preset},
     {{"--layers", "N", "transformer blocks (1..1024)", "model", CMDS_CONFIG, 1}, set_layers},
     {{"--hidden", "N", "channels (1..65536), divisible by --heads", "model", CMDS_CONFIG, 1}, set_hidden},
@@ -462,6 +496,8 @@ static const flag_def flags[] = {
     {{"--seq", "N", "sequence length (1..65536)", "model", CMDS_CONFIG, 1}, set_seq},
     {{"--batch", "N", "global batch per optimizer step (1..65536; default 8)", "model", CMDS_CONFIG, 1}, set_batch},
     {{"--vocab", "N", "vocabulary size (1..2097152; presets 50304)", "model", CMDS_CONFIG, 1}, set_vocab},
+    {{"--input", "N", "mlp: input width (1..1048576)", "model", CMDS_CONFIG, 1}, set_input},
+    {{"--classes", "N", "mlp: classes of the softmax head (2..2097152)", "model", CMDS_CONFIG, 1}, set_classes},
     {{"--attn", "materialized|fused", "attention: keep (B,H,T,T) scores, or flash-style (default materialized)", "model", CMDS_CONFIG, 1}, set_attn},
     // strategy
     {{"--cap", "none|FRACTION|SIZE", "memory cap on reserved bytes: 0.5 of device memory, or 24GiB; none or 0: no cap (default none)", "strategy", CMDS_CONFIG, 1}, set_cap},
@@ -701,7 +737,8 @@ static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx
 
 size_t mo_config_count(const mo_config *c) {
     const int lens[] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
-                        c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap};
+                        c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap,
+                        c->n_input, c->n_classes};
     size_t total = 1;
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         size_t n = lens[i] > 0 ? (size_t)lens[i] : 1;
@@ -723,6 +760,7 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
     size_t count = mo_config_count(c);
     if (i >= count) return MO_FAIL(MO_ERR_INTERNAL, "combination %zu of %zu", i, count);
     // Decode in reverse order of the documented nesting.
+    int k_classes = take(&i, c->n_classes), k_input = take(&i, c->n_input);
     int k_cap = take(&i, c->n_cap), k_alloc = take(&i, c->n_alloc), k_ckpt = take(&i, c->n_ckpt);
     int k_accum = take(&i, c->n_accum), k_pp = take(&i, c->n_pp), k_tp = take(&i, c->n_tp);
     int k_prec = take(&i, c->n_precision), k_attn = take(&i, c->n_attn), k_batch = take(&i, c->n_batch);
@@ -730,14 +768,18 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
     int k_hidden = take(&i, c->n_hidden), k_layers = take(&i, c->n_layers), k_preset = take(&i, c->n_preset);
 
     *out = c->base;
-    const mo_preset *p = mo_preset_find(c->preset[k_preset]);
-    if (!p) return MO_FAIL(MO_ERR_INTERNAL, "preset '%s' vanished", c->preset[k_preset]);
+    const mo_model_ops *model;
+    MO_TRY(mo_model_of(&c->base, &model));
+    const mo_preset *p = mo_model_preset(model, c->preset[k_preset]);
+    if (!p) return MO_FAIL(MO_ERR_INVALID, "--preset %s: not a preset of model %s", c->preset[k_preset], model->name);
     snprintf(out->preset, sizeof out->preset, "%s", p->name);
     out->layers = c->n_layers ? c->layers[k_layers] : p->layers;
     out->hidden = c->n_hidden ? c->hidden[k_hidden] : p->hidden;
     out->heads = c->n_heads ? c->heads[k_heads] : p->heads;
     out->seq = c->n_seq ? c->seq[k_seq] : p->seq;
     out->vocab = c->n_vocab ? c->vocab[k_vocab] : p->vocab;
+    out->input = c->n_input ? c->input[k_input] : p->input;
+    out->classes = c->n_classes ? c->classes[k_classes] : p->classes;
     out->batch = c->n_batch ? c->batch[k_batch] : p->batch;
     out->attn = c->attn[k_attn];
     out->precision = c->precision[k_prec];
@@ -752,22 +794,54 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
 }
 
 mo_status mo_run_config_validate(const mo_run_config *r) {
-    if (r->hidden % r->heads)
-        return MO_FAIL(MO_ERR_INVALID, "--heads %d: hidden %d is not divisible by %d", r->heads, r->hidden, r->heads);
-    if (r->batch % r->accum)
-        return MO_FAIL(MO_ERR_INVALID, "--accum %d: batch %d is not divisible by %d", r->accum, r->batch, r->accum);
-    if (r->heads % r->tp)
-        return MO_FAIL(MO_ERR_INVALID, "--tp %d: heads %d is not divisible by %d", r->tp, r->heads, r->tp);
-    if ((4 * r->hidden) % r->tp)
-        return MO_FAIL(MO_ERR_INVALID, "--tp %d: the MLP width 4*hidden = %d is not divisible by %d", r->tp,
-                       4 * r->hidden, r->tp);
-    if (r->layers % r->pp)
-        return MO_FAIL(MO_ERR_INVALID, "--pp %d: layers %d is not divisible by %d (every stage holds layers/pp blocks)",
-                       r->pp, r->layers, r->pp);
-    if (r->ckpt.kind == MO_CKPT_EVERY && (r->ckpt.every < 1 || r->ckpt.every > r->layers))
-        return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..layers (layers %d)", r->ckpt.every, r->layers);
+    const mo_model_ops *m;
+    MO_TRY(mo_model_of(r, &m));
+    // What the model lacks, with the reason.
+    if (!(m->dims & MO_OPT_ATTN) && r->ckpt.kind == MO_CKPT_SELECTIVE)
+        return MO_FAIL(MO_ERR_INVALID, "--ckpt selective: model %s has no attention (selective drops only the attention "
+                       "probabilities; accepted for it: none, full, every:K, sqrt)", m->name);
+    if (!(m->dims & MO_OPT_ATTN) && r->attn != MO_ATTN_MATERIALIZED)
+        return MO_FAIL(MO_ERR_INVALID, "--attn %s: model %s has no attention", mo_attn_name(r->attn), m->name);
+    if (!m->split && r->tp * r->pp > 1)
+        return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: model %s cannot be split over ranks yet (accepted: --tp 1 --pp 1)",
+                       r->tp, r->pp, m->name);
+    MO_TRY(m->validate(r));
+    MO_TRY(mo_run_config_check_accum(r));
+    MO_TRY(mo_run_config_check_every(r));
     if (r->comm == MO_COMM_NCCL && r->backend != MO_BACKEND_CUDA)
         return MO_FAIL(MO_ERR_INVALID, "--comm nccl: needs --backend cuda (got %s)", mo_backend_name(r->backend));
+    return MO_OK;
+}
+
+mo_status mo_run_config_check_accum(const mo_run_config *r) {
+    if (r->accum < 1 || r->batch % r->accum)
+        return MO_FAIL(MO_ERR_INVALID, "--accum %d: batch %d is not divisible by %d", r->accum, r->batch, r->accum);
+    return MO_OK;
+}
+
+mo_status mo_run_config_check_every(const mo_run_config *r) {
+    if (r->ckpt.kind == MO_CKPT_EVERY && (r->ckpt.every < 1 || r->ckpt.every > r->layers))
+        return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..layers (layers %d)", r->ckpt.every, r->layers);
+    return MO_OK;
+}
+
+// The dimension flags given that the model does not take.
+static mo_status check_model_flags(const mo_config *c) {
+    const mo_model_ops *m;
+    MO_TRY(mo_model_of(&c->base, &m));
+    static const struct { const char *flag; unsigned bit; size_t off; } dims[] = {
+        {"--layers", MO_DIM_LAYERS, offsetof(mo_config, n_layers)}, {"--hidden", MO_DIM_HIDDEN, offsetof(mo_config, n_hidden)},
+        {"--heads", MO_DIM_HEADS, offsetof(mo_config, n_heads)},    {"--seq", MO_DIM_SEQ, offsetof(mo_config, n_seq)},
+        {"--vocab", MO_DIM_VOCAB, offsetof(mo_config, n_vocab)},    {"--attn", MO_OPT_ATTN, offsetof(mo_config, attn_given)},
+        {"--input", MO_DIM_INPUT, offsetof(mo_config, n_input)},    {"--classes", MO_DIM_CLASSES, offsetof(mo_config, n_classes)},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (*(const int *)((const char *)c + dims[i].off) && !(m->dims & dims[i].bit))
+            return MO_FAIL(MO_ERR_INVALID, "%s: not a flag of model %s (its flags: %s)", dims[i].flag, m->name, m->dims_help);
+    for (int k = 0; k < c->n_preset; k++)
+        if (!mo_model_preset(m, c->preset[k]))
+            return MO_FAIL(MO_ERR_INVALID, "--preset %s: not a preset of model %s (its presets start with %s)", c->preset[k],
+                           m->name, m->presets[0].name);
     return MO_OK;
 }
 
@@ -790,6 +864,7 @@ mo_status mo_config_finish(mo_config *c) {
     if (c->gpu[0] && c->mem_bytes)
         return MO_FAIL(MO_ERR_INVALID, "--gpu and --mem: give one of them, not both");
     if (!(CMDS_CONFIG & B(c->command))) return MO_OK;
+    MO_TRY(check_model_flags(c));
 
     size_t n = mo_config_count(c);
     if (n > MO_COMBINATIONS_MAX) {

@@ -36,6 +36,8 @@ extern "C" {
 #define MO_MAX_SEQ 65536
 #define MO_MAX_BATCH 65536
 #define MO_MAX_VOCAB (1 << 21)
+#define MO_MAX_INPUT (1 << 20)
+#define MO_MAX_CLASSES (1 << 21)
 #define MO_MAX_TP 256
 #define MO_MAX_PP 1024
 #define MO_MAX_STEPS 1000000
@@ -51,7 +53,6 @@ mo_status mo_command_parse(const char *s, mo_command *out); // error lists the s
 // 1 when the command runs exactly one configuration (run, mincap, claims): list values are refused.
 int mo_command_single(mo_command c);
 
-typedef enum mo_model_kind { MO_MODEL_GPT = 0 } mo_model_kind;
 typedef enum mo_attn_kind { MO_ATTN_MATERIALIZED = 0, MO_ATTN_FUSED } mo_attn_kind;
 typedef enum mo_precision { MO_PREC_FP32 = 0, MO_PREC_TF32, MO_PREC_FP16, MO_PREC_BF16 } mo_precision;
 // mo_comm_kind (local | nccl) is the communicator's own: strategies/comm.h.
@@ -63,7 +64,6 @@ typedef struct mo_ckpt {
     int every; // K for MO_CKPT_EVERY, else 0
 } mo_ckpt;
 
-const char *mo_model_name(mo_model_kind m);
 const char *mo_attn_name(mo_attn_kind a);
 const char *mo_precision_name(mo_precision p);
 const char *mo_comm_name(mo_comm_kind c);
@@ -72,22 +72,25 @@ const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n); // "none", "full", "
 mo_status mo_precision_parse(const char *s, mo_precision *out);
 mo_status mo_ckpt_parse(const char *s, mo_ckpt *out);
 
-// A model preset: GPT-2 sizes, seq 1024, vocab 50304 (50257 padded to a multiple of 128), batch 8.
+// A model preset: a named shape of one model (models/model.h: each model's table holds its own;
+// GPT's are the GPT-2 sizes). A dimension a model does not have is 0.
 typedef struct mo_preset {
     const char *name;
     int layers, hidden, heads, seq, batch, vocab;
+    int input, classes; // the MLP's input width and classes
 } mo_preset;
-const mo_preset *mo_preset_find(const char *name); // NULL when unknown
-const mo_preset *mo_presets(size_t *n);
+const mo_preset *mo_preset_find(const char *name); // any model's preset by name; NULL when unknown
+const mo_preset *mo_presets(size_t *n);            // the default model's (gpt)
 
 // One configuration.
 typedef struct mo_run_config {
     // model
-    mo_model_kind model;
+    char model[16];                  // the model's registered name (models/model.h), "gpt"
     char preset[16];                 // the preset the dimensions started from
     int layers, hidden, heads, seq;
     int batch;                       // global batch per optimizer step
     int vocab;
+    int input, classes;              // the MLP's input width and class count (0 for gpt)
     mo_attn_kind attn;
     // strategy
     mo_cap cap;                      // resolve with mo_cap_resolve(&cap, device total)
@@ -126,6 +129,8 @@ typedef struct mo_config {
     int n_heads;     int heads[MO_LIST_MAX];
     int n_seq;       int seq[MO_LIST_MAX];
     int n_vocab;     int vocab[MO_LIST_MAX];
+    int n_input;     int input[MO_LIST_MAX];
+    int n_classes;   int classes[MO_LIST_MAX];
     int n_batch;     int batch[MO_LIST_MAX];
     int n_attn;      mo_attn_kind attn[MO_LIST_MAX];
     int n_precision; mo_precision precision[MO_LIST_MAX];
@@ -135,6 +140,7 @@ typedef struct mo_config {
     int n_ckpt;      mo_ckpt ckpt[MO_LIST_MAX];
     int n_alloc;     mo_alloc_kind alloc[MO_LIST_MAX];
     int n_cap;       mo_cap cap[MO_LIST_MAX]; char cap_text[MO_LIST_MAX][32];
+    int preset_given, attn_given; // --preset / --attn appeared (else the model's defaults)
 
     // sweep
     char grid[MO_PATH_MAX]; // --grid FILE (its flags were applied where --grid stood)
@@ -174,16 +180,21 @@ mo_status mo_config_finish(mo_config *c);
 // Number of combinations: the product of the list lengths (an empty dimension list counts 1).
 size_t mo_config_count(const mo_config *c);
 // Combination i, 0 <= i < count. Order: nested loops, the first axis outermost, the last fastest:
-//   preset, layers, hidden, heads, seq, vocab, batch, attn, precision, tp, pp, accum, ckpt, alloc, cap
+//   preset, layers, hidden, heads, seq, vocab, batch, attn, precision, tp, pp, accum, ckpt, alloc, cap,
+//   input, classes
 // (each list in the order given on the command line). Dimensions not given come from the preset.
 // Does not validate: call mo_run_config_validate.
 mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out);
 
-// The cross-flag rules of one combination:
-//   hidden % heads == 0; batch % accum == 0; heads % tp == 0 and (4*hidden) % tp == 0;
-//   layers % pp == 0 (every pipeline stage holds the same number of blocks); every:K has K <= layers;
-//   --comm nccl needs --backend cuda.
+// The cross-flag rules of one combination: the model's own (its table's validate; GPT:
+//   hidden % heads == 0, heads % tp == 0 and (4*hidden) % tp == 0, layers % pp == 0), what the
+//   model lacks (attention for --attn fused and --ckpt selective, a split for --tp/--pp), and the
+//   generic ones: batch % accum == 0; every:K has K <= layers; --comm nccl needs --backend cuda.
 mo_status mo_run_config_validate(const mo_run_config *rc);
+// Two of the generic rules, for a model's validate that checks them in its own order: batch % accum,
+// and every:K with K <= layers.
+mo_status mo_run_config_check_accum(const mo_run_config *rc);
+mo_status mo_run_config_check_every(const mo_run_config *rc);
 
 // mo_errmsg() without its "file.c:123: " prefix: the text a user is shown for bad input.
 const char *mo_errmsg_plain(void);

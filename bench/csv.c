@@ -1,6 +1,7 @@
 // The results CSV: one table of columns drives the header, the writer and the reader, so the
 // three cannot drift apart.
 #include "csv.h"
+#include "models/model.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +35,7 @@ static const col_def cols[] = {
     I(num_alloc_retries), I(skipped_steps), F(loss_scale), F(loss_first), F(loss_last),
     I(predicted_peak_bytes), F(comm_ms), I(comm_modelled),
     // schema 2, kept together at the end
-    I(inactive_split_bytes), I(largest_free_block_bytes), I(segments),
+    S(dims), F(items_per_s), I(inactive_split_bytes), I(largest_free_block_bytes), I(segments),
 };
 #undef I
 #undef F
@@ -70,16 +71,20 @@ void mo_csv_row_init(mo_csv_row *row) {
 
 void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t cap_bytes) {
     snprintf(row->backend, sizeof row->backend, "%s", mo_backend_name(rc->backend));
-    snprintf(row->model, sizeof row->model, "%s", mo_model_name(rc->model));
-    row->layers = rc->layers;
-    row->hidden = rc->hidden;
-    row->heads = rc->heads;
-    row->seq = rc->seq;
+    snprintf(row->model, sizeof row->model, "%s", rc->model);
+    const mo_model_ops *m = mo_model_find(rc->model);
+    if (m && m->dims_text) m->dims_text(rc, row->dims, sizeof row->dims);
+    // GPT's dimension columns: empty for a model that lacks the dimension (its dims text says all).
+    unsigned has = m ? m->dims : ~0u;
+    row->layers = has & MO_DIM_LAYERS ? rc->layers : -1;
+    row->hidden = has & MO_DIM_HIDDEN ? rc->hidden : -1;
+    row->heads = has & MO_DIM_HEADS ? rc->heads : -1;
+    row->seq = has & MO_DIM_SEQ ? rc->seq : -1;
     row->batch = rc->batch;
     row->micro_batch = rc->accum > 0 ? rc->batch / rc->accum : -1;
-    row->vocab = rc->vocab;
+    row->vocab = has & MO_DIM_VOCAB ? rc->vocab : -1;
     snprintf(row->precision, sizeof row->precision, "%s", mo_precision_name(rc->precision));
-    snprintf(row->attn, sizeof row->attn, "%s", mo_attn_name(rc->attn));
+    snprintf(row->attn, sizeof row->attn, "%s", has & MO_OPT_ATTN ? mo_attn_name(rc->attn) : "");
     mo_ckpt_format(rc->ckpt, row->ckpt, sizeof row->ckpt);
     row->accum = rc->accum;
     row->tp = rc->tp;
@@ -163,10 +168,10 @@ const char *mo_csv_config_key(const mo_csv_row *r, char *buf, size_t n) {
     if (r->pp >= 0) snprintf(pp, sizeof pp, "%lld", (long long)r->pp);
     snprintf(buf, n,
              "backend=%s model=%s layers=%lld hidden=%lld heads=%lld seq=%lld batch=%lld vocab=%lld precision=%s "
-             "attn=%s ckpt=%s accum=%s tp=%s pp=%s comm=%s cap_bytes=%s alloc=%s",
+             "attn=%s ckpt=%s accum=%s tp=%s pp=%s comm=%s cap_bytes=%s alloc=%s dims=%s",
              r->backend, r->model, (long long)r->layers, (long long)r->hidden, (long long)r->heads,
              (long long)r->seq, (long long)r->batch, (long long)r->vocab, r->precision, r->attn, r->ckpt, accum, tp,
-             pp, r->comm, cap, r->alloc);
+             pp, r->comm, cap, r->alloc, r->dims);
     return buf;
 }
 
@@ -462,6 +467,30 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
 
 #define MAX_FIELDS 256
 
+// A row of an older schema, brought up to this one (its schema_version stays the file's). Version 1 had gpt rows only: their dims text is
+// the gpt table's of the GPT columns, and their items per second the tokens per second.
+static void upgrade_row(mo_csv_row *r) {
+    if (r->schema_version >= 2) return;
+    if (!r->model[0] || !strcmp(r->model, "gpt")) {
+        const mo_model_ops *m = mo_model_find("gpt");
+        if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {
+            mo_run_config rc;
+            memset(&rc, 0, sizeof rc);
+            rc.layers = (int)r->layers; rc.hidden = (int)r->hidden; rc.heads = (int)r->heads;
+            rc.seq = (int)r->seq; rc.vocab = (int)r->vocab;
+            m->dims_text(&rc, r->dims, sizeof r->dims);
+        }
+        if (isnan(r->items_per_s)) r->items_per_s = r->tokens_per_s;
+    }
+    if (r->activation_peak_bytes >= SCHEMA1_WORKSPACE) {
+        // Schema 2's definition (csv.h): the activations at the peak are at most the peak less static
+        // less the workspace always held, and at most the activation category's own peak.
+        r->activation_peak_bytes -= SCHEMA1_WORKSPACE;
+        if (r->activation_bytes >= 0 && r->activation_bytes < r->activation_peak_bytes)
+            r->activation_peak_bytes = r->activation_bytes;
+    }
+}
+
 mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
     *rows_out = NULL;
     *n_out = 0;
@@ -539,13 +568,7 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         mo_csv_row_init(r);
         for (int i = 0; i < nf && st == MO_OK; i++) st = parse_cell(path, rd.line, &cols[map[i]], fields[i], r);
         if (st != MO_OK) goto done;
-        if (r->schema_version == 1 && r->activation_peak_bytes >= SCHEMA1_WORKSPACE) {
-            // Schema 2's definition (csv.h): the activations at the peak are at most the peak less static
-            // less the workspace always held, and at most the activation category's own peak.
-            r->activation_peak_bytes -= SCHEMA1_WORKSPACE;
-            if (r->activation_bytes >= 0 && r->activation_bytes < r->activation_peak_bytes)
-                r->activation_peak_bytes = r->activation_bytes;
-        }
+        upgrade_row(r);
         n++;
     }
     if (unknown && n == 0)

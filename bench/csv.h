@@ -18,9 +18,10 @@
 extern "C" {
 #endif
 
-// 2: activation_peak_bytes excludes the library workspace (it is the activation category's bytes at
-//    the overall peak); inactive_split_bytes, largest_free_block_bytes, segments added at the end.
-//    Schema 1 files are read too (see mo_csv_read).
+// 2: dims and items_per_s (the model's own dimension text and items per second); activation_peak_bytes
+//    excludes the library workspace (it is the activation category's bytes at the overall peak);
+//    inactive_split_bytes, largest_free_block_bytes, segments. All added at the end. Schema 1 files
+//    (gpt rows only) are read too (see mo_csv_read).
 #define MO_CSV_SCHEMA_VERSION 2
 #define MO_CSV_SCHEMA_OLDEST 1
 
@@ -33,8 +34,9 @@ typedef struct mo_csv_row {
     int64_t device_mem_bytes;
     char driver[32];
     char cuda_runtime[32];
-    char model[32];                // "gpt"
-    int64_t layers, hidden, heads, seq, batch, micro_batch, vocab, params;
+    char model[32];                // "gpt" (models/model.h)
+    int64_t layers, hidden, heads, seq, batch, micro_batch, vocab, params; // GPT's; empty for other models
+
     char precision[8];
     char attn[16];
     char ckpt[24];                 // "every:4"
@@ -62,6 +64,10 @@ typedef struct mo_csv_row {
     // Not a column: the run ran out of memory before its first step (the parameters, gradients,
     // optimizer state and full-batch inputs alone exceed the cap), so no micro-batch can fit.
     int oom_before_step;
+
+    // schema 2: the model's dimensions and rate
+    char dims[128];                // the model's own dimension text, "L12 C768 H12 T1024 V50304"
+    double items_per_s;            // the model's items (tokens for gpt) per second
 } mo_csv_row;
 
 // Every field unknown, schema_version set.
@@ -95,16 +101,16 @@ mo_status mo_mkdir_parent(const char *path, const char *flag);
 
 // Reader. Columns are found by header name (any order; a missing column reads as unknown, an
 // unknown column is an error). Every row's schema_version must be MO_CSV_SCHEMA_OLDEST ..
-// MO_CSV_SCHEMA_VERSION. A schema 1 row is read as close to schema 2 as its columns allow: its
-// activation_peak_bytes becomes min(activation_peak_bytes - 32 MiB, activation_bytes), the 32 MiB
-// being the cuBLASLt workspace every schema 1 run held throughout. That is an upper bound of the
-// schema 2 figure, equal to it when the activations peak with the whole (28 of the 32 rows of the
-// dry baseline; the sqrt rows, whose op scratch is live at the peak, are 60-340 MiB above). Its
-// fragmentation cells are unknown.
+// MO_CSV_SCHEMA_VERSION. A schema 1 row (always a gpt one) is read as close to schema 2 as its columns
+// allow: its dims and items_per_s come from its GPT columns and tokens_per_s; its activation_peak_bytes
+// becomes min(activation_peak_bytes - 32 MiB, activation_bytes), the 32 MiB being the cuBLASLt
+// workspace every schema 1 run held throughout. That is an upper bound of the schema 2 figure, equal
+// to it when the activations peak with the whole (28 of the 32 rows of the dry baseline; the sqrt rows,
+// whose op scratch is live at the peak, are 60-340 MiB above). Its fragmentation cells are unknown.
 // *rows is malloc'ed (free it); *n may be 0.
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 
-// A string naming the configuration of a row (backend, model and dims, precision, attn, ckpt,
+// A string naming the configuration of a row (backend, model and its dims text, the GPT columns, precision, attn, ckpt,
 // accum, tp, pp, comm, cap_bytes, alloc): rows with equal keys are the same experiment, for
 // sweep --resume and compare. Device, times and results are not part of it.
 const char *mo_csv_config_key(const mo_csv_row *row, char *buf, size_t n);

@@ -12,6 +12,7 @@
 // step costs microseconds per allocation, not the shapes' FLOPs, so the second step is nearly free
 // (a 7B-parameter shape plans in milliseconds) and there is no reason to trade it away.
 #include "bench/planner.h"
+#include "models/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,14 +159,15 @@ mo_status mo_plan_config_from_row(const mo_csv_row *r, mo_run_config *rc) {
     *rc = c->base;
     free(c);
     rc->preset[0] = '\0';
-    if (r->model[0] && strcmp(r->model, "gpt"))
-        return MO_FAIL(MO_ERR_INVALID, "model '%s': the planner knows gpt", r->model);
-    const int64_t dims[] = {r->layers, r->hidden, r->heads, r->seq, r->batch, r->vocab};
-    static const char *names[] = {"layers", "hidden", "heads", "seq", "batch", "vocab"};
-    for (int i = 0; i < 6; i++)
-        if (dims[i] < 1 || dims[i] > (1 << 30)) return MO_FAIL(MO_ERR_INVALID, "column %s: missing or out of range", names[i]);
-    rc->layers = (int)r->layers; rc->hidden = (int)r->hidden; rc->heads = (int)r->heads;
-    rc->seq = (int)r->seq; rc->batch = (int)r->batch; rc->vocab = (int)r->vocab;
+    // The model's dimensions from its dims text (an empty model column: a gpt row; a schema-1 row's
+    // dims are derived from its GPT columns by the reader).
+    const mo_model_ops *m = mo_model_find(r->model[0] ? r->model : "gpt");
+    if (!m) return MO_FAIL(MO_ERR_INVALID, "model '%s': not a model of this memopt", r->model);
+    snprintf(rc->model, sizeof rc->model, "%s", m->name);
+    if (!r->dims[0]) return MO_FAIL(MO_ERR_INVALID, "column dims: missing (or the GPT columns of a schema-1 row)");
+    MO_TRY(m->dims_parse(r->dims, rc));
+    if (r->batch < 1 || r->batch > (1 << 30)) return MO_FAIL(MO_ERR_INVALID, "column batch: missing or out of range");
+    rc->batch = (int)r->batch;
     rc->accum = r->accum > 0 ? (int)r->accum : 1;
     rc->tp = r->tp > 0 ? (int)r->tp : 1;
     rc->pp = r->pp > 0 ? (int)r->pp : 1;

@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "models/gpt.h"
-#include "models/gpt_split.h"
+#include "models/model.h" // the model is reached through its table only
 
 #ifdef MEMOPT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -86,27 +85,12 @@ static double median(const double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static mo_status gpt_config_of(const mo_run_config *rc, mo_gpt_config *g) {
-    memset(g, 0, sizeof *g);
-    g->layers = rc->layers; g->hidden = rc->hidden; g->heads = rc->heads; g->seq = rc->seq;
-    g->batch = rc->batch; g->vocab = rc->vocab;
-    g->attn_fused = rc->attn == MO_ATTN_FUSED;
-    g->ckpt = rc->ckpt.kind; g->ckpt_every = rc->ckpt.every;
-    g->accum = rc->accum;
-    g->tf32 = rc->precision == MO_PREC_TF32;
-    g->dtype = rc->precision == MO_PREC_FP16 ? MO_F16 : rc->precision == MO_PREC_BF16 ? MO_BF16 : MO_F32;
-    g->loss_scaling = rc->precision == MO_PREC_FP16; // docs/DESIGN.md: fp16 with the dynamic loss scaler
-    g->lr = (float)rc->lr; g->beta1 = 0.9f; g->beta2 = 0.95f; g->eps = 1e-8f; g->weight_decay = 0.0f; g->grad_clip = 1.0f;
-    g->seed = rc->seed;
-    return mo_gpt_validate(g);
-}
-
 // The split of a --tp/--pp run (every rank with its own allocator under the same per-rank cap).
-static mo_gpt_split_config split_config_of(const mo_run_config *rc, mo_backend_kind be, uint64_t cap) {
-    mo_gpt_split_config sc;
+static mo_split_config split_config_of(const mo_run_config *rc, mo_backend_kind be, uint64_t cap) {
+    mo_split_config sc;
     memset(&sc, 0, sizeof sc);
     sc.tp = rc->tp; sc.pp = rc->pp;
-    sc.comm = (int)rc->comm;
+    sc.comm = rc->comm;
     sc.backend = be;
     sc.alloc = rc->alloc;
     sc.cap_bytes = cap;
@@ -135,7 +119,7 @@ static void utc_now(char *buf, size_t n) {
 struct mo_run_session {
     mo_run_config rc;
     const mo_run_env *env;
-    mo_gpt_config g;
+    const mo_model_ops *ops; // the model's table
     mo_backend_kind be;
     uint64_t cap;
     FILE *out;               // monitor lines; NULL: quiet
@@ -144,9 +128,10 @@ struct mo_run_session {
     char detail[1024];
     mo_allocator *a;
     mo_ctx *x;
-    mo_gpt *m;
-    mo_gpt_split *sp;        // --tp/--pp above 1: the ranks (then a, x, m are NULL)
-    mo_gpt_split_comm comm;  // taken when the split is released
+    void *m;                 // the model's instance (ops->create)
+    void *sp;                // --tp/--pp above 1: the ranks (ops->split->create; then a, x, m are NULL)
+    mo_split_comm comm;      // taken when the split is released
+    mo_model_step_info info; // of the last step
     int peak_rank;
     mo_timer t;
     int timer_ok;
@@ -175,21 +160,10 @@ static mo_status session_fail(mo_run_session *s, mo_status st) {
     return st;
 }
 
-// The run's batch (the same synthetic tokens every step), given to the model or to every rank.
+// The run's batch (the same synthetic batch every step), given to the model or to every rank.
 static mo_status set_synthetic_batch(mo_run_session *s) {
-    const mo_gpt_config *g = &s->g;
-    if (s->be == MO_BACKEND_DRY) return MO_OK; // nothing is computed: no tokens (4 host arrays of batch x seq)
-    size_t BT = (size_t)g->batch * g->seq;
-    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
-    mo_status st = MO_OK;
-    if (!tok || !tgt) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
-    if (st == MO_OK) {
-        mo_gpt_synthetic_batch(g, s->rc.seed, tok, tgt);
-        st = s->sp ? mo_gpt_split_set_batch(s->sp, tok, tgt) : mo_gpt_set_batch(s->m, tok, tgt);
-    }
-    free(tok);
-    free(tgt);
-    return st;
+    if (s->be == MO_BACKEND_DRY) return MO_OK; // nothing is computed: no host batch (B x T tokens for gpt)
+    return s->sp ? s->ops->split->set_synthetic_batch(s->sp, s->rc.seed) : s->ops->set_synthetic_batch(s->m, s->rc.seed);
 }
 
 // static_bytes (docs/DESIGN.md): params + grads + optimizer + master, as allocated.
@@ -198,14 +172,12 @@ static uint64_t static_of(const mo_alloc_stats *a) {
            a->allocated_by_cat[MO_CAT_MASTER];
 }
 
-// A split run: the ranks' threads, allocators, contexts and shards (models/gpt_split.h).
+// A split run: the ranks' threads, allocators, contexts and shards (the model's split table).
 static mo_status session_build_split(mo_run_session *s) {
-    const mo_gpt_config *g = &s->g;
-    mo_gpt_split_config sc = split_config_of(&s->rc, s->be, s->cap);
-    mo_status cs = mo_gpt_split_create(&s->sp, g, &sc);
+    mo_split_config sc = split_config_of(&s->rc, s->be, s->cap);
+    mo_status cs = s->ops->split->create(&s->rc, &sc, &s->sp);
     // A create that ran out of memory gave every rank back: its statistics are gone, but an OOM happened.
-    if (cs == MO_ERR_OOM) s->stats.num_ooms = 1;
-    if (cs == MO_ERR_OOM) s->oom_in_build = 1;
+    if (cs == MO_ERR_OOM) s->stats.num_ooms = s->oom_in_build = 1;
     MO_TRY(cs);
     return set_synthetic_batch(s);
 }
@@ -224,11 +196,10 @@ static mo_status session_build(mo_run_session *s) {
 }
 
 static mo_status session_build_one(mo_run_session *s) {
-    const mo_gpt_config *g = &s->g;
     MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
     MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
-    s->x->tf32 = g->tf32;
-    MO_TRY(mo_gpt_create(&s->m, g, s->x));
+    s->x->tf32 = s->rc.precision == MO_PREC_TF32;
+    MO_TRY(s->ops->create(&s->rc, s->x, &s->m));
     MO_TRY(set_synthetic_batch(s));
     mo_alloc_stats s0;
     mo_allocator_stats(s->a, &s0);
@@ -254,15 +225,16 @@ static void take_summary(mo_run_session *s, const mo_allocator *a) {
 // Gives back everything the run holds, keeping the allocator's final statistics.
 static void session_release(mo_run_session *s) {
     if (s->sp) {
+        const mo_model_split_ops *so = s->ops->split;
         // The run's peak is its largest rank's (docs/DESIGN.md); static bytes are that rank's at the end.
-        int r = s->peak_rank = mo_gpt_split_peak_rank(s->sp);
-        mo_allocator_stats(mo_gpt_split_allocator(s->sp, r), &s->stats);
-        take_summary(s, mo_gpt_split_allocator(s->sp, r));
+        int r = s->peak_rank = so->peak_rank(s->sp);
+        mo_allocator_stats(so->allocator(s->sp, r), &s->stats);
+        take_summary(s, so->allocator(s->sp, r));
         s->static_bytes = static_of(&s->stats);
         uint64_t ooms = 0, retries = 0, reserved = 0;
-        for (int k = 0; k < mo_gpt_split_world(s->sp); k++) {
+        for (int k = 0; k < so->world(s->sp); k++) {
             mo_alloc_stats a;
-            mo_allocator_stats(mo_gpt_split_allocator(s->sp, k), &a);
+            mo_allocator_stats(so->allocator(s->sp, k), &a);
             ooms += a.num_ooms;
             retries += a.num_alloc_retries;
             if (a.peak_reserved_bytes > reserved) reserved = a.peak_reserved_bytes; // the cap counts reserved
@@ -270,8 +242,8 @@ static void session_release(mo_run_session *s) {
         s->stats.peak_reserved_bytes = reserved;
         s->stats.num_ooms = ooms;
         s->stats.num_alloc_retries = retries;
-        if (mo_gpt_split_comm_stats(s->sp, &s->comm) != MO_OK) memset(&s->comm, 0, sizeof s->comm);
-        mo_gpt_split_destroy(s->sp);
+        if (so->comm_stats(s->sp, &s->comm) != MO_OK) memset(&s->comm, 0, sizeof s->comm);
+        so->destroy(s->sp);
         s->sp = NULL;
         return;
     }
@@ -281,7 +253,7 @@ static void session_release(mo_run_session *s) {
     s->alloc_trace = NULL;
     if (s->timer_ok) mo_timer_destroy(&s->t);
     s->timer_ok = 0;
-    mo_gpt_destroy(s->m);
+    if (s->m) s->ops->destroy(s->m);
     mo_ctx_destroy(s->x);
     mo_allocator_destroy(s->a);
     s->m = NULL; s->x = NULL; s->a = NULL;
@@ -301,10 +273,13 @@ static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo
     uint64_t total = env->have_device ? env->dev.total_mem_bytes : rc->device_mem_bytes;
     s->cap = mo_cap_resolve(&rc->cap, total);
     *res = s;
-    mo_status st = gpt_config_of(rc, &s->g);
+    mo_status st = mo_model_of(rc, &s->ops);
+    if (st == MO_OK && s->ops->check) st = s->ops->check(rc);
+    if (st == MO_OK && is_split(rc) && !s->ops->split)
+        st = MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: model %s cannot be split over ranks yet", rc->tp, rc->pp, s->ops->name);
     if (st == MO_OK && is_split(rc)) {
-        mo_gpt_split_config sc = split_config_of(rc, be, s->cap);
-        st = mo_gpt_split_validate(&s->g, &sc);
+        mo_split_config sc = split_config_of(rc, be, s->cap);
+        st = s->ops->split->validate(rc, &sc);
         if (st == MO_OK && rc->profile)
             st = MO_FAIL(MO_ERR_INVALID, "--profile: not available on split runs (--tp/--pp above 1); profile the unsplit model");
         if (st == MO_OK && rc->trace[0])
@@ -329,8 +304,8 @@ void mo_run_mark_timed(mo_run_session *s) {
     if (s->a) mo_allocator_reset_peaks(s->a); // peaks over the timed steps
     if (s->trace) mo_cost_trace_reset(s->trace); // and the ops
     if (s->sp) {
-        mo_gpt_split_reset_peaks(s->sp);
-        mo_gpt_split_comm_reset(s->sp); // communication over the timed steps
+        s->ops->split->reset_peaks(s->sp);
+        s->ops->split->comm_reset(s->sp); // communication over the timed steps
     }
     s->timed = 1;
 }
@@ -353,15 +328,15 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
     mo_status st = MO_OK;
     if (s->sp) {
         // Each rank times itself on its own stream; the step takes as long as its slowest rank.
-        st = mo_gpt_split_step(s->sp);
-        ms = mo_gpt_split_step_ms(s->sp);
+        st = s->ops->split->step(s->sp);
+        ms = s->ops->split->step_ms(s->sp);
     } else {
         // --trace: the first timed step (the allocator in its steady state), or the first step
         // when there is no warm-up.
         const int trace_now = s->rc.trace[0] && !s->traced && (s->timed || s->rc.warmup == 0);
         if (trace_now) st = mo_trace_begin(s->a, &s->alloc_trace);
         if (st == MO_OK) st = mo_timer_start(s->x, &s->t);
-        if (st == MO_OK) st = mo_gpt_step(s->m);
+        if (st == MO_OK) st = s->ops->step(s->m);
         if (st == MO_OK) st = mo_timer_stop(s->x, &s->t, &ms);
         if (trace_now && st == MO_OK) st = write_trace(s);
     }
@@ -376,13 +351,13 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
         if (s->timed)
             for (int k = 0; k < MO_PROF_COUNT; k++) s->prof_ms[k] += ms_cat[k];
     }
-    double loss = s->sp ? mo_gpt_split_last_loss(s->sp) : s->m->last_loss;
+    if (s->sp) s->ops->split->info(s->sp, &s->info);
+    else s->ops->info(s->m, &s->info);
+    double loss = s->info.loss;
     if (s->steps_run == 0) s->loss_first = loss;
     s->loss_last = loss;
-    // A split's ranks share one loss-scaler verdict: rank 0's figures are every rank's.
-    const mo_gpt *sm = s->sp ? mo_gpt_split_model(s->sp, 0) : s->m;
-    s->skipped_steps = sm->skipped_steps;
-    s->loss_scale = sm->loss_scale;
+    s->skipped_steps = s->info.skipped_steps;
+    s->loss_scale = s->info.loss_scale;
     s->steps_run++;
     if (s->timed) {
         if (s->n == s->cap_n) {
@@ -395,13 +370,13 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
             s->cap_n = nc;
         }
         s->times[s->n] = ms;
-        s->recompute[s->n] = s->sp ? mo_gpt_split_recompute_ms(s->sp) : s->m->recompute_ms;
+        s->recompute[s->n] = s->info.recompute_ms;
         s->n++;
     }
     if (s->rc.monitor > 0 && s->steps_run % s->rc.monitor == 0 && s->out) {
         mo_alloc_stats a;
         // A split run shows its rank 0.
-        mo_allocator_stats(s->sp ? mo_gpt_split_allocator(s->sp, 0) : s->a, &a);
+        mo_allocator_stats(s->sp ? s->ops->split->allocator(s->sp, 0) : s->a, &a);
         char b1[32], b2[32], b3[32];
         uint64_t used = s->be == MO_BACKEND_CUDA ? used_device_bytes() - s->dev_used_before : 0;
         fprintf(s->out, "  step %4d  loss %.4f  %.2f ms  allocated %s  reserved %s  device used (since start) %s\n",
@@ -458,13 +433,13 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     snprintf(row->driver, sizeof row->driver, "%s", env->dev.driver);
     snprintf(row->cuda_runtime, sizeof row->cuda_runtime, "%s", env->dev.runtime);
     row->steps = s->n;
-    const mo_gpt_config *g = &s->g;
     if (s->config_failed) {
         snprintf(row->status, sizeof row->status, "%s", s->st == MO_ERR_INVALID ? "invalid" : "error");
         snprintf(row->detail, sizeof row->detail, "%s", s->detail);
         goto finish;
     }
-    row->params = (int64_t)mo_gpt_num_params(g);
+    const mo_model_ops *ops = s->ops;
+    row->params = (int64_t)ops->num_params(rc);
     const mo_alloc_stats *a = &s->stats;
     row->num_ooms = (int64_t)a->num_ooms;
     row->num_alloc_retries = (int64_t)a->num_alloc_retries;
@@ -505,12 +480,14 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
         row->step_ms = med;
         row->step_ms_p10 = percentile(s->times, s->n, 0.10);
         row->step_ms_p90 = percentile(s->times, s->n, 0.90);
-        row->recompute_ms = g->ckpt != MO_CKPT_NONE ? rec_med : 0.0;
-        double tokens = (double)g->batch * g->seq;
-        row->tokens_per_s = tokens / (med * 1e-3);
-        row->model_tflops = mo_gpt_step_flops(g) / (med * 1e-3) / 1e12;
-        double rflops = is_split(rc) ? mo_gpt_split_recompute_flops(g, rc->tp, rc->pp) : mo_gpt_recompute_flops(g);
-        row->hw_tflops = (mo_gpt_step_flops(g) + rflops) / (med * 1e-3) / 1e12;
+        row->recompute_ms = rc->ckpt.kind != MO_CKPT_NONE ? rec_med : 0.0;
+        double items = (double)rc->batch * ops->items_per_sample(rc);
+        row->items_per_s = items / (med * 1e-3);
+        if (!strcmp(ops->item, "tokens")) row->tokens_per_s = row->items_per_s;
+        double flops = ops->step_flops(rc);
+        row->model_tflops = flops / (med * 1e-3) / 1e12;
+        double rflops = is_split(rc) ? ops->split->recompute_flops(rc) : ops->recompute_flops(rc);
+        row->hw_tflops = (flops + rflops) / (med * 1e-3) / 1e12;
         double peak = s->be == MO_BACKEND_CUDA ? mo_device_peak_tflops(env->dev.name, rc->precision) : 0;
         // local ranks share the one GPU; nccl ranks each have one
         if (is_split(rc) && rc->comm == MO_COMM_NCCL) peak *= rc->tp * rc->pp;
@@ -548,16 +525,15 @@ mo_status mo_run_execute_traced(const mo_run_config *rc, const mo_run_env *env, 
 
 static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *out) {
     const mo_run_config *rc = &s->rc;
-    const mo_gpt_config *g = &s->g;
     const mo_alloc_stats *a = &s->stats;
     // A failed row's reason is printed by the caller (main prints the command's status).
     if (strcmp(row->status, "ok") && strcmp(row->status, "oom")) return;
     char b1[32], b2[32], b3[32];
-    fprintf(out, "memopt run: gpt, %s backend, %s, L%d C%d H%d T%d B%d (micro %d) V%d, %.1fM params\n",
-            mo_backend_name(rc->backend), s->env->dev.name, g->layers, g->hidden, g->heads, g->seq, g->batch,
-            g->batch / g->accum, g->vocab, (double)mo_gpt_num_params(g) / 1e6);
+    fprintf(out, "memopt run: %s, %s backend, %s, %s B%d (micro %d), %.1fM params\n", s->ops->name,
+            mo_backend_name(rc->backend), s->env->dev.name, row->dims, rc->batch, rc->batch / rc->accum,
+            (double)s->ops->num_params(rc) / 1e6);
     fprintf(out, "  strategy: precision %s, attn %s, ckpt %s, accum %d, alloc %s, cap %s\n", mo_precision_name(rc->precision),
-            mo_attn_name(rc->attn), row->ckpt, g->accum, mo_alloc_kind_name(rc->alloc),
+            mo_attn_name(rc->attn), row->ckpt, rc->accum, mo_alloc_kind_name(rc->alloc),
             s->cap ? mo_format_bytes(s->cap, b1, 32) : "none");
     if (is_split(rc) && !s->config_failed)
         fprintf(out, "  split: tp %d x pp %d = %d ranks (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
@@ -570,11 +546,11 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
         if (rc->backend != MO_BACKEND_DRY && s->n > 0) {
             fprintf(out, "  step: median %.2f ms (p10 %.2f, p90 %.2f) over %d steps after %d warm-up\n", row->step_ms,
                     row->step_ms_p10, row->step_ms_p90, s->n, s->steps_run - s->n);
-            fprintf(out, "  %.0f tokens/s, %.1f model TFLOP/s, %.1f hardware TFLOP/s", row->tokens_per_s, row->model_tflops,
-                    row->hw_tflops);
+            fprintf(out, "  %.0f %s/s, %.1f model TFLOP/s, %.1f hardware TFLOP/s", row->items_per_s, s->ops->item,
+                    row->model_tflops, row->hw_tflops);
             if (!isnan(row->mfu)) fprintf(out, ", MFU %.1f%%", 100 * row->mfu);
             fprintf(out, "\n");
-            if (g->ckpt != MO_CKPT_NONE) fprintf(out, "  recompute: %.2f ms per step (median)\n", row->recompute_ms);
+            if (rc->ckpt.kind != MO_CKPT_NONE) fprintf(out, "  recompute: %.2f ms per step (median)\n", row->recompute_ms);
             if (rc->profile) {
                 double sum = 0;
                 for (int k = 0; k < MO_PROF_COUNT; k++) sum += s->prof_ms[k];
@@ -596,7 +572,7 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
                 }
             }
             fprintf(out, "  loss: %.4f (first step) -> %.4f (last)\n", row->loss_first, row->loss_last);
-            if (s->g.loss_scaling)
+            if (s->info.loss_scaling)
                 fprintf(out, "  loss scaler: final scale %g, %lld steps skipped (inf/nan gradients)\n", row->loss_scale,
                         (long long)row->skipped_steps);
         } else {

@@ -72,6 +72,8 @@ static void full_row(mo_csv_row *r) {
     r->param_bytes = 497903616; r->grad_bytes = 497903617; r->optim_bytes = 995807232; r->master_bytes = 0;
     r->activation_bytes = 14000000000LL; r->workspace_bytes = 33554432;
     r->num_ooms = 1; r->num_alloc_retries = 2; r->skipped_steps = 3;
+    snprintf(r->dims, sizeof r->dims, "L12 C768 H12 T1024 V50304");
+    r->items_per_s = 42467.5;
     r->loss_scale = 65536; r->loss_first = 10.98765432109876; r->loss_last = INFINITY;
     r->predicted_peak_bytes = 17354735616LL;
     r->comm_ms = 1e-300; r->comm_modelled = 1;
@@ -96,13 +98,13 @@ static void test_header(void) {
     const char *h = mo_csv_header();
     static const char start[] = "schema_version,utc_time,git_rev,backend,device_name,device_mem_bytes,driver,cuda_runtime,model,";
     CHECK(!strncmp(h, start, sizeof start - 1));
-    CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled,") != NULL);
-    // schema 2's fragmentation columns, together at the end
-    CHECK(strstr(h, ",comm_modelled,inactive_split_bytes,largest_free_block_bytes,segments") != NULL);
-    CHECK_EQ_U64(mo_csv_num_columns(), 60);
+    // Schema 2 appends dims, items_per_s and the fragmentation columns to schema 1's 57 columns.
+    CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled,dims,items_per_s,") != NULL);
+    CHECK(strstr(h, ",items_per_s,inactive_split_bytes,largest_free_block_bytes,segments") != NULL);
+    CHECK_EQ_U64(mo_csv_num_columns(), 62);
     int commas = 0;
     for (const char *p = h; *p; p++) commas += *p == ',';
-    CHECK_EQ_U64(commas + 1, 60);
+    CHECK_EQ_U64(commas + 1, 62);
 }
 
 static void test_round_trip(void) {
@@ -140,6 +142,58 @@ static void test_round_trip(void) {
     for (size_t i = 1; i < mo_csv_num_columns(); i++) strcat(empty, ",");
     strcat(empty, "\n");
     CHECK(text && strstr(text, empty) != NULL);
+    unlink(path);
+}
+
+// A schema-1 file (57 columns, gpt rows only) reads: its rows get the gpt dims text and items per
+// second from the GPT columns, so they key equal to the same run written now; the writer still
+// refuses to append to it.
+static void test_schema1_dims(void) {
+    char path[128];
+    tmp_path(path, sizeof path, "v1");
+    const char *h = mo_csv_header();
+    const char *cut = strstr(h, ",dims,items_per_s");
+    CHECK(cut != NULL);
+    if (!cut) return;
+    mo_csv_row r;
+    full_row(&r);
+    r.schema_version = 1;
+    r.tokens_per_s = 1234.5;
+    r.layers = 12; r.hidden = 768; r.heads = 12; r.seq = 1024; r.vocab = 50304;
+    snprintf(r.model, sizeof r.model, "gpt");
+    r.dims[0] = '\0';
+    r.items_per_s = NAN;
+    char line[16384];
+    CHECK_OK(mo_csv_format_row(&r, line, sizeof line));
+    // Drop the schema-2 cells (every column from dims on: one comma each before them).
+    int drop = 0;
+    for (const char *p = cut; *p; p++) drop += *p == ',';
+    size_t k = strlen(line);
+    while (k > 0 && drop > 0) if (line[--k] == ',') drop--;
+    CHECK(drop == 0 && k > 0);
+    line[k] = '\n';
+    line[k + 1] = '\0';
+    char text[20000];
+    snprintf(text, sizeof text, "%.*s\n%s", (int)(cut - h), h, line);
+    write_file(path, text);
+    mo_csv_row *got = NULL;
+    size_t n = 0;
+    CHECK_OK(mo_csv_read(path, &got, &n));
+    CHECK_EQ_U64(n, 1);
+    if (n == 1) {
+        CHECK(got[0].schema_version == 1);
+        CHECK_MSG(!strcmp(got[0].dims, "L12 C768 H12 T1024 V50304"), "dims '%s'", got[0].dims);
+        CHECK(got[0].items_per_s == 1234.5);
+        // The key equals the same configuration's as a schema-2 row writes it.
+        mo_csv_row now = r;
+        now.schema_version = MO_CSV_SCHEMA_VERSION;
+        snprintf(now.dims, sizeof now.dims, "L12 C768 H12 T1024 V50304");
+        char k1[1024], k2[1024];
+        CHECK(!strcmp(mo_csv_config_key(&got[0], k1, sizeof k1), mo_csv_config_key(&now, k2, sizeof k2)));
+    }
+    free(got);
+    mo_csv_writer *w;
+    CHECK(mo_csv_open(path, &w) == MO_ERR_INVALID && strstr(mo_errmsg(), "dims"));
     unlink(path);
 }
 
@@ -232,6 +286,9 @@ static void test_refusals(void) {
     snprintf(text, sizeof text, "schema_version,new_column\n3,x\n");
     write_file(path, text);
     CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 3, this memopt reads 1 to 2"));
+    snprintf(text, sizeof text, "schema_version,layers\n0,12\n");
+    write_file(path, text);
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 2"));
 
     // A different header: the writer refuses and leaves the file alone.
     write_file(path, "a,b,c\n1,2,3\n");
@@ -298,6 +355,7 @@ static void test_reorder_and_key(void) {
 int main(void) {
     test_header();
     test_round_trip();
+    test_schema1_dims();
     test_append_and_resume();
     test_schema1();
     test_refusals();

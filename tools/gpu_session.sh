@@ -14,7 +14,8 @@
 #   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
 #   "bench" times make bench; "faults" fails every allocation of a tiny step on cuda in turn
 #   (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
-#   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log)
+#   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log); "mlp" the
+#   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -200,6 +201,19 @@ if has profile; then
     $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $1 --attn $2 --profile \
       | grep -E "step:|profile|predicted" | sed "s/^/$1 $2: /"
   done
+fi
+if has mlp; then
+  # the MLP (second model): its GPU test, then rows for the shape where activations dominate (mlp-act)
+  # and the one where parameters do (mlp-param), and plan --validate on them
+  (cd $B && timeout 300 ./gpu_mlp >"$R/gpu_mlp.log" 2>&1; echo "gpu_mlp exit $?: $(tail -1 "$R/gpu_mlp.log")")
+  grep -E "FAIL|cuda:" "$R/gpu_mlp.log" | head -20
+  csv="$R/h200-mlp.csv"
+  for pr in mlp-act mlp-param; do
+    $M sweep --model mlp --preset $pr --precision fp32,tf32,bf16,fp16 --ckpt none,full,sqrt --steps 10 --warmup 3 \
+      --csv "$csv" 2>&1 | tail -1
+    $M sweep --model mlp --preset $pr --precision fp32,bf16 --accum 4 --steps 10 --warmup 3 --csv "$csv" 2>&1 | tail -1
+  done
+  $M plan --validate "$csv" --out-dir "$R" 2>&1 | tail -6
 fi
 if has split; then
   csv="$R/h200-gpt2-124m-split.csv"

@@ -1,0 +1,583 @@
+// An MLP classifier behind the model interface (models/model.h), the second model:
+//   x (B,I) fp32 synthetic inputs -> h0 = x Win^T + bin (B,H)
+//   L residual blocks: h += W2 gelu(W1 LN(h) + b1) + b2    (W1 (4H,H), W2 (H,4H))
+//   logits = h Wout^T + bout (B,K), softmax cross-entropy over K synthetic classes.
+// On the GPT's kernels (kernels/ops_mixed*.h, the GEMMs of gpt_ops.h) with the same strategies:
+// activation lifetimes from the run's allocator (every activation allocated when produced, freed
+// after its last reader, so the allocator's peak is the step's true peak on every backend),
+// checkpoint segments (full, every:K, sqrt: each segment's input kept, the segment recomputed in
+// backward), gradient accumulation, fp32/tf32/fp16/bf16 (16-bit activations and working weights,
+// fp32 master weights, gradients and Adam state; fp16 with the dynamic loss scaler), clipping and
+// AdamW. It has no attention (--attn and selective are refused) and no split yet (--tp/--pp refused).
+#include "models/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpt_ops.h"
+#include "kernels/cost.h"
+#include "models/mlp.h"
+
+enum { MLP_WIN, MLP_BIN, MLP_LNW, MLP_LNB, MLP_W1, MLP_B1, MLP_W2, MLP_B2, MLP_WOUT, MLP_BOUT, MLP_NPARAMS };
+static const char *const param_names[MLP_NPARAMS] = {"win", "bin", "lnw", "lnb", "w1", "b1", "w2", "b2", "wout", "bout"};
+
+typedef struct mlp_cfg {
+    int L, H, I, K, B, accum; // layers, hidden, input width, classes, global batch, micro-batches
+    int seg;                  // blocks per checkpoint segment, 0 none
+    mo_dtype dt;
+    int loss_scaling;
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    uint64_t seed;
+} mlp_cfg;
+
+typedef struct mlp {
+    mlp_cfg c;
+    mo_ctx *ctx;
+    size_t sizes[MLP_NPARAMS], n;
+    float *params;            // (n) fp32 (the master copy when 16-bit)
+    void *wparams;            // (n) dt: the weights the ops read (== params for fp32)
+    float *grads, *adam_m, *adam_v;
+    float *inputs;            // (B,I) fp32 on the device
+    int *targets;             // (B)
+    float *losses;            // (B)
+    int step;
+    float loss_scale;
+    int scaler_clean, skipped_steps;
+    double last_loss, recompute_ms;
+} mlp;
+
+// ---------------------------------------------------------------- the configuration
+
+static int segment_len(int L, mo_ckpt c) {
+    switch (c.kind) {
+    case MO_CKPT_FULL: return 1;
+    case MO_CKPT_EVERY: return c.every < L ? c.every : L;
+    case MO_CKPT_SQRT: return (int)ceil(sqrt((double)L));
+    default: return 0;
+    }
+}
+
+static void cfg_of(const mo_run_config *rc, mlp_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->L = rc->layers; c->H = rc->hidden; c->I = rc->input; c->K = rc->classes; c->B = rc->batch;
+    c->accum = rc->accum;
+    c->seg = segment_len(rc->layers, rc->ckpt);
+    c->dt = rc->precision == MO_PREC_FP16 ? MO_F16 : rc->precision == MO_PREC_BF16 ? MO_BF16 : MO_F32;
+    c->loss_scaling = rc->precision == MO_PREC_FP16;
+    c->lr = (float)rc->lr; c->beta1 = 0.9f; c->beta2 = 0.95f; c->eps = 1e-8f; c->weight_decay = 0.0f; c->grad_clip = 1.0f;
+    c->seed = rc->seed;
+}
+
+static void param_sizes(const mlp_cfg *c, size_t s[MLP_NPARAMS]) {
+    size_t L = (size_t)c->L, H = (size_t)c->H;
+    s[MLP_WIN] = H * (size_t)c->I; s[MLP_BIN] = H;
+    s[MLP_LNW] = L * H; s[MLP_LNB] = L * H;
+    s[MLP_W1] = L * 4 * H * H; s[MLP_B1] = L * 4 * H;
+    s[MLP_W2] = L * H * 4 * H; s[MLP_B2] = L * H;
+    s[MLP_WOUT] = (size_t)c->K * H; s[MLP_BOUT] = (size_t)c->K;
+}
+
+static mo_status mlp_validate(const mo_run_config *r) {
+    if (r->layers < 1) return MO_FAIL(MO_ERR_INVALID, "--layers: must be a positive integer (got %d)", r->layers);
+    if (r->hidden < 1) return MO_FAIL(MO_ERR_INVALID, "--hidden: must be a positive integer (got %d)", r->hidden);
+    if (r->input < 1) return MO_FAIL(MO_ERR_INVALID, "--input: must be a positive integer (got %d)", r->input);
+    if (r->classes < 2) return MO_FAIL(MO_ERR_INVALID, "--classes: must be at least 2 (got %d)", r->classes);
+    if ((double)4 * r->hidden * r->hidden * r->layers > 4e12)
+        return MO_FAIL(MO_ERR_INVALID, "--hidden %d --layers %d: more than 4e12 parameters", r->hidden, r->layers);
+    return MO_OK;
+}
+
+static const char *mlp_dims_text(const mo_run_config *rc, char *buf, size_t n) {
+    snprintf(buf, n, "L%d H%d I%d K%d", rc->layers, rc->hidden, rc->input, rc->classes);
+    return buf;
+}
+
+static mo_status mlp_dims_parse(const char *t, mo_run_config *rc) {
+    int L, H, I, K, used = 0;
+    if (sscanf(t, "L%d H%d I%d K%d%n", &L, &H, &I, &K, &used) != 4 || t[used] || L < 1 || H < 1 || I < 1 || K < 2)
+        return MO_FAIL(MO_ERR_INVALID, "dims '%s': not the mlp's 'L4 H256 I256 K10'", t);
+    rc->layers = L; rc->hidden = H; rc->input = I; rc->classes = K;
+    rc->heads = rc->seq = rc->vocab = 0;
+    return MO_OK;
+}
+
+static size_t mlp_num_params(const mo_run_config *rc) {
+    mlp_cfg c;
+    cfg_of(rc, &c);
+    size_t s[MLP_NPARAMS], n = 0;
+    param_sizes(&c, s);
+    for (int p = 0; p < MLP_NPARAMS; p++) n += s[p];
+    return n;
+}
+
+static double mlp_items(const mo_run_config *rc) { (void)rc; return 1; } // one sample is one item
+
+// 6 FLOPs per GEMM weight per sample (forward 2, backward 4); the input layer has no input gradient (4).
+static double mlp_step_flops(const mo_run_config *rc) {
+    double H = rc->hidden, B = rc->batch;
+    return B * (4.0 * rc->input * H + 6.0 * rc->layers * 8 * H * H + 6.0 * rc->classes * H);
+}
+
+// Each segment re-runs its blocks' forward, but for its last block's second GEMM (not needed).
+static double mlp_recompute_flops(const mo_run_config *rc) {
+    int K = segment_len(rc->layers, rc->ckpt);
+    if (!K) return 0;
+    int nseg = (rc->layers + K - 1) / K;
+    double H = rc->hidden;
+    return (double)rc->batch * 8 * H * H * (2.0 * rc->layers - nseg);
+}
+
+static int mlp_tensor_table(const mo_run_config *rc, mo_tensor_info *rows, int max) {
+    mlp_cfg c;
+    cfg_of(rc, &c);
+    size_t s[MLP_NPARAMS];
+    param_sizes(&c, s);
+    int n = 0;
+    for (int p = 0; p < MLP_NPARAMS; p++) {
+        if (n < max) {
+            mo_tensor_info *t = &rows[n];
+            memset(t, 0, sizeof *t);
+            t->name = param_names[p];
+            t->ndim = 1;
+            t->shape[0] = (int64_t)s[p];
+            t->dtype = c.dt;
+            t->cat = MO_CAT_PARAM;
+            t->numel = s[p];
+        }
+        n++;
+    }
+    return n;
+}
+
+// ---------------------------------------------------------------- parameters
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return ((splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static float normal(uint64_t *s) { return (float)(sqrt(-2 * log(uniform01(s))) * cos(6.283185307179586 * uniform01(s))); }
+
+// GPT-2's initialization: weights normal(0, 0.02), the residual projection W2 scaled by 1/sqrt(2L),
+// LayerNorm weights 1, biases 0.
+static void init_params(const mlp_cfg *c, const size_t s[MLP_NPARAMS], float *h) {
+    uint64_t r = c->seed * 0x2545f4914f6cdd1dull + 11;
+    for (int p = 0; p < MLP_NPARAMS; p++) {
+        float sd = p == MLP_W2 ? 0.02f / sqrtf(2.0f * c->L) : 0.02f;
+        for (size_t i = 0; i < s[p]; i++) {
+            if (p == MLP_LNW) h[i] = 1.0f;
+            else if (p == MLP_WIN || p == MLP_W1 || p == MLP_W2 || p == MLP_WOUT) h[i] = sd * normal(&r);
+            else h[i] = 0.0f;
+        }
+        h += s[p];
+    }
+}
+
+static void mlp_destroy(void *p) {
+    mlp *m = p;
+    if (!m) return;
+    mo_allocator *a = m->ctx->alloc;
+    mo_free(a, m->losses); mo_free(a, m->targets); mo_free(a, m->inputs);
+    mo_free(a, m->adam_v); mo_free(a, m->adam_m); mo_free(a, m->grads);
+    if (m->wparams != m->params) mo_free(a, m->wparams);
+    mo_free(a, m->params);
+    free(m);
+}
+
+static mo_status mlp_create(const mo_run_config *rc, mo_ctx *ctx, void **out) {
+    MO_TRY(mlp_validate(rc));
+    mlp *m = calloc(1, sizeof *m);
+    if (!m) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the model");
+    cfg_of(rc, &m->c);
+    m->ctx = ctx;
+    param_sizes(&m->c, m->sizes);
+    for (int p = 0; p < MLP_NPARAMS; p++) m->n += m->sizes[p];
+    const mlp_cfg *c = &m->c;
+    size_t pb = m->n * sizeof(float);
+    mo_allocator *a = ctx->alloc;
+    int mixed = c->dt != MO_F32;
+    mo_status st;
+    MO_TRY_GOTO(st, mo_alloc(a, pb, mixed ? MO_CAT_MASTER : MO_CAT_PARAM, (void **)&m->params), fail);
+    if (mixed) MO_TRY_GOTO(st, mo_alloc(a, m->n * mo_dtype_size(c->dt), MO_CAT_PARAM, &m->wparams), fail);
+    else m->wparams = m->params;
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * c->I * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->inputs), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->targets), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->losses), fail);
+    if (ctx->backend != MO_BACKEND_DRY) {
+        float *h = malloc(pb);
+        if (!h) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the initial parameters"); goto fail; }
+        init_params(c, m->sizes, h);
+        st = mo_memcpy_h2d(ctx, m->params, h, pb);
+        free(h);
+        if (st != MO_OK) goto fail;
+    }
+    if (mixed) MO_TRY_GOTO(st, mo_cast_mixed(ctx, c->dt, m->wparams, MO_F32, m->params, m->n), fail);
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_m, pb), fail);
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_v, pb), fail);
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->grads, pb), fail);
+    m->loss_scale = c->loss_scaling ? 65536.0f : 1.0f;
+    *out = m;
+    return MO_OK;
+fail:
+    mlp_destroy(m);
+    return st;
+}
+
+// Inputs uniform in [-1, 1), classes uniform: the same seed gives the same batch everywhere.
+static mo_status mlp_set_synthetic_batch(void *p, uint64_t seed) {
+    mlp *m = p;
+    size_t BI = (size_t)m->c.B * m->c.I;
+    float *x = malloc(BI * sizeof(float));
+    int *y = malloc((size_t)m->c.B * sizeof(int));
+    mo_status st = MO_OK;
+    if (!x || !y) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
+    if (st == MO_OK) {
+        uint64_t s = seed * 0x9e3779b97f4a7c15ull + 3;
+        for (size_t i = 0; i < BI; i++) x[i] = (float)(2 * uniform01(&s) - 1);
+        for (int b = 0; b < m->c.B; b++) y[b] = (int)(splitmix(&s) % (uint64_t)m->c.K);
+        st = mo_memcpy_h2d(m->ctx, m->inputs, x, BI * sizeof(float));
+        if (st == MO_OK) st = mo_memcpy_h2d(m->ctx, m->targets, y, (size_t)m->c.B * sizeof(int));
+    }
+    free(x);
+    free(y);
+    return st;
+}
+
+// ---------------------------------------------------------------- the step
+
+// The tensors one block produces. in is not owned: the previous block's out (or h0).
+typedef struct block_acts {
+    void *in;                 // (N,H) dt
+    void *ln;                 // (N,H) dt
+    float *mean, *rstd;       // (N) fp32
+    void *fch, *fch_gelu;     // (N,4H) dt
+    void *out;                // (N,H) dt in + W2 gelu(...) + b2
+    void *d4, *dH;            // backward scratch (N,4H), (N,H) dt
+} block_acts;
+
+typedef struct step_state {
+    mlp *m;
+    int N, micro;             // rows of the micro-batch, which micro-batch
+    block_acts *acts;         // (L)
+    void *xin;                // (N,I) dt the inputs cast to dt (16-bit), NULL for fp32 (read in place)
+    void *h0;                 // (N,H) dt, owned by acts[0].in after the first block
+    void *logits;             // (N,K) dt; dlogits in backward
+    void *dresid;             // (N,H) dt the residual stream's gradient
+    double recompute_ms;
+} step_state;
+
+#define OP(cat, call)                    \
+    do {                                 \
+        MO_TRY(mo_prof_begin(x, (cat))); \
+        MO_TRY(call);                    \
+        MO_TRY(mo_prof_end(x));          \
+    } while (0)
+#define DT (m->c.dt)
+
+static mo_status act_alloc(mlp *m, size_t n, void **p) {
+    return mo_alloc(m->ctx->alloc, n * mo_dtype_size(DT), MO_CAT_ACTIVATION, p);
+}
+static mo_status stat_alloc(mlp *m, size_t n, float **p) {
+    return mo_alloc(m->ctx->alloc, n * sizeof(float), MO_CAT_ACTIVATION, (void **)p);
+}
+static void act_free_(mlp *m, void **p) {
+    if (*p) mo_free(m->ctx->alloc, *p);
+    *p = NULL;
+}
+#define act_free(m, p) act_free_((m), (void **)(p))
+
+// Parameter tensor p's slice of layer l (elem elements a layer): working copy, and gradient.
+static const void *W(mlp *m, int p, int l, size_t elem) {
+    size_t o = 0;
+    for (int q = 0; q < p; q++) o += m->sizes[q];
+    return (const char *)m->wparams + (o + (size_t)l * elem) * mo_dtype_size(DT);
+}
+static float *G(mlp *m, int p, int l, size_t elem) {
+    size_t o = 0;
+    for (int q = 0; q < p; q++) o += m->sizes[q];
+    return m->grads + o + (size_t)l * elem;
+}
+
+static void block_free_internals(mlp *m, block_acts *a) {
+    act_free(m, &a->ln); act_free(m, &a->mean); act_free(m, &a->rstd);
+    act_free(m, &a->fch); act_free(m, &a->fch_gelu);
+    act_free(m, &a->d4); act_free(m, &a->dH);
+}
+
+static mo_status block_forward(mlp *m, step_state *s, int l, block_acts *a, int need_out) {
+    mo_ctx *x = m->ctx;
+    int N = s->N, H = m->c.H;
+    size_t NH = (size_t)N * H, HH = (size_t)H * H;
+    MO_TRY(act_alloc(m, NH, &a->ln));
+    MO_TRY(stat_alloc(m, (size_t)N, &a->mean));
+    MO_TRY(stat_alloc(m, (size_t)N, &a->rstd));
+    OP(MO_PROF_NORM, mo_layernorm_forward_mixed(x, DT, a->ln, a->mean, a->rstd, a->in, W(m, MLP_LNW, l, H),
+                                                W(m, MLP_LNB, l, H), N, H));
+    MO_TRY(act_alloc(m, 4 * NH, &a->fch));
+    MO_TRY(act_alloc(m, 4 * NH, &a->fch_gelu));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->fch, a->fch_gelu, a->ln, W(m, MLP_W1, l, 4 * HH), W(m, MLP_B1, l, 4 * H), N,
+                                    H, 4 * H));
+    if (!need_out) return MO_OK; // the last block of a recomputed segment: backward needs no out
+    MO_TRY(act_alloc(m, NH, &a->out));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->out, NULL, a->fch_gelu, W(m, MLP_W2, l, 4 * HH), W(m, MLP_B2, l, H), N,
+                                    4 * H, H));
+    OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->out, a->out, a->in, NH));
+    return MO_OK;
+}
+
+// dresid (N,H) holds d(out) on entry and d(in) on return (the residual passes it through; the
+// LayerNorm backward adds its part).
+static mo_status block_backward(mlp *m, int l, block_acts *a, void *dresid, int N) {
+    mo_ctx *x = m->ctx;
+    int H = m->c.H;
+    size_t NH = (size_t)N * H, HH = (size_t)H * H;
+    MO_TRY(act_alloc(m, 4 * NH, &a->d4));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, G(m, MLP_W2, l, 4 * HH), G(m, MLP_B2, l, H), dresid, a->fch_gelu,
+                                    W(m, MLP_W2, l, 4 * HH), N, 4 * H, H));
+    act_free(m, &a->fch_gelu);
+    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, 4 * NH));
+    act_free(m, &a->fch);
+    MO_TRY(act_alloc(m, NH, &a->dH));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dH, G(m, MLP_W1, l, 4 * HH), G(m, MLP_B1, l, 4 * H), a->d4, a->ln,
+                                    W(m, MLP_W1, l, 4 * HH), N, H, 4 * H));
+    act_free(m, &a->d4);
+    act_free(m, &a->ln);
+    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, G(m, MLP_LNW, l, H), G(m, MLP_LNB, l, H), a->dH, a->in,
+                                                 W(m, MLP_LNW, l, H), a->mean, a->rstd, N, H));
+    act_free(m, &a->dH); act_free(m, &a->mean); act_free(m, &a->rstd);
+    act_free(m, &a->in);
+    return MO_OK;
+}
+
+// Whatever is still live (all of it after a failure); each in is the previous out.
+static void free_all(step_state *s) {
+    mlp *m = s->m;
+    int L = m->c.L;
+    for (int l = 0; l < L; l++) {
+        block_acts *a = &s->acts[l];
+        block_free_internals(m, a);
+        if (a->in && (l == 0 || a->in != s->acts[l - 1].out)) mo_free(m->ctx->alloc, a->in);
+        a->in = NULL;
+    }
+    for (int l = 0; l < L; l++) act_free(m, &s->acts[l].out);
+    act_free(m, &s->xin); act_free(m, &s->h0); act_free(m, &s->logits); act_free(m, &s->dresid);
+}
+
+static const void *inputs_of(step_state *s) {
+    return s->xin ? s->xin : (const void *)(s->m->inputs + (size_t)s->micro * s->N * s->m->c.I);
+}
+
+static mo_status forward(step_state *s) {
+    mlp *m = s->m;
+    mo_ctx *x = m->ctx;
+    int N = s->N, H = m->c.H, I = m->c.I, K = m->c.K, L = m->c.L, seg = m->c.seg;
+    size_t off = (size_t)s->micro * N;
+    mo_cost_set_region(x, MO_COST_BODY);
+    if (DT != MO_F32) {
+        MO_TRY(act_alloc(m, (size_t)N * I, &s->xin));
+        OP(MO_PROF_ELEMENTWISE, mo_cast_mixed(x, DT, s->xin, MO_F32, m->inputs + off * I, (size_t)N * I));
+    }
+    MO_TRY(act_alloc(m, (size_t)N * H, &s->h0));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, s->h0, NULL, inputs_of(s), W(m, MLP_WIN, 0, 0), W(m, MLP_BIN, 0, 0), N, I, H));
+    for (int l = 0; l < L; l++) {
+        block_acts *a = &s->acts[l];
+        a->in = l == 0 ? s->h0 : s->acts[l - 1].out;
+        if (l == 0) s->h0 = NULL; // owned by acts[0] from here on
+        MO_TRY(block_forward(m, s, l, a, 1));
+        if (seg) {
+            block_free_internals(m, a);
+            // Only a segment's first input is kept; the inputs inside a segment are recomputed.
+            if (l % seg != 0) { act_free(m, &a->in); s->acts[l - 1].out = NULL; }
+        }
+    }
+    mo_cost_set_region(x, MO_COST_HEAD);
+    MO_TRY(act_alloc(m, (size_t)N * K, &s->logits));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, s->logits, NULL, s->acts[L - 1].out, W(m, MLP_WOUT, 0, 0), W(m, MLP_BOUT, 0, 0),
+                                    N, H, K));
+    // The mean over the global batch, times the loss scale (1 unless fp16's scaler is on).
+    float dloss = m->loss_scale / (float)m->c.B;
+    OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, N, 1, K, dloss));
+    mo_cost_set_region(x, MO_COST_BODY);
+    return MO_OK;
+}
+
+static mo_status backward(step_state *s) {
+    mlp *m = s->m;
+    mo_ctx *x = m->ctx;
+    int N = s->N, H = m->c.H, I = m->c.I, K = m->c.K, L = m->c.L, seg = m->c.seg;
+    size_t NH = (size_t)N * H;
+    mo_cost_set_region(x, MO_COST_HEAD);
+    MO_TRY(act_alloc(m, NH, &s->dresid));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->dresid, G(m, MLP_WOUT, 0, 0), G(m, MLP_BOUT, 0, 0), s->logits,
+                                    s->acts[L - 1].out, W(m, MLP_WOUT, 0, 0), N, H, K));
+    act_free(m, &s->logits);
+    act_free(m, &s->acts[L - 1].out);
+    mo_cost_set_region(x, MO_COST_BODY);
+    void *dresid = s->dresid;
+    mo_status st = MO_OK;
+    if (!seg) {
+        for (int l = L - 1; l >= 0 && st == MO_OK; l--) {
+            st = block_backward(m, l, &s->acts[l], dresid, N);
+            if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
+        }
+    } else {
+        int nseg = (L + seg - 1) / seg;
+        for (int g = nseg - 1; g >= 0 && st == MO_OK; g--) {
+            int a0 = g * seg, b0 = a0 + seg - 1 < L - 1 ? a0 + seg - 1 : L - 1;
+            mo_timer t;
+            MO_TRY(mo_timer_init(x, &t));
+            st = mo_timer_start(x, &t);
+            for (int l = a0; l <= b0 && st == MO_OK; l++) {
+                if (l > a0) s->acts[l].in = s->acts[l - 1].out;
+                st = block_forward(m, s, l, &s->acts[l], l < b0);
+            }
+            double ms = 0;
+            if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
+            mo_timer_destroy(&t);
+            s->recompute_ms += ms;
+            for (int l = b0; l >= a0 && st == MO_OK; l--) {
+                st = block_backward(m, l, &s->acts[l], dresid, N);
+                if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
+            }
+        }
+    }
+    MO_TRY(st);
+    // The input layer: its weight gradient only (the inputs need none).
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, NULL, G(m, MLP_WIN, 0, 0), G(m, MLP_BIN, 0, 0), dresid, inputs_of(s),
+                                    W(m, MLP_WIN, 0, 0), N, I, H));
+    act_free(m, &s->xin);
+    act_free(m, &s->dresid);
+    return MO_OK;
+}
+
+static mo_status forward_backward(mlp *m) {
+    mo_ctx *x = m->ctx;
+    step_state s;
+    memset(&s, 0, sizeof s);
+    s.m = m;
+    s.N = m->c.B / m->c.accum;
+    s.acts = calloc((size_t)m->c.L, sizeof *s.acts);
+    if (!s.acts) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
+    mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients
+    mo_status st = mo_memset_zero(x, m->grads, m->n * sizeof(float));
+    for (int k = 0; k < m->c.accum && st == MO_OK; k++) {
+        s.micro = k;
+        st = forward(&s);
+        if (st == MO_OK) st = backward(&s);
+        free_all(&s); // a failure (out of memory) unwinds every live activation
+    }
+    free(s.acts);
+    m->recompute_ms = s.recompute_ms;
+    MO_TRY(st);
+    if (x->backend == MO_BACKEND_DRY) { m->last_loss = NAN; return MO_OK; }
+    float *h = malloc((size_t)m->c.B * sizeof(float));
+    if (!h) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the losses");
+    st = mo_memcpy_d2h(x, h, m->losses, (size_t)m->c.B * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < m->c.B; i++) sum += h[i];
+    free(h);
+    m->last_loss = sum / m->c.B;
+    return st;
+}
+
+#undef OP
+#define OP(cat, call)                          \
+    do {                                       \
+        MO_TRY(mo_prof_begin(m->ctx, (cat)));  \
+        MO_TRY(call);                          \
+        MO_TRY(mo_prof_end(m->ctx));           \
+    } while (0)
+
+// Loss scaler (fp16), clipping at norm 1, AdamW: as the GPT's update.
+static mo_status update(mlp *m) {
+    const mlp_cfg *c = &m->c;
+    float scale_used = m->loss_scale;
+    mo_cost_set_region(m->ctx, MO_COST_OPTIMIZER);
+    if (c->loss_scaling) {
+        int bad = 0;
+        OP(MO_PROF_OPTIMIZER, mo_nonfinite(m->ctx, m->grads, m->n, &bad));
+        if (bad) {
+            m->loss_scale *= 0.5f;
+            m->scaler_clean = 0;
+            m->skipped_steps++;
+            return MO_OK;
+        }
+        if (++m->scaler_clean >= 2000) {
+            m->loss_scale *= 2.0f;
+            m->scaler_clean = 0;
+        }
+    }
+    double ss = 0;
+    OP(MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &ss, m->grads, m->n));
+    double norm = sqrt(ss) / scale_used;
+    float scale = 1.0f / scale_used;
+    if (c->grad_clip > 0 && norm > c->grad_clip) scale = (float)(c->grad_clip / norm) / scale_used;
+    m->step++;
+    OP(MO_PROF_OPTIMIZER, mo_adamw_mixed(m->ctx, DT, m->params, m->wparams, m->grads, m->adam_m, m->adam_v, m->n, c->lr,
+                                         c->beta1, c->beta2, c->eps, c->weight_decay, m->step, scale));
+    return MO_OK;
+}
+
+static mo_status mlp_step(void *p) {
+    mlp *m = p;
+    MO_TRY(forward_backward(m));
+    return update(m);
+}
+
+static void mlp_info(void *p, mo_model_step_info *out) {
+    const mlp *m = p;
+    out->loss = m->last_loss;
+    out->recompute_ms = m->recompute_ms;
+    out->skipped_steps = m->skipped_steps;
+    out->loss_scale = m->loss_scale;
+    out->loss_scaling = m->c.loss_scaling;
+}
+
+// Test access: the fp32 parameters and gradients (host copies of n floats), models/mlp.h.
+mo_status mo_mlp_read(void *p, float *params, float *grads, size_t *n) {
+    mlp *m = p;
+    *n = m->n;
+    if (params) MO_TRY(mo_memcpy_d2h(m->ctx, params, m->params, m->n * sizeof(float)));
+    if (grads) MO_TRY(mo_memcpy_d2h(m->ctx, grads, m->grads, m->n * sizeof(float)));
+    return MO_OK;
+}
+mo_status mo_mlp_forward_backward(void *p) { return forward_backward(p); }
+
+// Presets: one where the activations dominate (a large batch of narrow rows), one where the
+// parameters and their optimizer state do (a wide model, a small batch), and a small one.
+static const mo_preset mlp_presets[] = {
+    {.name = "mlp-small", .layers = 4, .hidden = 256, .batch = 64, .input = 256, .classes = 10},
+    {.name = "mlp-act", .layers = 16, .hidden = 1024, .batch = 16384, .input = 1024, .classes = 1000},
+    {.name = "mlp-param", .layers = 8, .hidden = 4096, .batch = 64, .input = 1024, .classes = 1000},
+};
+
+const mo_model_ops mo_mlp_model = {
+    .name = "mlp",
+    .about = "MLP classifier: residual LayerNorm -> Linear(H,4H) -> GELU -> Linear(4H,H) blocks, softmax head",
+    .item = "samples",
+    .dims = MO_DIM_LAYERS | MO_DIM_HIDDEN | MO_DIM_INPUT | MO_DIM_CLASSES,
+    .dims_help = "layers, hidden, input, classes, batch",
+    .presets = mlp_presets,
+    .n_presets = (int)(sizeof mlp_presets / sizeof mlp_presets[0]),
+    .validate = mlp_validate,
+    .check = mlp_validate,
+    .dims_text = mlp_dims_text,
+    .dims_parse = mlp_dims_parse,
+    .num_params = mlp_num_params,
+    .items_per_sample = mlp_items,
+    .step_flops = mlp_step_flops,
+    .recompute_flops = mlp_recompute_flops,
+    .tensor_table = mlp_tensor_table,
+    .create = mlp_create,
+    .destroy = mlp_destroy,
+    .set_synthetic_batch = mlp_set_synthetic_batch,
+    .step = mlp_step,
+    .info = mlp_info,
+    .split = NULL, // tp/pp: not yet (refused with the reason)
+};
