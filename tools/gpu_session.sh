@@ -12,7 +12,7 @@
 #   split model's GPU test and the eight precision x attention rows; "profile" --profile's measured time
 #   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused); "trace" the
 #   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
-#   "bench" times make bench; "faults" fails every allocation of a tiny step on cuda in turn
+#   "bench" times make bench; "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
 #   (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
 #   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log); "mlp" the
 #   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them
@@ -56,12 +56,14 @@ if has gpufast; then
   t0=$(date +%s)
   # gpu_alloc reads device-wide memory: it runs alone, after the others
   pids=""
-  for t in $(cd $B && ls gpu_* | grep -v -e gpu_attention_chunks -e gpu_alloc); do
+  for t in $(cd $B && ls gpu_* | grep -v -e gpu_attention_chunks -e gpu_alloc); do # gpu_alloc*: alone, below
     (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
     pids="$pids $!"
   done
   wait $pids # by pid: a bare wait would also wait for this script's own tee
   (cd $B && timeout 60 ./gpu_alloc >"$R/gpu_alloc.log" 2>&1; echo "gpu_alloc exit $?: $(tail -1 "$R/gpu_alloc.log")")
+  (cd $B && timeout 300 ./gpu_alloc_faults >"$R/gpu_alloc_faults.log" 2>&1; echo "gpu_alloc_faults exit $?: $(tail -1 "$R/gpu_alloc_faults.log")")
+  grep -E "^fault injection" "$R/gpu_alloc_faults.log" | tail -3
   (cd $B && timeout 300 ./gpu_attention_chunks >"$R/gpu_attention_chunks.log" 2>&1; echo "gpu_attention_chunks exit $?: $(tail -1 "$R/gpu_attention_chunks.log")")
   echo "gpu tests: $(( $(date +%s) - t0 )) s"
   grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -40
@@ -193,6 +195,11 @@ if has headline; then
     $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $prec --attn $attn --csv "$R/h200-gpt2-124m-headline.csv" \
       | grep -E "step:|peak alloc" | sed "s/^/$prec $attn: /"
   done; done
+fi
+if has revab; then
+  # this revision's GPT-2 124M step against an older one built from .old/src-REV.tar, interleaved
+  # (tools/ab_revisions.sh; MEMOPT_OLD_TAR names the tarball)
+  bash tools/ab_revisions.sh "${MEMOPT_OLD_TAR:-$(ls .old/src-*.tar | head -1)}" $M "$R/revab.csv"
 fi
 if has profile; then
   # measured device time per profiler class beside the planner's prediction from the run's cost trace
