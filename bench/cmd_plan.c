@@ -102,9 +102,17 @@ static void print_target(const target *t) {
 }
 
 static void short_strategy(const mo_run_config *rc, char *buf, size_t n) {
-    char ck[24];
-    snprintf(buf, n, "%s, attn %s, ckpt %s, accum %d", mo_precision_name(rc->precision), mo_attn_name(rc->attn),
-             mo_ckpt_format(rc->ckpt, ck, sizeof ck), rc->accum);
+    char ck[24], at[32] = "";
+    const mo_model_ops *m = mo_model_find(rc->model);
+    if (!m || (m->dims & MO_OPT_ATTN)) snprintf(at, sizeof at, ", attn %s", mo_attn_name(rc->attn)); // a model without attention has no form
+    snprintf(buf, n, "%s%s, ckpt %s, accum %d", mo_precision_name(rc->precision), at, mo_ckpt_format(rc->ckpt, ck, sizeof ck),
+             rc->accum);
+}
+
+// What the model's items are ("tokens" for gpt, "samples" for mlp).
+static const char *item_name(const mo_run_config *rc) {
+    const mo_model_ops *m = mo_model_find(rc->model);
+    return m ? m->item : "items";
 }
 
 // The model's items (gpt: tokens) per second.
@@ -183,9 +191,9 @@ static void print_asked(const entry *e, const target *t) {
     if (!isnan(e->ms)) {
         const char *note = NULL;
         mo_gpu_gemm_tflops(t->time_gpu, e->rc.precision, &note);
-        printf("  predicted step %.1f ms (%s): GEMM floor %.1f ms / %.2f, memory-bound floor %.1f ms / %.2f; %.0f tokens/s, %.1f model TFLOP/s%s%s\n",
+        printf("  predicted step %.1f ms (%s): GEMM floor %.1f ms / %.2f, memory-bound floor %.1f ms / %.2f; %.0f %s/s, %.1f model TFLOP/s%s%s\n",
                e->ms, t->cal.how[e->rc.precision], 1e3 * e->roof.gemm_s, t->cal.eff_gemm[e->rc.precision], 1e3 * e->roof.mem_s,
-               t->cal.eff_mem[e->rc.precision], tokens_per_s(&e->rc, e->ms), model_tflops(&e->rc, e->ms), note ? "; " : "", note ? note : "");
+               t->cal.eff_mem[e->rc.precision], tokens_per_s(&e->rc, e->ms), item_name(&e->rc), model_tflops(&e->rc, e->ms), note ? "; " : "", note ? note : "");
         if (e->rc.tp * e->rc.pp > 1)
             printf("  split: %d ranks, one %s each; the last stage's rank: blocks / %d plus the whole LM head, x 1F1B bubble %.2f; "
                    "communication %.1f ms at half the stated link (%s)\n",
@@ -326,7 +334,7 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
         char s[128];
         short_strategy(&es[0].rc, s, sizeof s);
         if (isnan(es[0].ms)) printf("  best: %s (the smallest peak that fits)\n", s);
-        else printf("  best: %s: %.1f ms per step, %.0f tokens/s, peak reserved %s\n", s, es[0].ms, tokens_per_s(&es[0].rc, es[0].ms),
+        else printf("  best: %s: %.1f ms per step, %.0f %s/s, peak reserved %s\n", s, es[0].ms, tokens_per_s(&es[0].rc, es[0].ms), item_name(&es[0].rc),
                     gib((uint64_t)es[0].fit.row.peak_reserved_bytes, b1));
     } else if (n) {
         printf("  nothing fits at batch %d: the smallest peak is %s; see max batch\n", point->batch, gib((uint64_t)es[0].fit.row.peak_reserved_bytes, b1));

@@ -532,8 +532,10 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     fprintf(out, "memopt run: %s, %s backend, %s, %s B%d (micro %d), %.1fM params\n", s->ops->name,
             mo_backend_name(rc->backend), s->env->dev.name, row->dims, rc->batch, rc->batch / rc->accum,
             (double)s->ops->num_params(rc) / 1e6);
-    fprintf(out, "  strategy: precision %s, attn %s, ckpt %s, accum %d, alloc %s, cap %s\n", mo_precision_name(rc->precision),
-            mo_attn_name(rc->attn), row->ckpt, rc->accum, mo_alloc_kind_name(rc->alloc),
+    char at[32] = "";
+    if (s->ops->dims & MO_OPT_ATTN) snprintf(at, sizeof at, ", attn %s", mo_attn_name(rc->attn)); // only a model with attention has a form
+    fprintf(out, "  strategy: precision %s%s, ckpt %s, accum %d, alloc %s, cap %s\n", mo_precision_name(rc->precision),
+            at, row->ckpt, rc->accum, mo_alloc_kind_name(rc->alloc),
             s->cap ? mo_format_bytes(s->cap, b1, 32) : "none");
     if (is_split(rc) && !s->config_failed)
         fprintf(out, "  split: tp %d x pp %d = %d ranks (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
