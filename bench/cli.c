@@ -5,6 +5,7 @@
 #include <string.h>
 #include "kernels/backend.h"
 #include "kernels/device.h"
+#include "models/model.h"
 #include "strategies/alloc.h"
 
 #ifndef MEMOPT_VERSION
@@ -60,14 +61,23 @@ static void usage_group(FILE *f, const char *group, mo_command cmd) {
 
 static const char *const groups[] = {"model", "strategy", "run", "output", "sweep", "plan", "compare"};
 
-// The models and their presets (the per-model part of the help).
+// The registered models and their presets (the per-model part of the help).
 static void usage_models(FILE *f) {
-    size_t n;
-    const mo_preset *p = mo_presets(&n);
-    fprintf(f, "\nmodels: gpt (GPT-2: pre-LayerNorm blocks, GELU MLP, tied embedding, AdamW). Presets:\n");
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "  %-12s layers %2d, hidden %4d, heads %2d, seq %d, vocab %d, batch %d\n", p[i].name, p[i].layers,
-                p[i].hidden, p[i].heads, p[i].seq, p[i].vocab, p[i].batch);
+    fprintf(f, "\nmodels (--model NAME; a model refuses the flags it lacks) and their presets (--preset NAME):\n");
+    for (int k = 0, nm = mo_model_count(); k < nm; k++) {
+        const mo_model_ops *m = mo_model_at(k);
+        fprintf(f, "  %s: flags %s\n", m->name, m->dims_help);
+        for (int i = 0; i < m->n_presets; i++) {
+            const mo_preset *p = &m->presets[i];
+            fprintf(f, "    %-12s layers %2d, hidden %4d", p->name, p->layers, p->hidden);
+            if (m->dims & MO_DIM_HEADS) fprintf(f, ", heads %2d", p->heads);
+            if (m->dims & MO_DIM_SEQ) fprintf(f, ", seq %d", p->seq);
+            if (m->dims & MO_DIM_VOCAB) fprintf(f, ", vocab %d", p->vocab);
+            if (p->input) fprintf(f, ", input %d", p->input);
+            if (p->classes) fprintf(f, ", classes %d", p->classes);
+            fprintf(f, ", batch %d\n", p->batch);
+        }
+    }
 }
 
 void mo_cli_usage(FILE *f, mo_command cmd) {

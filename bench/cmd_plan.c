@@ -101,10 +101,15 @@ static void print_target(const target *t) {
     if (g->unsure) printf("  (? marks a figure not confirmed against the vendor's document; sources: %s, docs/gpus.md)\n", t->cat.path);
 }
 
+// Only a model with attention has an attention form to print.
+static int has_attn(const mo_run_config *rc) {
+    const mo_model_ops *m = mo_model_find(rc->model);
+    return !m || (m->dims & MO_OPT_ATTN);
+}
+
 static void short_strategy(const mo_run_config *rc, char *buf, size_t n) {
     char ck[24], at[32] = "";
-    const mo_model_ops *m = mo_model_find(rc->model);
-    if (!m || (m->dims & MO_OPT_ATTN)) snprintf(at, sizeof at, ", attn %s", mo_attn_name(rc->attn)); // a model without attention has no form
+    if (has_attn(rc)) snprintf(at, sizeof at, ", attn %s", mo_attn_name(rc->attn));
     snprintf(buf, n, "%s%s, ckpt %s, accum %d", mo_precision_name(rc->precision), at, mo_ckpt_format(rc->ckpt, ck, sizeof ck),
              rc->accum);
 }
@@ -307,8 +312,10 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
     for (size_t i = 0; i < n; i++) nfit += es[i].fit.fits;
     printf("\nstrategy combinations at batch %d: %zu planned, %zu fit, ranked by predicted step time%s\n", point->batch, n, nfit,
            t->time_gpu ? "" : " (no GPU rates: by peak)");
+    char items_hdr[24];
+    snprintf(items_hdr, sizeof items_hdr, "%s/s", n ? item_name(&es[0].rc) : "items"); // one model per plan
     printf("  %4s  %-9s %-12s %-9s %5s  %13s  %4s  %9s  %10s  %9s\n", "rank", "precision", "attn", "ckpt", "accum", "peak reserved",
-           "fits", "step ms", "tokens/s", "max batch");
+           "fits", "step ms", items_hdr, "max batch");
     size_t shown = 0;
     for (size_t i = 0; i < n; i++) {
         const entry *e = &es[i];
@@ -326,7 +333,7 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
         if (isnan(e->ms)) snprintf(ms, sizeof ms, "-"), snprintf(tps, sizeof tps, "-");
         else snprintf(ms, sizeof ms, "%.1f", e->ms), snprintf(tps, sizeof tps, "%.0f", tokens_per_s(&e->rc, e->ms));
         printf("  %4s  %-9s %-12s %-9s %5d  %13s  %4s  %9s  %10s  %9s\n", rank, mo_precision_name(e->rc.precision),
-               mo_attn_name(e->rc.attn), mo_ckpt_format(e->rc.ckpt, ck, sizeof ck), e->rc.accum,
+               has_attn(&e->rc) ? mo_attn_name(e->rc.attn) : "-", mo_ckpt_format(e->rc.ckpt, ck, sizeof ck), e->rc.accum,
                gib((uint64_t)e->fit.row.peak_reserved_bytes, b1), e->fit.fits ? (e->fit.retries ? "yes*" : "yes") : "no", ms, tps, mb);
         shown++;
     }
@@ -349,16 +356,19 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
     if (t->csv) // every combination, not only the rows printed; empty cells for what was not computed
         for (size_t i = 0; i < n; i++) {
             const entry *e = &es[i];
-            char ck[24];
+            char ck[24], dims[128] = "";
+            const mo_model_ops *mo = mo_model_find(e->rc.model);
+            if (mo) mo->dims_text(&e->rc, dims, sizeof dims);
             fprintf(t->csv, "%zu,%d,%d,%d,%d,%d,%d,%s,%s,%s,%d,%lld,%lld,%s,", e->fit.fits ? i + 1 : 0, e->rc.layers,
                     e->rc.hidden, e->rc.heads, e->rc.seq, e->rc.vocab, e->rc.batch, mo_precision_name(e->rc.precision),
-                    mo_attn_name(e->rc.attn), mo_ckpt_format(e->rc.ckpt, ck, sizeof ck), e->rc.accum,
+                    has_attn(&e->rc) ? mo_attn_name(e->rc.attn) : "", mo_ckpt_format(e->rc.ckpt, ck, sizeof ck), e->rc.accum,
                     (long long)e->fit.row.peak_allocated_bytes, (long long)e->fit.row.peak_reserved_bytes,
                     e->fit.fits ? (e->fit.retries ? "yes*" : "yes") : "no");
             if (isnan(e->ms)) fprintf(t->csv, ",,");
             else fprintf(t->csv, "%.3f,%.0f,", e->ms, tokens_per_s(&e->rc, e->ms));
-            if (e->max_done) fprintf(t->csv, "%d,%d\n", e->max_batch, e->at_limit);
-            else fprintf(t->csv, ",\n");
+            if (e->max_done) fprintf(t->csv, "%d,%d,", e->max_batch, e->at_limit);
+            else fprintf(t->csv, ",,");
+            fprintf(t->csv, "%s,%s\n", e->rc.model, dims); // the model and its own dimension text (no commas)
         }
     for (int i = 0; i < nnotes; i++) printf("  not plannable: %s\n", notes[i]);
     if (skipped_accum) printf("  (%d combinations skipped: accum does not divide batch %d)\n", skipped_accum, point->batch);
@@ -392,7 +402,7 @@ mo_status mo_cmd_plan(const mo_config *cfg) {
             st = MO_FAIL(MO_ERR_IO, "--csv: cannot write '%s': %s", cfg->base.csv, strerror(errno));
         if (st == MO_OK)
             fprintf(t->csv, "rank,layers,hidden,heads,seq,vocab,batch,precision,attn,ckpt,accum,peak_allocated_bytes,"
-                            "peak_reserved_bytes,fits,step_ms,tokens_per_s,max_batch,max_batch_at_limit\n");
+                            "peak_reserved_bytes,fits,step_ms,items_per_s,max_batch,max_batch_at_limit,model,dims\n");
     }
     mo_run_env env;
     if (st == MO_OK) st = mo_plan_env_init(&env);

@@ -15,6 +15,7 @@
 #include "bench/cli.h"
 #include "bench/derive.h"
 #include "bench/config.h"
+#include "models/model.h"
 
 #define KEY_MAX 512
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -331,13 +332,13 @@ static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size
     if (!sel) { fclose(f); fclose(pf); return MO_FAIL(MO_ERR_INTERNAL, "host out of memory"); }
     for (size_t i = 0; i < m; i++) {
         const mo_csv_row *r = &rows[idx[i]];
-        if (mo_derive_measured(r) && isfinite(r->tokens_per_s) && r->peak_allocated_bytes >= 0) sel[k++] = idx[i];
+        if (mo_derive_measured(r) && isfinite(r->items_per_s) && r->peak_allocated_bytes >= 0) sel[k++] = idx[i];
     }
     labeler L;
     labeler_init(&L, rows, sel, k, 0);
-    fprintf(f, "# label peak_allocated_GiB tokens_per_s on_frontier number point_label (the point's number; points that"
+    fprintf(f, "# label peak_allocated_GiB items_per_s on_frontier number point_label (the point's number; points that"
                " coincide share one label)\n");
-    fprintf(pf, "# the Pareto frontier, by peak: peak_allocated_GiB tokens_per_s\n");
+    fprintf(pf, "# the Pareto frontier, by peak: peak_allocated_GiB items_per_s\n");
     // By peak (ties in row order), then one pass: a point is dominated when a smaller peak has at
     // least its throughput, or the same peak has more. n log n: a CSV may hold 100k rows.
     sort_rows = rows;
@@ -349,18 +350,18 @@ static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size
     double max_peak = 0, max_tps = 0;
     for (size_t a = 0; a < k; a++) {
         if ((double)rows[sel[a]].peak_allocated_bytes > max_peak) max_peak = (double)rows[sel[a]].peak_allocated_bytes;
-        if (rows[sel[a]].tokens_per_s > max_tps) max_tps = rows[sel[a]].tokens_per_s;
+        if (rows[sel[a]].items_per_s > max_tps) max_tps = rows[sel[a]].items_per_s;
     }
 #define NEAR(o, r) (fabs((double)((o)->peak_allocated_bytes - (r)->peak_allocated_bytes)) <= 0.02 * max_peak && \
-                    fabs((o)->tokens_per_s - (r)->tokens_per_s) <= 0.03 * max_tps)
+                    fabs((o)->items_per_s - (r)->items_per_s) <= 0.03 * max_tps)
     double best_below = -INFINITY; // the best throughput at a peak below the current group's
     for (size_t g0 = 0, g1; g0 < k; g0 = g1) {
         double group_best = -INFINITY;
         for (g1 = g0; g1 < k && rows[sel[g1]].peak_allocated_bytes == rows[sel[g0]].peak_allocated_bytes; g1++)
-            if (rows[sel[g1]].tokens_per_s > group_best) group_best = rows[sel[g1]].tokens_per_s;
+            if (rows[sel[g1]].items_per_s > group_best) group_best = rows[sel[g1]].items_per_s;
         for (size_t a = g0; a < g1; a++) {
             const mo_csv_row *r = &rows[sel[a]];
-            int dominated = best_below >= r->tokens_per_s || group_best > r->tokens_per_s;
+            int dominated = best_below >= r->items_per_s || group_best > r->items_per_s;
             char lb[256], pl[64] = "";
             label(&L, r, lb, sizeof lb);
             // The number label of a point, carried by the first of the points that coincide with it
@@ -373,9 +374,9 @@ static mo_status data_throughput(const mo_csv_row *rows, const size_t *idx, size
                         size_t l = strlen(pl);
                         snprintf(pl + l, sizeof pl - l, "%s%zu", l ? "," : "", b + 1);
                     }
-            fprintf(f, "\"%s\" %.6f %.3f %d %zu \"%s\"\n", lb, gib(r->peak_allocated_bytes), r->tokens_per_s, !dominated,
+            fprintf(f, "\"%s\" %.6f %.3f %d %zu \"%s\"\n", lb, gib(r->peak_allocated_bytes), r->items_per_s, !dominated,
                     a + 1, pl);
-            if (!dominated) fprintf(pf, "%.6f %.3f\n", gib(r->peak_allocated_bytes), r->tokens_per_s);
+            if (!dominated) fprintf(pf, "%.6f %.3f\n", gib(r->peak_allocated_bytes), r->items_per_s);
         }
         if (group_best > best_below) best_below = group_best;
     }
@@ -544,9 +545,17 @@ mo_status mo_plot_results(const mo_csv_row *rows, size_t n, const char *outdir, 
     if (st == MO_OK) st = data_throughput(rows, idx, m, outdir, &n_tp);
     if (st == MO_OK) st = data_recompute(rows, n, idx, m, outdir, &n_rec);
     if (st == MO_OK) st = data_fits(rows, idx, m, outdir, &nx, &ny);
+    // The throughput axis counts the models' items: tokens for gpt, samples for mlp, "items" when mixed.
+    const char *items = NULL;
+    for (size_t i = 0; i < m; i++) {
+        const mo_model_ops *mo = mo_model_find(rows[idx[i]].model[0] ? rows[idx[i]].model : "gpt");
+        const char *it = mo ? mo->item : "items";
+        if (items && strcmp(items, it)) { items = "items"; break; }
+        items = it;
+    }
     free(idx);
     MO_TRY(st);
-    char vars[1024], sub[300];
+    char vars[1100], sub[300];
     mo_plot_subtitle(rows, n, sub, sizeof sub);
     static const struct { const char *script, *figure; } figs[] = {
         {"memory_by_category.gp", "memory_by_category"},
@@ -554,7 +563,8 @@ mo_status mo_plot_results(const mo_csv_row *rows, size_t n, const char *outdir, 
         {"recompute_vs_saving.gp", "recompute_vs_saving"},
         {"fits_by_cap.gp", "fits_by_cap"},
     };
-    snprintf(vars, sizeof vars, "n_mem=%d; n_tp=%d; n_rec=%d; nx=%d; ny=%d; subtitle='%s'", n_mem, n_tp, n_rec, nx, ny, sub);
+    snprintf(vars, sizeof vars, "n_mem=%d; n_tp=%d; n_rec=%d; nx=%d; ny=%d; subtitle='%s'; items='%s'", n_mem, n_tp, n_rec, nx,
+             ny, sub, items ? items : "tokens");
     for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
         MO_TRY(mo_plot_run(figs[i].script, outdir, vars));
         if (out) fprintf(out, "  %s/%s.png, .svg\n", outdir, figs[i].figure);

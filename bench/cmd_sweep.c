@@ -340,7 +340,10 @@ static mo_status emit(sweep *sw, job *j, mo_csv_row *row) {
     if (mo_derive_measured(row)) {
         fprintf(sw->out, ", peak %s allocated, %s reserved", mo_format_bytes((uint64_t)row->peak_allocated_bytes, b1, 32),
                 mo_format_bytes((uint64_t)row->peak_reserved_bytes, b2, 32));
-        if (isfinite(row->step_ms)) fprintf(sw->out, ", %.2f ms/step, %.0f tokens/s", row->step_ms, row->tokens_per_s);
+        if (isfinite(row->step_ms)) {
+            const mo_model_ops *mo = mo_model_find(row->model);
+            fprintf(sw->out, ", %.2f ms/step, %.0f %s/s", row->step_ms, row->items_per_s, mo ? mo->item : "items");
+        }
     }
     if (row->detail[0]) fprintf(sw->out, " (%s)", row->detail);
     fprintf(sw->out, "\n");
@@ -498,7 +501,7 @@ static void gb_body(mo_gb_state *st, void *user) {
     mo_gb_counter(st, "peak_allocated_bytes", (double)row.peak_allocated_bytes, MO_GB_COUNTER_BYTES);
     mo_gb_counter(st, "peak_reserved_bytes", (double)row.peak_reserved_bytes, MO_GB_COUNTER_BYTES);
     mo_gb_counter(st, "activation_peak_bytes", (double)row.activation_peak_bytes, MO_GB_COUNTER_BYTES);
-    if (isfinite(row.tokens_per_s)) mo_gb_counter(st, "tokens_per_s", row.tokens_per_s, MO_GB_COUNTER_DEFAULT);
+    if (isfinite(row.items_per_s)) mo_gb_counter(st, "items_per_s", row.items_per_s, MO_GB_COUNTER_DEFAULT); // tokens for gpt
     if (isfinite(row.recompute_ms)) mo_gb_counter(st, "recompute_ms", row.recompute_ms, MO_GB_COUNTER_DEFAULT);
     if (!strcmp(row.status, "fallback")) mo_gb_set_label(st, row.detail);
 }

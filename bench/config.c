@@ -489,7 +489,7 @@ static int *list_count(mo_config *c, const char *name) {
 static const flag_def flags[] = {
     // model
     {{"--model", "NAME", "model family: gpt, mlp (default gpt)", "model", CMDS_CONFIG, 0}, set_model},
-    {{"--preset", "gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m", "GPT-2 dimensions (default gpt2-124m); explicit dims override", "model", CMDS_CONFIG, 1}, set_preset},
+    {{"--preset", "NAME", "a model's preset dimensions (gpt: gpt2-124m, the default, ... gpt2-1558m; mlp: mlp-small, mlp-act, mlp-param; list below); explicit dims override", "model", CMDS_CONFIG, 1}, set_preset},
     {{"--layers", "N", "transformer blocks (1..1024)", "model", CMDS_CONFIG, 1}, set_layers},
     {{"--hidden", "N", "channels (1..65536), divisible by --heads", "model", CMDS_CONFIG, 1}, set_hidden},
     {{"--heads", "N", "attention heads (1..1024)", "model", CMDS_CONFIG, 1}, set_heads},
@@ -735,12 +735,24 @@ static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx
 
 // ---------------------------------------------------------------- combinations
 
+// The list-valued axes in their documented nesting order, with their flags: one table for the count,
+// the refusal's message and nothing else to keep in step.
+enum { N_AXES = 17 };
+static const char *const axis_names[N_AXES] = {"--preset", "--layers", "--hidden", "--heads", "--seq", "--vocab",
+                                               "--batch", "--attn", "--precision", "--tp", "--pp", "--accum",
+                                               "--ckpt", "--alloc", "--cap", "--input", "--classes"};
+static void axis_lens(const mo_config *c, int lens[N_AXES]) {
+    const int l[N_AXES] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
+                           c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap,
+                           c->n_input, c->n_classes};
+    memcpy(lens, l, sizeof l);
+}
+
 size_t mo_config_count(const mo_config *c) {
-    const int lens[] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
-                        c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap,
-                        c->n_input, c->n_classes};
+    int lens[N_AXES];
+    axis_lens(c, lens);
     size_t total = 1;
-    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    for (size_t i = 0; i < N_AXES; i++) {
         size_t n = lens[i] > 0 ? (size_t)lens[i] : 1;
         if (total > (SIZE_MAX / 2) / n) return SIZE_MAX; // saturate: far beyond MO_COMBINATIONS_MAX
         total *= n;
@@ -868,17 +880,15 @@ mo_status mo_config_finish(mo_config *c) {
 
     size_t n = mo_config_count(c);
     if (n > MO_COMBINATIONS_MAX) {
-        // The exact product (mo_config_count saturates): at most 32^15, well within a double's range.
-        const int lens[] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
-                            c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap};
-        static const char *const names[] = {"--preset", "--layers", "--hidden", "--heads", "--seq", "--vocab", "--batch",
-                                            "--attn", "--precision", "--tp", "--pp", "--accum", "--ckpt", "--alloc", "--cap"};
+        // The exact product (mo_config_count saturates): at most 32^17, well within a double's range.
+        int lens[N_AXES];
+        axis_lens(c, lens);
         double total = 1;
         char axes[512] = "";
-        for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        for (size_t i = 0; i < N_AXES; i++) {
             total *= lens[i] > 0 ? lens[i] : 1;
             size_t o = strlen(axes);
-            if (lens[i] > 1) snprintf(axes + o, sizeof axes - o, "%s%s %d", o ? " x " : "", names[i], lens[i]);
+            if (lens[i] > 1) snprintf(axes + o, sizeof axes - o, "%s%s %d", o ? " x " : "", axis_names[i], lens[i]);
         }
         return MO_FAIL(MO_ERR_INVALID, "memopt %s: the axis lists make %.0f combinations (%s; at most %d: split the sweep or shorten a list)",
                        mo_command_name(c->command), total, axes, MO_COMBINATIONS_MAX);

@@ -148,9 +148,9 @@ mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t) {
     return MO_OK;
 }
 
-// Rooflines already made, by what the trace depends on (the shape, batch, accum, precision, attention,
-// checkpointing, the MEMOPT_* knobs the context reads) and the GPU's rates: --validate's leave-one-out
-// fits time every row once per other row.
+// Rooflines already made, by what the trace depends on (the model and every dimension it takes, batch,
+// accum, precision, attention, checkpointing, the MEMOPT_* knobs the context reads) and the GPU's
+// rates: --validate's leave-one-out fits time every row once per other row.
 #define ROOF_CACHE 512
 typedef struct roof_cached {
     char key[512];
@@ -165,8 +165,9 @@ static const char *env_or(const char *name) {
 }
 
 static void trace_key(const mo_run_config *rc, const mo_gpu_spec *g, char *key, size_t n) {
-    snprintf(key, n, "L%d C%d H%d T%d B%d V%d a%d p%d at%d ck%d/%d | %s %g %g %g %g %g | %.24s %.24s %.24s %.24s %.24s",
-             rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch, rc->vocab, rc->accum, (int)rc->precision, (int)rc->attn,
+    snprintf(key, n, "%.16s L%d C%d H%d T%d B%d V%d I%d K%d a%d p%d at%d ck%d/%d | %s %g %g %g %g %g | %.24s %.24s %.24s %.24s %.24s",
+             rc->model, rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch, rc->vocab, rc->input, rc->classes, rc->accum,
+             (int)rc->precision, (int)rc->attn,
              (int)rc->ckpt.kind, rc->ckpt.every, g->key, g->fp32, g->tf32, g->fp16, g->bf16, g->mem_bw_gbs,
              env_or("MEMOPT_FUSE_EPILOGUES"), env_or("MEMOPT_ATTN_GEMM"), env_or("MEMOPT_ATTN_SCORES"),
              env_or("MEMOPT_ATTN_DPRE"), env_or("MEMOPT_ATTN_CHUNK_ROWS"));

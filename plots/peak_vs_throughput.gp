@@ -1,6 +1,6 @@
 # (b) Peak memory against throughput, one numbered point per configuration (the list on the right says
 # which is which; points that coincide share a label). The Pareto frontier joins the configurations
-# no other beats on both: less (or equal) memory and more (or equal) tokens/s.
+# no other beats on both: less (or equal) memory and more (or equal) items/s (tokens for GPT, samples for the MLP).
 load scriptdir."/common.gp"
 if (!exists("n_tp")) n_tp = 1
 if (!exists("subtitle")) subtitle = ""
@@ -18,7 +18,7 @@ do for [fmt in "png svg"] {
         set origin 0, 0
         set size 0.66, 0.94
         set xlabel "peak allocated memory (GiB)"
-        set ylabel "throughput (tokens/s)"
+        set ylabel "throughput (".(exists("items") ? items : "tokens")."/s)"
         set xrange [0:*]
         set yrange [0:*]
         set key bottom right

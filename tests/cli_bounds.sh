@@ -137,7 +137,7 @@ done
 for v in "" 1/0 0/0 -1/2 2/2 1/ /2 a/b 1/2/3 99999999999/99999999999 1x/2 0/-1; do
   bad --shard sweep "${TINY[@]}" --shard "$v"
 done
-# --shard's parser is issue 21's to fix (sscanf %d overflows; it skips leading spaces): reported, not failed, until then.
+# --shard: overflowing and space-led parts are refused (sscanf %d used to overflow and skip leading spaces).
 for v in 0/99999999999 4294967297/4294967298 " 0/2"; do
   bad --shard sweep "${TINY[@]}" --shard "$v"
 done

@@ -227,6 +227,32 @@ static int synthetic_rows(mo_csv_row rows[8], const mo_gpu_spec *g, mo_precision
     return k;
 }
 
+// The planner's roofline cache is keyed by everything the trace depends on: two MLPs that differ only in
+// --input (or --classes) are different steps, not one cached time.
+static void test_roofline_cache_key(void) {
+    mo_gpu_catalog c;
+    if (!CHECK_OK(mo_gpu_catalog_load(NULL, &c))) return;
+    const mo_gpu_spec *g = mo_gpu_catalog_find(&c, "h200-sxm");
+    const mo_preset *p = mo_preset_find("mlp-small");
+    if (!CHECK(g && p)) { mo_gpu_catalog_free(&c); return; }
+    mo_run_config rc = base_config();
+    snprintf(rc.model, sizeof rc.model, "mlp");
+    snprintf(rc.preset, sizeof rc.preset, "mlp-small");
+    rc.layers = p->layers; rc.hidden = p->hidden; rc.input = p->input; rc.classes = p->classes; rc.batch = p->batch;
+    rc.heads = rc.seq = rc.vocab = 0;
+    mo_roofline small, wide, many;
+    mo_roofline_step(&rc, g, &small);
+    rc.input = 64 * p->input;
+    mo_roofline_step(&rc, g, &wide);
+    rc.input = p->input;
+    rc.classes = 64 * p->classes;
+    mo_roofline_step(&rc, g, &many);
+    CHECK_MSG(small.flops > 0 && wide.flops > small.flops && many.flops > small.flops,
+              "mlp roofline flops: input %d -> %.3g, input x64 -> %.3g, classes x64 -> %.3g", p->input, small.flops, wide.flops,
+              many.flops);
+    mo_gpu_catalog_free(&c);
+}
+
 static void test_roofline(void) {
     mo_gpu_catalog c;
     if (!CHECK_OK(mo_gpu_catalog_load(NULL, &c))) return;
@@ -381,6 +407,7 @@ int main(void) {
     test_catalog_errors();
     test_fit_and_max_batch(&env);
     test_roofline();
+    test_roofline_cache_key();
     char *a1[] = {"memopt", "plan", "--gpu", "h100-sxm", "--preset", "gpt2-1558m"};
     time_plan("--gpu h100-sxm --preset gpt2-1558m", 6, a1);
     char *a2[] = {"memopt", "plan", "--gpu", "h100-sxm", "--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "4096"};

@@ -212,7 +212,9 @@ fi
 if has mlp; then
   # the MLP (second model): its GPU test, then rows for the shape where activations dominate (mlp-act)
   # and the one where parameters do (mlp-param), and plan --validate on them
-  (cd $B && timeout 300 ./gpu_mlp >"$R/gpu_mlp.log" 2>&1; echo "gpu_mlp exit $?: $(tail -1 "$R/gpu_mlp.log")")
+  if ! has gpufast; then # gpufast already ran it
+    (cd $B && timeout 300 ./gpu_mlp >"$R/gpu_mlp.log" 2>&1; echo "gpu_mlp exit $?: $(tail -1 "$R/gpu_mlp.log")")
+  fi
   grep -E "FAIL|cuda:" "$R/gpu_mlp.log" | head -20
   csv="$R/h200-mlp.csv"
   for pr in mlp-act mlp-param; do
@@ -254,7 +256,7 @@ fi
 if has trace; then
   # The allocation timeline on the GPU: gpu_trace (cuda trace == dry trace, event for event), the
   # fp32 ckpt none / full traces with --summary, their figure data, and how long make bench takes.
-  (cd $B && timeout 300 ./gpu_trace 2>&1 | tail -6)
+  has gpufast || (cd $B && timeout 300 ./gpu_trace 2>&1 | tail -6) # gpufast already ran it
   for k in none full; do
     $M run --preset gpt2-124m --ckpt $k --steps 3 --warmup 2 --summary --trace $R/h200-trace-ckpt-$k.csv --csv $R/trace-rows.csv \
       2>&1 | grep -E "peak allocated|at the peak|fragmentation|trace:|inactive split|largest free"
@@ -270,7 +272,9 @@ fi
 if has faults; then
   # every allocation of a tiny training step failed in turn on cuda (tests/gpu_alloc_faults.c); alone:
   # it checks that device-wide memory (cudaMemGetInfo) comes back after each failure
-  (cd $B && timeout 500 ./gpu_alloc_faults >"$R/gpu_alloc_faults.log" 2>&1; echo "gpu_alloc_faults exit $?: $(tail -1 "$R/gpu_alloc_faults.log")")
+  if ! has gpufast; then # gpufast already ran it
+    (cd $B && timeout 500 ./gpu_alloc_faults >"$R/gpu_alloc_faults.log" 2>&1; echo "gpu_alloc_faults exit $?: $(tail -1 "$R/gpu_alloc_faults.log")")
+  fi
   grep -E "^fault injection|FAIL" "$R/gpu_alloc_faults.log" | head -40
 fi
 if has sanitize; then
