@@ -16,7 +16,7 @@
 #include "bench/derive.h"
 #include "bench/config.h"
 
-#define KEY_MAX 512
+#define KEY_MAX 1024
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 // ---------------------------------------------------------------- gnuplot and its scripts
