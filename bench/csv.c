@@ -472,8 +472,9 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
 
 // A row of an older schema, brought up to this one (its schema_version stays the file's). Version 1 had gpt rows only: their dims text is
 // the gpt table's of the GPT columns, and their items per second the tokens per second.
+// A gpt row without dims, of either version (schema 2 files written before dims was added, like the
+// committed results/baseline-dry.csv, have none), gets them the same way, so that its key matches.
 static void upgrade_row(mo_csv_row *r) {
-    if (r->schema_version >= 2) return;
     if (!r->model[0] || !strcmp(r->model, "gpt")) {
         const mo_model_ops *m = mo_model_find("gpt");
         if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {
@@ -485,6 +486,7 @@ static void upgrade_row(mo_csv_row *r) {
         }
         if (isnan(r->items_per_s)) r->items_per_s = r->tokens_per_s;
     }
+    if (r->schema_version >= 2) return;
     if (r->activation_peak_bytes >= SCHEMA1_WORKSPACE) {
         // Schema 2's definition (csv.h): the activations at the peak are at most the peak less static
         // less the workspace always held, and at most the activation category's own peak.

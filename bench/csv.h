@@ -109,6 +109,8 @@ mo_status mo_mkdir_parent(const char *path, const char *flag);
 // workspace every schema 1 run held throughout. That is an upper bound of the schema 2 figure, equal
 // to it when the activations peak with the whole (28 of the 32 rows of the dry baseline; the sqrt rows,
 // whose op scratch is live at the peak, are 60-340 MiB above). Its fragmentation cells are unknown.
+// A gpt row of either version without dims (schema 2 files from before dims, like results/baseline-dry.csv)
+// gets them from its GPT columns too, so that its configuration key matches today's.
 // *rows is malloc'ed (free it); *n may be 0.
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 
