@@ -111,7 +111,7 @@ void mo_cli_usage(FILE *f, mo_command cmd) {
             "  last varying fastest: preset, layers, hidden, heads, seq, vocab, batch, attn, precision,\n"
             "  tp, pp, accum, ckpt, alloc, cap, input, classes. Dimensions not given come from the preset.\n"
             "Rules: hidden %% heads == 0, batch %% accum == 0, heads %% tp == 0, 4*hidden %% tp == 0,\n"
-            "  layers %% pp == 0, every:K with K <= layers, --comm nccl needs --backend cuda.\n"
+            "  layers %% pp == 0, every:K and segments:N with K, N <= layers, --comm nccl needs --backend cuda.\n"
             "  A model refuses the flags it lacks (mlp: --heads --seq --vocab --attn, selective, --tp/--pp;\n"
             "  gpt: --input --classes).\n"
             "A flag that a command does not use is refused (exit 2): memopt <command> --help lists its own.\n"

@@ -56,7 +56,7 @@ static mo_status run_once(claims *c, const mo_run_config *rc, size_t *at) {
     mo_csv_row_init(&probe);
     uint64_t total = c->env.have_device ? c->env.dev.total_mem_bytes : rc->device_mem_bytes;
     mo_csv_row_from_config(&probe, rc, mo_cap_resolve(&rc->cap, total));
-    char want[512], have[512];
+    char want[1024], have[1024];
     mo_csv_config_key(&probe, want, sizeof want);
     for (size_t i = 0; i < c->n; i++)
         if (!strcmp(mo_csv_config_key(&c->rows[i], have, sizeof have), want)) {

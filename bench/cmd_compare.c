@@ -84,7 +84,7 @@ mo_status mo_cmd_compare(const mo_config *cfg) {
     if (st == MO_OK) st = mo_compare_rows(base, nb, neu, nn, tol, &items, &n, &s);
     if (st != MO_OK) { free(base); free(neu); return st; }
 
-    char verdict[96], label[256], mem[96], tm[96], sum[512];
+    char verdict[96], label[640], mem[96], tm[96], sum[512];
     summary_line(&s, sum, sizeof sum);
     if (cfg->format_md) {
         printf("### memopt compare: %s\n\n", s.regressions ? "REGRESSION" : "no regression");
@@ -94,7 +94,7 @@ mo_status mo_cmd_compare(const mo_config *cfg) {
         printf("| verdict | configuration | peak allocated (base → new) | step ms (base → new) | note |\n|---|---|---|---|---|\n");
         for (size_t i = 0; i < n; i++) {
             const mo_compare_item *it = &items[i];
-            char el[300], en[200];
+            char el[800], en[200];
             mo_compare_verdict(it->flags, verdict, sizeof verdict);
             md_escape(mo_compare_row_label(it->base ? it->base : it->neu, label, sizeof label), el, sizeof el);
             md_escape(it->note, en, sizeof en);

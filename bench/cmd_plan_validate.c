@@ -28,9 +28,9 @@ typedef struct vrow {
 static void short_config(const mo_csv_row *r, char *buf, size_t n) {
     char split[32] = "";
     if (r->tp * r->pp > 1) snprintf(split, sizeof split, " tp%lld pp%lld", (long long)r->tp, (long long)r->pp);
-    snprintf(buf, n, "%s L%lld C%lld T%lld B%lld %s %s %s a%lld %s%s", r->backend, (long long)r->layers, (long long)r->hidden,
+    snprintf(buf, n, "%s L%lld C%lld T%lld B%lld %s %s %s a%lld %s%s%s%s", r->backend, (long long)r->layers, (long long)r->hidden,
              (long long)r->seq, (long long)r->batch, r->precision, !strcmp(r->attn, "fused") ? "fused" : "mat", r->ckpt,
-             (long long)r->accum, r->alloc, split);
+             (long long)r->accum, r->alloc, split, r->knobs[0] ? " " : "", r->knobs);
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -154,7 +154,7 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             for (char *p = x->calib; *p; p++)
                 if (*p == ',') *p = ';';
         }
-        char conf[128], ms1[16] = "-", ms2[16] = "-", er[16] = "-", p1[24] = "-", p2[24] = "-", df[24] = "-";
+        char conf[512], ms1[16] = "-", ms2[16] = "-", er[16] = "-", p1[24] = "-", p2[24] = "-", df[24] = "-";
         short_config(r, conf, sizeof conf);
         if (x->compared_mem) {
             snprintf(p1, sizeof p1, "%lld", (long long)x->meas_peak);

@@ -17,7 +17,7 @@
 #include "bench/config.h"
 #include "models/model.h"
 
-#define KEY_MAX 512
+#define KEY_MAX 1024
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 // ---------------------------------------------------------------- gnuplot and its scripts

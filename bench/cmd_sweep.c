@@ -26,7 +26,7 @@
 #include "bench/gbench_shim.h"
 #endif
 
-#define KEY_MAX 512
+#define KEY_MAX 1024
 // Google Benchmark (1.7) registers every benchmark up front and its run is quadratic in their
 // number (no-op benchmarks: 4k take 1.3 s, 16k 35 s, 100k would take most of an hour before the
 // first row). Past this many configurations in one process the sweep times with its plain loop,

@@ -7,7 +7,7 @@
 #include <string.h>
 
 typedef struct keyed {
-    char key[512];
+    char key[1024];
     size_t index;
 } keyed;
 
@@ -142,7 +142,7 @@ mo_status mo_compare_rows(const mo_csv_row *base, size_t nb, const mo_csv_row *n
     if (st == MO_OK && !items) st = MO_FAIL(MO_ERR_INTERNAL, "out of host memory");
     if (st != MO_OK) { free(kb); free(kn); free(lb); free(ln); return st; }
     size_t n = 0;
-    char key[512];
+    char key[1024];
     for (size_t i = 0; i < nb; i++) {
         if (!lb[i]) continue; // an earlier duplicate: its last row speaks for it
         mo_csv_config_key(&base[i], key, sizeof key);
@@ -212,8 +212,9 @@ const char *mo_compare_row_label(const mo_csv_row *r, char *buf, size_t n) {
     if ((r->tp > 1) || (r->pp > 1)) snprintf(extra, sizeof extra, " tp %lld pp %lld", (long long)r->tp, (long long)r->pp);
     char cap[32] = "";
     if (r->cap_bytes > 0) snprintf(cap, sizeof cap, " cap %lld", (long long)r->cap_bytes);
-    snprintf(buf, n, "%s %s L%lld C%lld H%lld T%lld B%lld V%lld %s %s ckpt %s accum %lld%s %s%s", r->backend, r->model,
+    snprintf(buf, n, "%s %s L%lld C%lld H%lld T%lld B%lld V%lld %s %s ckpt %s accum %lld%s %s%s%s%s", r->backend, r->model,
              (long long)r->layers, (long long)r->hidden, (long long)r->heads, (long long)r->seq, (long long)r->batch,
-             (long long)r->vocab, r->precision, r->attn, r->ckpt, (long long)r->accum, extra, r->alloc, cap);
+             (long long)r->vocab, r->precision, r->attn, r->ckpt, (long long)r->accum, extra, r->alloc, cap,
+             r->knobs[0] ? " " : "", r->knobs); // rows differing in knobs only must not read alike
     return buf;
 }

@@ -82,7 +82,7 @@ static mo_status parse_int(const char *flag, const char *s, long long lo, long l
     return MO_OK;
 }
 
-static const char ckpt_accepted[] = "none, full, every:K with K a positive integer, sqrt, selective";
+static const char ckpt_accepted[] = "none, full, every:K with K a positive integer, sqrt, selective, segments:N with N a positive integer";
 
 mo_status mo_ckpt_parse(const char *s, mo_ckpt *out) {
     static const struct { const char *name; mo_ckpt_kind kind; } kinds[] = {
@@ -92,6 +92,10 @@ mo_status mo_ckpt_parse(const char *s, mo_ckpt *out) {
     long long k;
     if (!strncmp(s, "every:", 6) && parse_digits(s + 6, 1, MO_MAX_LAYERS, &k)) {
         *out = (mo_ckpt){MO_CKPT_EVERY, (int)k};
+        return MO_OK;
+    }
+    if (!strncmp(s, "segments:", 9) && parse_digits(s + 9, 1, MO_MAX_LAYERS, &k)) {
+        *out = (mo_ckpt){MO_CKPT_SEGMENTS, (int)k};
         return MO_OK;
     }
     return MO_FAIL(MO_ERR_INVALID, "--ckpt: unknown value '%s' (accepted: %s)", s, ckpt_accepted);
@@ -104,6 +108,7 @@ const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n) {
     case MO_CKPT_EVERY: snprintf(buf, n, "every:%d", c.every); break;
     case MO_CKPT_SQRT: snprintf(buf, n, "sqrt"); break;
     case MO_CKPT_SELECTIVE: snprintf(buf, n, "selective"); break;
+    case MO_CKPT_SEGMENTS: snprintf(buf, n, "segments:%d", c.every); break;
     default: snprintf(buf, n, "?"); break;
     }
     return buf;
@@ -502,7 +507,7 @@ static const flag_def flags[] = {
     // strategy
     {{"--cap", "none|FRACTION|SIZE", "memory cap on reserved bytes: 0.5 of device memory, or 24GiB; none or 0: no cap (default none)", "strategy", CMDS_CONFIG, 1}, set_cap},
     {{"--alloc", "caching|async|raw", "allocator (default caching)", "strategy", CMDS_CONFIG, 1}, set_alloc},
-    {{"--ckpt", "none|full|every:K|sqrt|selective", "activation checkpointing (default none; K <= layers)", "strategy", CMDS_CONFIG, 1}, set_ckpt},
+    {{"--ckpt", "none|full|every:K|sqrt|selective|segments:N", "activation checkpointing (default none; K, N <= layers)", "strategy", CMDS_CONFIG, 1}, set_ckpt},
     {{"--accum", "K", "micro-batches per step, batch divisible by K (default 1)", "strategy", CMDS_CONFIG, 1}, set_accum},
     {{"--precision", "fp32|tf32|fp16|bf16", "compute precision, fp32 master weights (default fp32)", "strategy", CMDS_CONFIG, 1}, set_precision},
     {{"--tp", "T", "tensor-parallel degree, divides heads and 4*hidden (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
@@ -811,7 +816,7 @@ mo_status mo_run_config_validate(const mo_run_config *r) {
     // What the model lacks, with the reason.
     if (!(m->dims & MO_OPT_ATTN) && r->ckpt.kind == MO_CKPT_SELECTIVE)
         return MO_FAIL(MO_ERR_INVALID, "--ckpt selective: model %s has no attention (selective drops only the attention "
-                       "probabilities; accepted for it: none, full, every:K, sqrt)", m->name);
+                       "probabilities; accepted for it: none, full, every:K, sqrt, segments:N)", m->name);
     if (!(m->dims & MO_OPT_ATTN) && r->attn != MO_ATTN_MATERIALIZED)
         return MO_FAIL(MO_ERR_INVALID, "--attn %s: model %s has no attention", mo_attn_name(r->attn), m->name);
     if (!m->split && r->tp * r->pp > 1)
@@ -834,6 +839,8 @@ mo_status mo_run_config_check_accum(const mo_run_config *r) {
 mo_status mo_run_config_check_every(const mo_run_config *r) {
     if (r->ckpt.kind == MO_CKPT_EVERY && (r->ckpt.every < 1 || r->ckpt.every > r->layers))
         return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..layers (layers %d)", r->ckpt.every, r->layers);
+    if (r->ckpt.kind == MO_CKPT_SEGMENTS && (r->ckpt.every < 1 || r->ckpt.every > r->layers))
+        return MO_FAIL(MO_ERR_INVALID, "--ckpt segments:%d: N must be in 1..layers (layers %d)", r->ckpt.every, r->layers);
     return MO_OK;
 }
 

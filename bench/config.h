@@ -58,17 +58,17 @@ typedef enum mo_precision { MO_PREC_FP32 = 0, MO_PREC_TF32, MO_PREC_FP16, MO_PRE
 // mo_comm_kind (local | nccl) is the communicator's own: strategies/comm.h.
 typedef enum mo_on_oom { MO_ON_OOM_FAIL = 0, MO_ON_OOM_SHRINK } mo_on_oom;
 
-// --ckpt: kind, and K for every:K. full is kept as its own kind (it equals every:1 in effect).
+// --ckpt: kind, and K for every:K (N for segments:N). full is kept as its own kind (it equals every:1 in effect).
 typedef struct mo_ckpt {
     mo_ckpt_kind kind;
-    int every; // K for MO_CKPT_EVERY, else 0
+    int every; // K for MO_CKPT_EVERY, N for MO_CKPT_SEGMENTS, else 0
 } mo_ckpt;
 
 const char *mo_attn_name(mo_attn_kind a);
 const char *mo_precision_name(mo_precision p);
 const char *mo_comm_name(mo_comm_kind c);
 const char *mo_on_oom_name(mo_on_oom o);
-const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n); // "none", "full", "every:4", "sqrt", "selective"
+const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n); // "none", "full", "every:4", "sqrt", "selective", "segments:4"
 mo_status mo_precision_parse(const char *s, mo_precision *out);
 mo_status mo_ckpt_parse(const char *s, mo_ckpt *out);
 

@@ -1,6 +1,7 @@
 // The results CSV: one table of columns drives the header, the writer and the reader, so the
 // three cannot drift apart.
 #include "csv.h"
+#include "kernels/knobs.h"
 #include "models/model.h"
 
 #include <errno.h>
@@ -36,6 +37,7 @@ static const col_def cols[] = {
     I(predicted_peak_bytes), F(comm_ms), I(comm_modelled),
     // schema 2, kept together at the end
     S(dims), F(items_per_s), I(inactive_split_bytes), I(largest_free_block_bytes), I(segments),
+    S(knobs),
 };
 #undef I
 #undef F
@@ -93,6 +95,7 @@ void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t c
     row->cap_bytes = (int64_t)cap_bytes;
     snprintf(row->alloc, sizeof row->alloc, "%s", mo_alloc_kind_name(rc->alloc));
     row->steps = rc->steps;
+    mo_knobs_text(row->knobs, sizeof row->knobs); // the process's settings: what this run's context reads
 }
 
 // ---------------------------------------------------------------- formatting
@@ -168,10 +171,10 @@ const char *mo_csv_config_key(const mo_csv_row *r, char *buf, size_t n) {
     if (r->pp >= 0) snprintf(pp, sizeof pp, "%lld", (long long)r->pp);
     snprintf(buf, n,
              "backend=%s model=%s layers=%lld hidden=%lld heads=%lld seq=%lld batch=%lld vocab=%lld precision=%s "
-             "attn=%s ckpt=%s accum=%s tp=%s pp=%s comm=%s cap_bytes=%s alloc=%s dims=%s",
+             "attn=%s ckpt=%s accum=%s tp=%s pp=%s comm=%s cap_bytes=%s alloc=%s dims=%s knobs=%s",
              r->backend, r->model, (long long)r->layers, (long long)r->hidden, (long long)r->heads,
              (long long)r->seq, (long long)r->batch, (long long)r->vocab, r->precision, r->attn, r->ckpt, accum, tp,
-             pp, r->comm, cap, r->alloc, r->dims);
+             pp, r->comm, cap, r->alloc, r->dims, r->knobs);
     return buf;
 }
 
@@ -469,8 +472,9 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
 
 // A row of an older schema, brought up to this one (its schema_version stays the file's). Version 1 had gpt rows only: their dims text is
 // the gpt table's of the GPT columns, and their items per second the tokens per second.
+// A gpt row without dims, of either version (schema 2 files written before dims was added, like the
+// committed results/baseline-dry.csv, have none), gets them the same way, so that its key matches.
 static void upgrade_row(mo_csv_row *r) {
-    if (r->schema_version >= 2) return;
     if (!r->model[0] || !strcmp(r->model, "gpt")) {
         const mo_model_ops *m = mo_model_find("gpt");
         if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {
@@ -482,6 +486,7 @@ static void upgrade_row(mo_csv_row *r) {
         }
         if (isnan(r->items_per_s)) r->items_per_s = r->tokens_per_s;
     }
+    if (r->schema_version >= 2) return;
     if (r->activation_peak_bytes >= SCHEMA1_WORKSPACE) {
         // Schema 2's definition (csv.h): the activations at the peak are at most the peak less static
         // less the workspace always held, and at most the activation category's own peak.

@@ -20,8 +20,9 @@ extern "C" {
 
 // 2: dims and items_per_s (the model's own dimension text and items per second); activation_peak_bytes
 //    excludes the library workspace (it is the activation category's bytes at the overall peak);
-//    inactive_split_bytes, largest_free_block_bytes, segments. All added at the end. Schema 1 files
-//    (gpt rows only) are read too (see mo_csv_read).
+//    inactive_split_bytes, largest_free_block_bytes, segments; knobs (the MEMOPT_* settings, kernels/knobs.h).
+//    All added at the end. Schema 1 files (and schema 2 files written before knobs, whose knobs read empty)
+//    are read too (see mo_csv_read); schema 1 had gpt rows only.
 #define MO_CSV_SCHEMA_VERSION 2
 #define MO_CSV_SCHEMA_OLDEST 1
 
@@ -68,6 +69,7 @@ typedef struct mo_csv_row {
     // schema 2: the model's dimensions and rate
     char dims[128];                // the model's own dimension text, "L12 C768 H12 T1024 V50304"
     double items_per_s;            // the model's items (tokens for gpt) per second
+    char knobs[320];               // the MEMOPT_* knobs set (kernels/knobs.h): "NAME=value;NAME=value", "" none
 } mo_csv_row;
 
 // Every field unknown, schema_version set.
@@ -107,11 +109,13 @@ mo_status mo_mkdir_parent(const char *path, const char *flag);
 // workspace every schema 1 run held throughout. That is an upper bound of the schema 2 figure, equal
 // to it when the activations peak with the whole (28 of the 32 rows of the dry baseline; the sqrt rows,
 // whose op scratch is live at the peak, are 60-340 MiB above). Its fragmentation cells are unknown.
+// A gpt row of either version without dims (schema 2 files from before dims, like results/baseline-dry.csv)
+// gets them from its GPT columns too, so that its configuration key matches today's.
 // *rows is malloc'ed (free it); *n may be 0.
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 
 // A string naming the configuration of a row (backend, model and its dims text, the GPT columns, precision, attn, ckpt,
-// accum, tp, pp, comm, cap_bytes, alloc): rows with equal keys are the same experiment, for
+// accum, tp, pp, comm, cap_bytes, alloc, knobs): rows with equal keys are the same experiment, for
 // sweep --resume and compare. Device, times and results are not part of it.
 const char *mo_csv_config_key(const mo_csv_row *row, char *buf, size_t n);
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEY_MAX 512
+#define KEY_MAX 1024
 
 int mo_derive_measured(const mo_csv_row *r) { return !strcmp(r->status, "ok") || !strcmp(r->status, "fallback"); }
 

@@ -6,6 +6,7 @@
 // only: memory is always the dry run's.
 #include "bench/planner.h"
 #include "kernels/cost.h"
+#include "kernels/knobs.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -149,33 +150,27 @@ mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t) {
 }
 
 // Rooflines already made, by what the trace depends on (the model and every dimension it takes, batch,
-// accum, precision, attention, checkpointing, the MEMOPT_* knobs the context reads) and the GPU's
+// accum, precision, attention, checkpointing, the MEMOPT_* knobs: kernels/knobs.h) and the GPU's
 // rates: --validate's leave-one-out fits time every row once per other row.
 #define ROOF_CACHE 512
 typedef struct roof_cached {
-    char key[512];
+    char key[768];
     roof_parts p;
 } roof_cached;
 static roof_cached roof_cache[ROOF_CACHE];
 static int roof_cache_n, roof_cache_next;
 
-static const char *env_or(const char *name) {
-    const char *v = getenv(name);
-    return v ? v : "-";
-}
-
 static void trace_key(const mo_run_config *rc, const mo_gpu_spec *g, char *key, size_t n) {
-    snprintf(key, n, "%.16s L%d C%d H%d T%d B%d V%d I%d K%d a%d p%d at%d ck%d/%d | %s %g %g %g %g %g | %.24s %.24s %.24s %.24s %.24s",
-             rc->model, rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch, rc->vocab, rc->input, rc->classes, rc->accum,
-             (int)rc->precision, (int)rc->attn,
-             (int)rc->ckpt.kind, rc->ckpt.every, g->key, g->fp32, g->tf32, g->fp16, g->bf16, g->mem_bw_gbs,
-             env_or("MEMOPT_FUSE_EPILOGUES"), env_or("MEMOPT_ATTN_GEMM"), env_or("MEMOPT_ATTN_SCORES"),
-             env_or("MEMOPT_ATTN_DPRE"), env_or("MEMOPT_ATTN_CHUNK_ROWS"));
+    char knobs[320];
+    snprintf(key, n, "%s L%d C%d H%d T%d B%d V%d I%d K%d a%d p%d at%d ck%d/%d | %s %g %g %g %g %g | %s", rc->model,
+             rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch, rc->vocab, rc->input, rc->classes, rc->accum,
+             (int)rc->precision, (int)rc->attn, (int)rc->ckpt.kind, rc->ckpt.every, g->key, g->fp32, g->tf32, g->fp16,
+             g->bf16, g->mem_bw_gbs, mo_knobs_text(knobs, sizeof knobs));
 }
 
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
     memset(out, 0, sizeof *out);
-    char key[512];
+    char key[768];
     trace_key(rc, g, key, sizeof key);
     const roof_parts *p = NULL;
     for (int i = 0; i < roof_cache_n && !p; i++)

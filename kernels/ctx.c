@@ -75,6 +75,7 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->alloc = alloc;
     c->gemm_ws_bytes = MO_GEMM_WORKSPACE_BYTES;
     c->prof_cat = MO_PROF_COUNT;
+    // The MEMOPT_* knobs read here are listed in knobs.c, whose table the CSV row records: add a new one there.
     const char *fe = getenv("MEMOPT_FUSE_EPILOGUES");
     c->fuse_epilogues = -1;
     if (fe && (strcmp(fe, "0") == 0 || strcmp(fe, "off") == 0 || strcmp(fe, "false") == 0)) c->fuse_epilogues = 0;

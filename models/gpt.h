@@ -24,14 +24,15 @@ typedef enum mo_ckpt_kind {
     MO_CKPT_FULL,      // keep each block's input; recompute the block in backward (every:1)
     MO_CKPT_EVERY,     // segments of K blocks: keep each segment's input; recompute the segment
     MO_CKPT_SQRT,      // segments of ceil(sqrt(L)) blocks (Chen et al. 2016)
-    MO_CKPT_SELECTIVE  // drop only the attention probabilities (T,T); recompute them in backward
+    MO_CKPT_SELECTIVE, // drop only the attention probabilities (T,T); recompute them in backward
+    MO_CKPT_SEGMENTS   // N segments as torch.utils.checkpoint.checkpoint_sequential makes them (ckpt_layout.h)
 } mo_ckpt_kind;
 
 typedef struct mo_gpt_config {
     int layers, hidden, heads, seq, batch, vocab; // L, C, NH, T, B (the global batch), V
     int attn_fused;      // 0: materialized scores/softmax (B,NH,T,T) kept; 1: flash-style, only lse kept
     mo_ckpt_kind ckpt;
-    int ckpt_every;      // K for MO_CKPT_EVERY
+    int ckpt_every;      // K for MO_CKPT_EVERY, N for MO_CKPT_SEGMENTS
     int accum;           // micro-batches per optimizer step; micro batch = batch / accum
     int tf32;            // fp32 GEMMs on TF32 tensor cores
     // Mixed precision: MO_F32 (default; 0 is MO_F32), MO_F16 or MO_BF16. 16-bit: activations and the
@@ -125,8 +126,6 @@ mo_status mo_gpt_update(mo_gpt *m);
 // FLOPs of one training step (forward + backward): 6*N*tokens (N without the position embedding,
 // as is usual) + attention 6*L*T*C*tokens (causal halving not taken), recompute excluded.
 double mo_gpt_step_flops(const mo_gpt_config *cfg);
-// Blocks per checkpoint segment: 1 (full), K (every:K), ceil(sqrt(L)) (sqrt); 0 = no segments.
-int mo_gpt_segment_len(const mo_gpt_config *cfg);
 // FLOPs re-run in backward by the checkpoint strategy (for hw_tflops).
 double mo_gpt_recompute_flops(const mo_gpt_config *cfg);
 

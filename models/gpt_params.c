@@ -1,6 +1,7 @@
 // The GPT's tensor table, parameter layout, initialization and batch handling.
 #include "gpt.h"
 #include "gpt_shard.h"
+#include "models/ckpt_layout.h"
 #include "kernels/ops_mixed.h"
 
 #include <math.h>
@@ -27,6 +28,8 @@ mo_status mo_gpt_validate(const mo_gpt_config *c) {
                        c->batch / c->accum, c->seq, (long long)(c->batch / c->accum) * c->seq);
     if (c->ckpt == MO_CKPT_EVERY && (c->ckpt_every < 1 || c->ckpt_every > c->layers))
         return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: K must be in 1..%d (the layer count)", c->ckpt_every, c->layers);
+    if (c->ckpt == MO_CKPT_SEGMENTS && (c->ckpt_every < 1 || c->ckpt_every > c->layers))
+        return MO_FAIL(MO_ERR_INVALID, "--ckpt segments:%d: N must be in 1..%d (the layer count)", c->ckpt_every, c->layers);
     if (c->dtype != MO_F32 && c->dtype != MO_F16 && c->dtype != MO_BF16)
         return MO_FAIL(MO_ERR_INVALID, "--precision: activation dtype %d is not fp32, fp16 or bf16", (int)c->dtype);
     if (c->dtype != MO_F32 && c->tf32)
@@ -362,15 +365,6 @@ double mo_gpt_step_flops(const mo_gpt_config *c) {
     return 6.0 * N * tokens + 6.0 * c->layers * (double)c->seq * c->hidden * tokens;
 }
 
-int mo_gpt_segment_len(const mo_gpt_config *c) {
-    switch (c->ckpt) {
-    case MO_CKPT_FULL: return 1;
-    case MO_CKPT_EVERY: return c->ckpt_every;
-    case MO_CKPT_SQRT: { int k = (int)ceil(sqrt((double)c->layers)); return k < 1 ? 1 : k; }
-    default: return 0;
-    }
-}
-
 double mo_gpt_recompute_flops(const mo_gpt_config *c) {
     double tokens = (double)c->batch * c->seq, C = c->hidden, T = c->seq;
     double attn_fwd = 4.0 * tokens * T * C;                       // q.k^T and att.v
@@ -378,7 +372,6 @@ double mo_gpt_recompute_flops(const mo_gpt_config *c) {
     double fcproj = 2.0 * tokens * 4.0 * C * C;                   // skipped for each segment's last block
     if (c->ckpt == MO_CKPT_NONE) return 0;
     if (c->ckpt == MO_CKPT_SELECTIVE) return c->attn_fused ? 0 : c->layers * attn_fwd; // attention forward again
-    int K = mo_gpt_segment_len(c);
-    int nseg = (c->layers + K - 1) / K;
-    return c->layers * block_fwd - nseg * fcproj;
+    mo_ckpt_layout y = mo_ckpt_layout_of(c->ckpt, c->ckpt_every, c->layers);
+    return y.blocks * block_fwd - mo_ckpt_layout_segments(y) * fcproj; // the checkpointed blocks only
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include "gpt_ops.h"
 #include "gpt_shard.h"
+#include "models/ckpt_layout.h"
 #include "kernels/cost.h"
 #include "strategies/comm.h"
 
@@ -84,14 +85,10 @@ static int fuse_epilogues(const mo_gpt *m) {
     return f < 0 ? DT != MO_F32 : f;
 }
 
-// Blocks per checkpoint segment of this model's (or stage's) layers: a stage's sqrt is that of its
-// own layer count, and every:K is at most the stage.
-static int segment_len(const mo_gpt *m) {
-    if (!m->shard) return mo_gpt_segment_len(&m->cfg);
-    mo_gpt_config t = m->cfg;
-    t.layers = m->shard->layers;
-    if (t.ckpt == MO_CKPT_EVERY && t.ckpt_every > t.layers) t.ckpt_every = t.layers;
-    return mo_gpt_segment_len(&t);
+// The checkpoint segments over this model's (or stage's) layers (ckpt_layout.h): a stage's sqrt is that of
+// its own layer count, and every:K and segments:N are at most the stage's layers.
+static mo_ckpt_layout segment_layout(const mo_gpt *m) {
+    return mo_ckpt_layout_of(m->cfg.ckpt, m->cfg.ckpt_every, m->shard ? m->shard->layers : m->cfg.layers);
 }
 
 // Sum of the tp ranks' partial results (n elements of dt), the same bits on each. The communicator sums
@@ -320,7 +317,7 @@ static mo_status forward(step_state *s) {
     mo_ctx *x = m->ctx;
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
-    int K = segment_len(m);
+    mo_ckpt_layout K = segment_layout(m);
     mo_cost_set_region(x, MO_COST_BODY); // the cost trace's part of the step (kernels/cost.h)
     PHASE(m, "forward");
     if (is_first(m)) {
@@ -333,10 +330,10 @@ static mo_status forward(step_state *s) {
         a->in = l == 0 ? s->enc : s->acts[l - 1].out;
         if (l == 0) s->enc = NULL; // owned by acts[0] from here on
         MO_TRY(block_forward(m, s, l, a, 1));
-        if (K) {
+        if (l < K.blocks) { // in a checkpointed segment
             block_free_internals(m, a);
             // Only a segment's first input is kept; the inputs inside a segment are recomputed.
-            if (l % K != 0) { act_free(m, &a->in); s->acts[l - 1].out = NULL; }
+            if (l % K.len != 0) { act_free(m, &a->in); s->acts[l - 1].out = NULL; }
         } else if (c->ckpt == MO_CKPT_SELECTIVE && !c->attn_fused) {
             act_free(m, &a->att);
         }
@@ -367,7 +364,7 @@ static mo_status backward(step_state *s) {
     mo_ctx *x = m->ctx;
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
     size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
-    int K = segment_len(m);
+    mo_ckpt_layout K = segment_layout(m);
     mo_cost_set_region(x, MO_COST_HEAD);
     PHASE(m, "backward");
     if (is_last(m)) {
@@ -387,32 +384,30 @@ static mo_status backward(step_state *s) {
     mo_cost_set_region(x, MO_COST_BODY);
     void *dresid = s->dresid;
     mo_status st = MO_OK;
-    if (!K) {
-        for (int l = L - 1; l >= 0 && st == MO_OK; l--) {
+    // The blocks outside checkpointed segments (all of them under none and selective), then the
+    // segments, last first: each recomputed, then its backward.
+    for (int l = L - 1; l >= K.blocks && st == MO_OK; l--) {
+        st = block_backward(m, s, l, &s->acts[l], dresid);
+        if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
+    }
+    for (int g = mo_ckpt_layout_segments(K) - 1; g >= 0 && st == MO_OK; g--) {
+        int a0 = g * K.len, b0 = a0 + K.len - 1 < K.blocks - 1 ? a0 + K.len - 1 : K.blocks - 1;
+        mo_timer t;
+        MO_TRY(mo_timer_init(x, &t));
+        st = mo_timer_start(x, &t);
+        PHASE(m, "recompute");
+        for (int l = a0; l <= b0 && st == MO_OK; l++) {
+            if (l > a0) s->acts[l].in = s->acts[l - 1].out;
+            st = block_forward(m, s, l, &s->acts[l], l < b0);
+        }
+        double ms = 0;
+        if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
+        mo_timer_destroy(&t);
+        s->recompute_ms += ms;
+        PHASE(m, "backward");
+        for (int l = b0; l >= a0 && st == MO_OK; l--) {
             st = block_backward(m, s, l, &s->acts[l], dresid);
             if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
-        }
-    } else {
-        int nseg = (L + K - 1) / K;
-        for (int g = nseg - 1; g >= 0 && st == MO_OK; g--) {
-            int a0 = g * K, b0 = a0 + K - 1 < L - 1 ? a0 + K - 1 : L - 1;
-            mo_timer t;
-            MO_TRY(mo_timer_init(x, &t));
-            st = mo_timer_start(x, &t);
-            PHASE(m, "recompute");
-            for (int l = a0; l <= b0 && st == MO_OK; l++) {
-                if (l > a0) s->acts[l].in = s->acts[l - 1].out;
-                st = block_forward(m, s, l, &s->acts[l], l < b0);
-            }
-            double ms = 0;
-            if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
-            mo_timer_destroy(&t);
-            s->recompute_ms += ms;
-            PHASE(m, "backward");
-            for (int l = b0; l >= a0 && st == MO_OK; l--) {
-                st = block_backward(m, s, l, &s->acts[l], dresid);
-                if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
-            }
         }
     }
     if (!is_first(m)) return st; // s->dresid: d(input), for the previous stage

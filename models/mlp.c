@@ -5,7 +5,7 @@
 // On the GPT's kernels (kernels/ops_mixed*.h, the GEMMs of gpt_ops.h) with the same strategies:
 // activation lifetimes from the run's allocator (every activation allocated when produced, freed
 // after its last reader, so the allocator's peak is the step's true peak on every backend),
-// checkpoint segments (full, every:K, sqrt: each segment's input kept, the segment recomputed in
+// checkpoint segments (full, every:K, sqrt, segments:N: each segment's input kept, the segment recomputed in
 // backward), gradient accumulation, fp32/tf32/fp16/bf16 (16-bit activations and working weights,
 // fp32 master weights, gradients and Adam state; fp16 with the dynamic loss scaler), clipping and
 // AdamW. It has no attention (--attn and selective are refused) and no split yet (--tp/--pp refused).
@@ -18,13 +18,14 @@
 #include "gpt_ops.h"
 #include "kernels/cost.h"
 #include "models/mlp.h"
+#include "models/ckpt_layout.h"
 
 enum { MLP_WIN, MLP_BIN, MLP_LNW, MLP_LNB, MLP_W1, MLP_B1, MLP_W2, MLP_B2, MLP_WOUT, MLP_BOUT, MLP_NPARAMS };
 static const char *const param_names[MLP_NPARAMS] = {"win", "bin", "lnw", "lnb", "w1", "b1", "w2", "b2", "wout", "bout"};
 
 typedef struct mlp_cfg {
     int L, H, I, K, B, accum; // layers, hidden, input width, classes, global batch, micro-batches
-    int seg;                  // blocks per checkpoint segment, 0 none
+    mo_ckpt_layout seg;       // the checkpoint segments (models/ckpt_layout.h)
     mo_dtype dt;
     int loss_scaling;
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
@@ -49,20 +50,11 @@ typedef struct mlp {
 
 // ---------------------------------------------------------------- the configuration
 
-static int segment_len(int L, mo_ckpt c) {
-    switch (c.kind) {
-    case MO_CKPT_FULL: return 1;
-    case MO_CKPT_EVERY: return c.every < L ? c.every : L;
-    case MO_CKPT_SQRT: return (int)ceil(sqrt((double)L));
-    default: return 0;
-    }
-}
-
 static void cfg_of(const mo_run_config *rc, mlp_cfg *c) {
     memset(c, 0, sizeof *c);
     c->L = rc->layers; c->H = rc->hidden; c->I = rc->input; c->K = rc->classes; c->B = rc->batch;
     c->accum = rc->accum;
-    c->seg = segment_len(rc->layers, rc->ckpt);
+    c->seg = mo_ckpt_layout_of(rc->ckpt.kind, rc->ckpt.every, rc->layers);
     c->dt = rc->precision == MO_PREC_FP16 ? MO_F16 : rc->precision == MO_PREC_BF16 ? MO_BF16 : MO_F32;
     c->loss_scaling = rc->precision == MO_PREC_FP16;
     c->lr = (float)rc->lr; c->beta1 = 0.9f; c->beta2 = 0.95f; c->eps = 1e-8f; c->weight_decay = 0.0f; c->grad_clip = 1.0f;
@@ -121,11 +113,9 @@ static double mlp_step_flops(const mo_run_config *rc) {
 
 // Each segment re-runs its blocks' forward, but for its last block's second GEMM (not needed).
 static double mlp_recompute_flops(const mo_run_config *rc) {
-    int K = segment_len(rc->layers, rc->ckpt);
-    if (!K) return 0;
-    int nseg = (rc->layers + K - 1) / K;
+    mo_ckpt_layout y = mo_ckpt_layout_of(rc->ckpt.kind, rc->ckpt.every, rc->layers);
     double H = rc->hidden;
-    return (double)rc->batch * 8 * H * H * (2.0 * rc->layers - nseg);
+    return (double)rc->batch * 8 * H * H * (2.0 * y.blocks - mo_ckpt_layout_segments(y)); // checkpointed blocks only
 }
 
 static int mlp_tensor_table(const mo_run_config *rc, mo_tensor_info *rows, int max) {
@@ -376,7 +366,8 @@ static const void *inputs_of(step_state *s) {
 static mo_status forward(step_state *s) {
     mlp *m = s->m;
     mo_ctx *x = m->ctx;
-    int N = s->N, H = m->c.H, I = m->c.I, K = m->c.K, L = m->c.L, seg = m->c.seg;
+    int N = s->N, H = m->c.H, I = m->c.I, K = m->c.K, L = m->c.L;
+    mo_ckpt_layout seg = m->c.seg;
     size_t off = (size_t)s->micro * N;
     mo_cost_set_region(x, MO_COST_BODY);
     if (DT != MO_F32) {
@@ -390,10 +381,10 @@ static mo_status forward(step_state *s) {
         a->in = l == 0 ? s->h0 : s->acts[l - 1].out;
         if (l == 0) s->h0 = NULL; // owned by acts[0] from here on
         MO_TRY(block_forward(m, s, l, a, 1));
-        if (seg) {
+        if (l < seg.blocks) { // in a checkpointed segment
             block_free_internals(m, a);
             // Only a segment's first input is kept; the inputs inside a segment are recomputed.
-            if (l % seg != 0) { act_free(m, &a->in); s->acts[l - 1].out = NULL; }
+            if (l % seg.len != 0) { act_free(m, &a->in); s->acts[l - 1].out = NULL; }
         }
     }
     mo_cost_set_region(x, MO_COST_HEAD);
@@ -410,7 +401,8 @@ static mo_status forward(step_state *s) {
 static mo_status backward(step_state *s) {
     mlp *m = s->m;
     mo_ctx *x = m->ctx;
-    int N = s->N, H = m->c.H, I = m->c.I, K = m->c.K, L = m->c.L, seg = m->c.seg;
+    int N = s->N, H = m->c.H, I = m->c.I, K = m->c.K, L = m->c.L;
+    mo_ckpt_layout seg = m->c.seg;
     size_t NH = (size_t)N * H;
     mo_cost_set_region(x, MO_COST_HEAD);
     MO_TRY(act_alloc(m, NH, &s->dresid));
@@ -421,30 +413,27 @@ static mo_status backward(step_state *s) {
     mo_cost_set_region(x, MO_COST_BODY);
     void *dresid = s->dresid;
     mo_status st = MO_OK;
-    if (!seg) {
-        for (int l = L - 1; l >= 0 && st == MO_OK; l--) {
+    // The blocks outside checkpointed segments (all of them under none), then the segments, last first.
+    for (int l = L - 1; l >= seg.blocks && st == MO_OK; l--) {
+        st = block_backward(m, l, &s->acts[l], dresid, N);
+        if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
+    }
+    for (int g = mo_ckpt_layout_segments(seg) - 1; g >= 0 && st == MO_OK; g--) {
+        int a0 = g * seg.len, b0 = a0 + seg.len - 1 < seg.blocks - 1 ? a0 + seg.len - 1 : seg.blocks - 1;
+        mo_timer t;
+        MO_TRY(mo_timer_init(x, &t));
+        st = mo_timer_start(x, &t);
+        for (int l = a0; l <= b0 && st == MO_OK; l++) {
+            if (l > a0) s->acts[l].in = s->acts[l - 1].out;
+            st = block_forward(m, s, l, &s->acts[l], l < b0);
+        }
+        double ms = 0;
+        if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
+        mo_timer_destroy(&t);
+        s->recompute_ms += ms;
+        for (int l = b0; l >= a0 && st == MO_OK; l--) {
             st = block_backward(m, l, &s->acts[l], dresid, N);
             if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
-        }
-    } else {
-        int nseg = (L + seg - 1) / seg;
-        for (int g = nseg - 1; g >= 0 && st == MO_OK; g--) {
-            int a0 = g * seg, b0 = a0 + seg - 1 < L - 1 ? a0 + seg - 1 : L - 1;
-            mo_timer t;
-            MO_TRY(mo_timer_init(x, &t));
-            st = mo_timer_start(x, &t);
-            for (int l = a0; l <= b0 && st == MO_OK; l++) {
-                if (l > a0) s->acts[l].in = s->acts[l - 1].out;
-                st = block_forward(m, s, l, &s->acts[l], l < b0);
-            }
-            double ms = 0;
-            if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
-            mo_timer_destroy(&t);
-            s->recompute_ms += ms;
-            for (int l = b0; l >= a0 && st == MO_OK; l--) {
-                st = block_backward(m, l, &s->acts[l], dresid, N);
-                if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
-            }
         }
     }
     MO_TRY(st);

@@ -87,6 +87,7 @@ static _Atomic uint64_t g_injected; // faults injected
 static _Atomic uint64_t g_allocated, g_reserved, g_leaked, g_allocators;
 static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 
+// MEMOPT_FAIL_ALLOC is a knob of kernels/knobs.c (recorded in the CSV row).
 static void read_fail_env(void) {
     const char *e = getenv("MEMOPT_FAIL_ALLOC");
     if (!e || !*e) return;

@@ -39,6 +39,11 @@ else
   echo "      $regen      (writes results/baseline-dry.csv and results/baseline-dry.md)"
 fi
 grep -q "^verdict: no regression" "$tmp/cmp.out" && ok || bad "compare printed no 'verdict: no regression' line"
+# Every row matched and the same: rows that do not pair (a configuration key that changed) would pass
+# compare as missing + new without comparing anything.
+rows=$(grep -c '^[0-9]' "$base")
+grep -q "^summary: $rows configurations: $rows same, " "$tmp/cmp.out" && ok ||
+  bad "the regenerated grid does not pair row for row with the baseline ($rows rows): $(grep '^summary' "$tmp/cmp.out")"
 
 # 2. compare's contract on planted changes (small files cut from the baseline).
 head -5 "$base" >"$tmp/b.csv"

@@ -63,6 +63,9 @@ bad "--cap" run --cap 2.0
 bad "--cap" run --cap 12XB
 bad "--ckpt" run --ckpt every:0
 bad "--ckpt every:13" run --ckpt every:13
+bad "--ckpt" run --ckpt segments:0
+bad "--ckpt segments:13: N must be in 1..layers (layers 12)" run --ckpt segments:13
+bad "--ckpt segments:5: N must be in 1..layers (layers 4)" run --model mlp --layers 4 --ckpt segments:5
 bad "--heads 7" run --heads 7 --hidden 768
 bad "--batch" run --batch
 bad "--csv" run --csv

@@ -88,8 +88,8 @@ static void test_deterministic_and_checkpoint(mo_dtype dt, uint64_t seed) {
         float *g1 = run_grads(MO_BACKEND_CUDA, c, seed, &l1, NULL);
         CHECK_MSG(g0 && g1 && l0 == l1 && !memcmp(g0, g1, n * sizeof(float)), "%s: two GPU runs differ (attn %d)",
                   mo_dtype_name(dt), fused);
-        mo_ckpt_kind ks[] = {MO_CKPT_FULL, MO_CKPT_EVERY, MO_CKPT_SQRT, MO_CKPT_SELECTIVE};
-        for (int i = 0; i < 4; i++) {
+        mo_ckpt_kind ks[] = {MO_CKPT_FULL, MO_CKPT_EVERY, MO_CKPT_SQRT, MO_CKPT_SELECTIVE, MO_CKPT_SEGMENTS}; // segments:2
+        for (int i = 0; i < 5; i++) {
             mo_gpt_config d = c;
             d.ckpt = ks[i];
             d.ckpt_every = 2;

@@ -94,8 +94,8 @@ static void test_ckpt_and_accum(void) {
         size_t n0, n;
         double l0, l;
         float *g0 = grads_of(&rc, &n0, &l0);
-        static const char *const ckpts[] = {"full", "every:3", "sqrt"};
-        for (int c = 0; c < 3; c++) {
+        static const char *const ckpts[] = {"full", "every:3", "sqrt", "segments:2"};
+        for (int c = 0; c < 4; c++) {
             const char *kv[] = {"--precision", precisions[p], "--ckpt", ckpts[c], NULL};
             config_of("cuda", kv, &rc);
             float *g = grads_of(&rc, &n, &l);

@@ -58,12 +58,13 @@ static mo_status traced(const mo_run_config *rc, const mo_run_env *env, mo_backe
 
 static void test_cpu_equals_dry(const mo_run_env *env) {
     static const mo_precision P[] = {MO_PREC_FP32, MO_PREC_TF32, MO_PREC_BF16, MO_PREC_FP16};
-    static const mo_ckpt K[] = {{MO_CKPT_NONE, 0}, {MO_CKPT_SELECTIVE, 0}, {MO_CKPT_FULL, 0}, {MO_CKPT_EVERY, 2}};
+    static const mo_ckpt K[] = {{MO_CKPT_NONE, 0}, {MO_CKPT_SELECTIVE, 0}, {MO_CKPT_FULL, 0}, {MO_CKPT_EVERY, 2},
+                                {MO_CKPT_SEGMENTS, 2}};
     int compared = 0;
     mo_cost_trace a = {0}, b = {0};
     for (int p = 0; p < 4; p++)
         for (int at = 0; at < 2; at++)
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < 5; k++)
                 for (int accum = 1; accum <= 2; accum++) {
                     mo_run_config rc = tiny();
                     rc.precision = P[p];
@@ -78,7 +79,7 @@ static void test_cpu_equals_dry(const mo_run_env *env) {
                     compared += same_trace(&a, &b, what);
                 }
     printf("  cpu == dry trace: %d configurations\n", compared);
-    CHECK(compared == 64);
+    CHECK(compared == 80);
     mo_cost_trace_free(&a);
     mo_cost_trace_free(&b);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "bench/csv.h"
+#include "kernels/knobs.h"
 #include "testlib.h"
 
 static void tmp_path(char *buf, size_t n, const char *tag) {
@@ -77,6 +78,7 @@ static void full_row(mo_csv_row *r) {
     r->loss_scale = 65536; r->loss_first = 10.98765432109876; r->loss_last = INFINITY;
     r->predicted_peak_bytes = 17354735616LL;
     r->comm_ms = 1e-300; r->comm_modelled = 1;
+    snprintf(r->knobs, sizeof r->knobs, "MEMOPT_CE=loop;MEMOPT_GEMM_TABLE=0");
 }
 
 static int same_double(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
@@ -100,11 +102,11 @@ static void test_header(void) {
     CHECK(!strncmp(h, start, sizeof start - 1));
     // Schema 2 appends dims, items_per_s and the fragmentation columns to schema 1's 57 columns.
     CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled,dims,items_per_s,") != NULL);
-    CHECK(strstr(h, ",items_per_s,inactive_split_bytes,largest_free_block_bytes,segments") != NULL);
-    CHECK_EQ_U64(mo_csv_num_columns(), 62);
+    CHECK(strstr(h, ",items_per_s,inactive_split_bytes,largest_free_block_bytes,segments,knobs") != NULL);
+    CHECK_EQ_U64(mo_csv_num_columns(), 63);
     int commas = 0;
     for (const char *p = h; *p; p++) commas += *p == ',';
-    CHECK_EQ_U64(commas + 1, 62);
+    CHECK_EQ_U64(commas + 1, 63);
 }
 
 static void test_round_trip(void) {
@@ -163,6 +165,7 @@ static void test_schema1_dims(void) {
     snprintf(r.model, sizeof r.model, "gpt");
     r.dims[0] = '\0';
     r.items_per_s = NAN;
+    r.knobs[0] = '\0'; // not in schema 1: reads empty
     char line[16384];
     CHECK_OK(mo_csv_format_row(&r, line, sizeof line));
     // Drop the schema-2 cells (every column from dims on: one comma each before them).
@@ -301,7 +304,7 @@ static void test_refusals(void) {
     const char *h = mo_csv_header();
     snprintf(text, sizeof text, "%.*s\n", (int)(strrchr(h, ',') - h), h);
     write_file(path, text);
-    CHECK(mo_csv_open(path, &w) == MO_ERR_INVALID && strstr(mo_errmsg(), "segments"));
+    CHECK(mo_csv_open(path, &w) == MO_ERR_INVALID && strstr(mo_errmsg(), "knobs"));
     // The reader: an unknown column, a row of the wrong width, a bad number.
     snprintf(text, sizeof text, "schema_version,bogus\n1,2\n");
     write_file(path, text);
@@ -345,15 +348,78 @@ static void test_reorder_and_key(void) {
     b = a;
     b.step_ms = 12.5;
     snprintf(b.device_name, sizeof b.device_name, "other");
-    char ka[512], kb[512];
+    char ka[1024], kb[1024];
     CHECK(!strcmp(mo_csv_config_key(&a, ka, sizeof ka), mo_csv_config_key(&b, kb, sizeof kb)));
     CHECK(strstr(ka, "precision=fp32") && strstr(ka, "accum=2") && strstr(ka, "cap_bytes=0"));
     b.cap_bytes = 1 << 30;
     CHECK(strcmp(mo_csv_config_key(&a, ka, sizeof ka), mo_csv_config_key(&b, kb, sizeof kb)) != 0);
 }
 
+// The knobs column: the MEMOPT_* settings of the table that are set (non-empty), sorted; another MEMOPT_
+// variable is ignored. Rows differing only in knobs are different configurations; a schema 2 file
+// written before the column reads with knobs empty.
+static void test_knobs(void) {
+    size_t nk;
+    const mo_knob *k = mo_knobs(&nk);
+    CHECK(nk == 9);
+    for (size_t i = 0; i < nk; i++) {
+        CHECK(!strncmp(k[i].name, "MEMOPT_", 7) && k[i].what && k[i].what[0]);
+        if (i) CHECK_MSG(strcmp(k[i - 1].name, k[i].name) < 0, "knobs table not sorted at %s", k[i].name);
+    }
+    for (size_t i = 0; i < nk; i++) unsetenv(k[i].name);
+    char t[320];
+    CHECK(!strcmp(mo_knobs_text(t, sizeof t), ""));
+    mo_config cfg;
+    mo_config_defaults(&cfg, MO_CMD_RUN);
+    mo_run_config rc;
+    CHECK_OK(mo_config_combination(&cfg, 0, &rc));
+    mo_csv_row a, b;
+    mo_csv_row_init(&a);
+    mo_csv_row_from_config(&a, &rc, 0);
+    CHECK(a.knobs[0] == '\0');
+    setenv("MEMOPT_GEMM_TABLE", "0", 1);
+    setenv("MEMOPT_CE", "loop", 1);
+    setenv("MEMOPT_ATTN_DPRE", "", 1);          // set but empty: not a setting
+    setenv("MEMOPT_NOT_A_KNOB", "1", 1);        // unknown: nothing reads it, not recorded
+    mo_csv_row_init(&b);
+    mo_csv_row_from_config(&b, &rc, 0);
+    CHECK_MSG(!strcmp(b.knobs, "MEMOPT_CE=loop;MEMOPT_GEMM_TABLE=0"), "knobs '%s'", b.knobs);
+    char ka[1024], kb[1024];
+    mo_csv_config_key(&a, ka, sizeof ka);
+    mo_csv_config_key(&b, kb, sizeof kb);
+    CHECK(strcmp(ka, kb) != 0 && strstr(kb, " knobs=MEMOPT_CE=loop;MEMOPT_GEMM_TABLE=0"));
+    unsetenv("MEMOPT_GEMM_TABLE"); unsetenv("MEMOPT_CE"); unsetenv("MEMOPT_ATTN_DPRE"); unsetenv("MEMOPT_NOT_A_KNOB");
+    // A short buffer: whole settings only.
+    setenv("MEMOPT_CE", "loop", 1);
+    setenv("MEMOPT_GEMM_TABLE", "0", 1);
+    char shortbuf[20];
+    CHECK(!strcmp(mo_knobs_text(shortbuf, sizeof shortbuf), "MEMOPT_CE=loop"));
+    unsetenv("MEMOPT_GEMM_TABLE"); unsetenv("MEMOPT_CE");
+
+    // A schema 2 file without the knobs column (written before it): read, knobs empty, the same key.
+    char path[128];
+    tmp_path(path, sizeof path, "noknobs");
+    const char *h = mo_csv_header();
+    char text[20000], row[16384];
+    CHECK_OK(mo_csv_format_row(&a, row, sizeof row));
+    *strrchr(row, ',') = '\0'; // the empty knobs cell
+    snprintf(text, sizeof text, "%.*s\n%s\n", (int)(strrchr(h, ',') - h), h, row);
+    write_file(path, text);
+    mo_csv_row *got = NULL;
+    size_t n = 0;
+    CHECK_OK(mo_csv_read(path, &got, &n));
+    CHECK_EQ_U64(n, 1);
+    if (n == 1) {
+        char kg[1024];
+        CHECK(got[0].knobs[0] == '\0' && !strcmp(mo_csv_config_key(&got[0], kg, sizeof kg), ka));
+    }
+    free(got);
+    unlink(path);
+}
+
 int main(void) {
     test_header();
+    test_knobs();
     test_round_trip();
     test_schema1_dims();
     test_append_and_resume();

@@ -93,7 +93,8 @@ static void test_checkpoint_bit_identical(void) {
         size_t n = mo_gpt_num_params(&c);
         struct { mo_ckpt_kind k; int every; const char *name; } pol[] = {
             {MO_CKPT_FULL, 0, "full"}, {MO_CKPT_EVERY, 2, "every:2"}, {MO_CKPT_EVERY, 5, "every:5"},
-            {MO_CKPT_SQRT, 0, "sqrt"}, {MO_CKPT_SELECTIVE, 0, "selective"}};
+            {MO_CKPT_SQRT, 0, "sqrt"}, {MO_CKPT_SELECTIVE, 0, "selective"}, {MO_CKPT_SEGMENTS, 1, "segments:1"},
+            {MO_CKPT_SEGMENTS, 2, "segments:2"}, {MO_CKPT_SEGMENTS, 3, "segments:3"}, {MO_CKPT_SEGMENTS, 5, "segments:5"}};
         for (size_t i = 0; i < sizeof pol / sizeof pol[0]; i++) {
             mo_gpt_config d = c;
             d.ckpt = pol[i].k;
@@ -136,7 +137,8 @@ static void test_accumulation(void) {
 static void test_dry_equals_cpu(void) {
     struct { mo_ckpt_kind k; int every; int fused; int accum; } grid[] = {
         {MO_CKPT_NONE, 0, 0, 1}, {MO_CKPT_NONE, 0, 1, 1}, {MO_CKPT_FULL, 0, 0, 1}, {MO_CKPT_EVERY, 2, 0, 2},
-        {MO_CKPT_SQRT, 0, 1, 4}, {MO_CKPT_SELECTIVE, 0, 0, 2}};
+        {MO_CKPT_SQRT, 0, 1, 4}, {MO_CKPT_SELECTIVE, 0, 0, 2}, {MO_CKPT_SEGMENTS, 2, 0, 2}, {MO_CKPT_SEGMENTS, 3, 1, 1},
+        {MO_CKPT_SEGMENTS, 4, 0, 4}};
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
         mo_gpt_config c = tiny_config();
         c.layers = 4; c.batch = 8;
@@ -174,6 +176,40 @@ static void test_checkpoint_saves_memory(void) {
            (unsigned long long)peak[1], (unsigned long long)peak[2]);
     CHECK(peak[2] < peak[0]);
     CHECK(peak[1] < peak[0]);
+    // segments:N (checkpoint_sequential's layout: N-1 checkpointed segments of L/N blocks, the rest kept):
+    // between full and none, the same as none for N = 1; more segments keep less.
+    uint64_t seg[5];
+    static const int Ns[5] = {1, 2, 4, 8, 3};
+    for (int i = 0; i < 5; i++) {
+        c.ckpt = MO_CKPT_SEGMENTS;
+        c.ckpt_every = Ns[i];
+        gpt_fixture f;
+        if (!fixture_open(&f, MO_BACKEND_DRY, &c, 5)) return;
+        mo_allocator_reset_peaks(f.alloc);
+        CHECK_OK(mo_gpt_forward_backward(f.m));
+        mo_alloc_stats s;
+        mo_allocator_stats(f.alloc, &s);
+        seg[i] = s.peak_by_cat[MO_CAT_ACTIVATION];
+        fixture_close(&f);
+    }
+    printf("  activation peak: segments:1 %llu, :2 %llu, :4 %llu, :8 %llu, :3 %llu bytes\n", (unsigned long long)seg[0],
+           (unsigned long long)seg[1], (unsigned long long)seg[2], (unsigned long long)seg[3], (unsigned long long)seg[4]);
+    CHECK_MSG(seg[0] == peak[0], "segments:1 %llu, none %llu", (unsigned long long)seg[0], (unsigned long long)peak[0]);
+    // segments:L (every block checkpointed but the last, which keeps its internals) peaks with full, whose
+    // peak is the last block's recompute with the same inputs live; 1 < N < L lie strictly between.
+    CHECK_MSG(seg[3] == peak[2], "segments:8 %llu, full %llu", (unsigned long long)seg[3], (unsigned long long)peak[2]);
+    for (int i = 1; i < 5; i++)
+        if (i != 3)
+            CHECK_MSG(seg[i] > peak[2] && seg[i] < peak[0], "segments:%d activation peak %llu not between full %llu and none %llu",
+                      Ns[i], (unsigned long long)seg[i], (unsigned long long)peak[2], (unsigned long long)peak[0]);
+    CHECK(seg[1] > seg[2] && seg[2] > seg[3]);
+    // The recompute FLOPs: only the checkpointed blocks are re-run; segments:1 re-runs nothing.
+    c.ckpt = MO_CKPT_SEGMENTS; c.ckpt_every = 1;
+    CHECK(mo_gpt_recompute_flops(&c) == 0);
+    mo_gpt_config e = c, f = c;
+    e.ckpt_every = 2;                                 // blocks 0-3 in one segment of 4, 4-7 kept
+    f.ckpt = MO_CKPT_EVERY; f.ckpt_every = 4; f.layers = 4; // one segment of 4 blocks
+    CHECK(mo_gpt_recompute_flops(&e) == mo_gpt_recompute_flops(&f) && mo_gpt_recompute_flops(&e) > 0);
 }
 
 int main(void) {

@@ -66,6 +66,7 @@ static void test_grads_equal_unsplit(void) {
         {4, 1, 1, MO_CKPT_SELECTIVE, 0, 0, "tp 4, ckpt selective"},
         {4, 1, 2, MO_CKPT_NONE, 0, 1, "tp 4, accum 2, attn fused"},
         {2, 2, 2, MO_CKPT_FULL, 0, 1, "tp 2 pp 2, accum 2, ckpt full, attn fused"},
+        {2, 2, 2, MO_CKPT_SEGMENTS, 3, 0, "tp 2 pp 2, accum 2, ckpt segments:3 (per stage)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const split_case *k = &cases[i];

@@ -8,6 +8,7 @@
 #include "bench/config.h"
 #include "bench/csv.h"
 #include "bench/run_engine.h"
+#include "models/ckpt_layout.h"
 #include "models/mlp.h"
 #include "models/model.h"
 #include "testlib.h"
@@ -28,13 +29,13 @@ static void config_of(const char *const *kv, mo_run_config *rc) {
 
 static void test_dry_equals_cpu(void) {
     static const char *const precisions[] = {"fp32", "tf32", "fp16", "bf16"};
-    static const char *const ckpts[] = {"none", "full", "every:3", "sqrt"};
+    static const char *const ckpts[] = {"none", "full", "every:3", "sqrt", "segments:3"};
     static const char *const accums[] = {"1", "2", "4"};
     static const char *const allocs[] = {"caching", "async", "raw"};
     mo_run_env env;
     int n = 0, ok = 0;
     for (int p = 0; p < 4; p++)
-        for (int c = 0; c < 4; c++)
+        for (int c = 0; c < 5; c++)
             for (int a = 0; a < 3; a++)
                 for (int al = 0; al < 3; al++) {
                     mo_run_config rc;
@@ -53,6 +54,7 @@ static void test_dry_equals_cpu(void) {
                               allocs[al], row.status, (long long)row.peak_allocated_bytes,
                               (long long)row.predicted_peak_bytes, row.detail);
                     CHECK(!strcmp(row.dims, "L4 H32 I16 K8") && row.heads == -1 && row.vocab == -1 && !row.attn[0]);
+                    CHECK_MSG(!strcmp(row.ckpt, ckpts[c]), "ckpt column '%s', want '%s'", row.ckpt, ckpts[c]);
                     CHECK(row.items_per_s > 0 && isnan(row.tokens_per_s) && isfinite(row.loss_last));
                 }
     CHECK_EQ_U64(ok, n);
@@ -103,6 +105,55 @@ static void test_ckpt_saves(void) {
     }
 }
 
+// segments:N is torch.utils.checkpoint.checkpoint_sequential's layout (models/ckpt_layout.h): N-1
+// checkpointed segments of L // N blocks, the rest run unchecked. The layout itself, then the MLP's
+// exact dry activation peaks against every:K runs with the same checkpointed part.
+static void test_segments(void) {
+    static const struct { int L, N, len, blocks; } want[] = {
+        {12, 4, 3, 9}, {10, 3, 3, 6}, {8, 2, 4, 4}, {5, 5, 1, 4}, {7, 1, 0, 0}, {8, 3, 2, 4}, {4, 9, 1, 3}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        mo_ckpt_layout y = mo_ckpt_layout_of(MO_CKPT_SEGMENTS, want[i].N, want[i].L);
+        CHECK_MSG(y.len == want[i].len && y.blocks == want[i].blocks, "segments:%d of %d: len %d blocks %d, want %d %d",
+                  want[i].N, want[i].L, y.len, y.blocks, want[i].len, want[i].blocks);
+        CHECK(mo_ckpt_layout_segments(y) == (want[i].N < want[i].L ? want[i].N : want[i].L) - 1);
+    }
+    mo_ckpt_layout e = mo_ckpt_layout_of(MO_CKPT_EVERY, 3, 8), q = mo_ckpt_layout_of(MO_CKPT_SQRT, 0, 8);
+    CHECK(e.len == 3 && e.blocks == 8 && mo_ckpt_layout_segments(e) == 3 && q.len == 3 && q.blocks == 8);
+    mo_ckpt_layout f = mo_ckpt_layout_of(MO_CKPT_FULL, 0, 8), n = mo_ckpt_layout_of(MO_CKPT_NONE, 0, 8);
+    CHECK(f.len == 1 && f.blocks == 8 && n.len == 0 && n.blocks == 0);
+
+    // Activation peaks (dry, exact): full = segments:8 < segments:4 < segments:2 < none = segments:1.
+    static const char *const ckpts[] = {"none", "full", "segments:1", "segments:2", "segments:4", "segments:8"};
+    int64_t act[6];
+    mo_run_env env;
+    for (int c = 0; c < 6; c++) {
+        mo_run_config rc;
+        const char *kv[] = {"--layers", "8", "--hidden", "64", "--batch", "256", "--backend", "dry", "--ckpt", ckpts[c], NULL};
+        config_of(kv, &rc);
+        if (c == 0) CHECK_OK(mo_run_env_init(&env, &rc));
+        mo_csv_row row;
+        CHECK_OK(mo_run_execute(&rc, &env, &row, NULL));
+        CHECK_MSG(!strcmp(row.status, "ok") && !strcmp(row.ckpt, ckpts[c]), "%s: %s, ckpt '%s'", ckpts[c], row.status, row.ckpt);
+        act[c] = row.activation_peak_bytes;
+        double rf = mo_mlp_model.recompute_flops(&rc);
+        CHECK_MSG(c == 0 || c == 2 ? rf == 0 : rf > 0, "%s: recompute FLOPs %g", ckpts[c], rf);
+    }
+    printf("activation peak: none %lld full %lld segments:1 %lld :2 %lld :4 %lld :8 %lld\n", (long long)act[0],
+           (long long)act[1], (long long)act[2], (long long)act[3], (long long)act[4], (long long)act[5]);
+    // segments:1 keeps everything (none); segments:8 of 8 checkpoints all blocks but the last, whose
+    // internals are live at the peak just as full's recompute of it is: the same peak as full.
+    CHECK(act[2] == act[0] && act[5] == act[1]);
+    CHECK_MSG(act[1] < act[4] && act[4] < act[3] && act[3] < act[0], "not full < segments:4 < :2 < none");
+    // segments:2 of 8 checkpoints blocks 0-3 as one segment and keeps 4-7: its recompute is every:4's of 4
+    // layers, and it keeps exactly what none keeps for blocks 4-7 while the segment's input is live.
+    mo_run_config a, b;
+    const char *kva[] = {"--layers", "8", "--hidden", "64", "--batch", "256", "--ckpt", "segments:2", NULL};
+    const char *kvb[] = {"--layers", "4", "--hidden", "64", "--batch", "256", "--ckpt", "every:4", NULL};
+    config_of(kva, &a);
+    config_of(kvb, &b);
+    CHECK(mo_mlp_model.recompute_flops(&a) == mo_mlp_model.recompute_flops(&b));
+}
+
 // Under a cap too small for it: an out-of-memory row on both backends, nothing left allocated.
 static void test_cap(void) {
     mo_run_config rc;
@@ -149,7 +200,8 @@ static float *grads_of(const mo_run_config *rc, size_t *n, double *loss) {
 
 static void test_checkpointing_bit_identical(void) {
     static const char *const precisions[] = {"fp32", "tf32", "fp16", "bf16"};
-    static const char *const ckpts[] = {"full", "every:2", "every:3", "sqrt"};
+    static const char *const ckpts[] = {"full", "every:2", "every:3", "sqrt", "segments:1", "segments:2", "segments:3",
+                                        "segments:4"};
     for (int p = 0; p < 4; p++) {
         mo_run_config rc;
         const char *kv0[] = {"--precision", precisions[p], "--accum", "2", NULL};
@@ -157,7 +209,7 @@ static void test_checkpointing_bit_identical(void) {
         size_t n0, n;
         double l0, l;
         float *g0 = grads_of(&rc, &n0, &l0);
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 8; c++) {
             const char *kv[] = {"--precision", precisions[p], "--accum", "2", "--ckpt", ckpts[c], NULL};
             config_of(kv, &rc);
             float *g = grads_of(&rc, &n, &l);
@@ -245,6 +297,7 @@ int main(void) {
     test_accumulation();
     test_checkpointing_bit_identical();
     test_ckpt_saves();
+    test_segments();
     test_cap();
     test_dry_equals_cpu();
     return test_finish();

@@ -47,10 +47,10 @@ static size_t read_rows(const char *path, mo_csv_row **rows) {
 static int cmp_str(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
 
 // The rows' configuration keys, sorted.
-static char (*sorted_keys(const mo_csv_row *rows, size_t n))[512] {
-    char (*k)[512] = malloc((n ? n : 1) * 512);
-    for (size_t i = 0; i < n; i++) mo_csv_config_key(&rows[i], k[i], 512);
-    qsort(k, n, 512, cmp_str);
+static char (*sorted_keys(const mo_csv_row *rows, size_t n))[1024] {
+    char (*k)[1024] = malloc((n ? n : 1) * 1024);
+    for (size_t i = 0; i < n; i++) mo_csv_config_key(&rows[i], k[i], 1024);
+    qsort(k, n, 1024, cmp_str);
     return k;
 }
 
@@ -116,8 +116,8 @@ static void test_shard_resume(void) {
     size_t na = read_rows(csv_a, &ra), nb = read_rows(csv_b, &rb);
     CHECK_MSG(na == total && nb == total, "full %zu rows, shards %zu rows, want %zu", na, nb, total);
     if (na == nb) {
-        char(*ka)[512] = sorted_keys(ra, na);
-        char(*kb)[512] = sorted_keys(rb, nb);
+        char(*ka)[1024] = sorted_keys(ra, na);
+        char(*kb)[1024] = sorted_keys(rb, nb);
         for (size_t i = 0; i < na; i++) {
             CHECK_MSG(!strcmp(ka[i], kb[i]), "key %zu differs: %s vs %s", i, ka[i], kb[i]);
             if (i) CHECK_MSG(strcmp(kb[i - 1], kb[i]), "duplicate key %s", kb[i]);
@@ -147,7 +147,7 @@ static void test_shard_resume(void) {
     mo_csv_row *rc_;
     size_t nc = read_rows(csv_c, &rc_);
     CHECK(nc == total);
-    char(*kc)[512] = sorted_keys(rc_, nc);
+    char(*kc)[1024] = sorted_keys(rc_, nc);
     for (size_t i = 1; i < nc; i++) CHECK_MSG(strcmp(kc[i - 1], kc[i]), "duplicate key after --resume: %s", kc[i]);
     free(kc);
     free(rc_);

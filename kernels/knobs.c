@@ -1,0 +1,37 @@
+// The table of knobs (knobs.h). Keep it sorted by name: mo_knobs_text writes them in table order.
+#include "knobs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const mo_knob knobs[] = {
+    {"MEMOPT_ATTN_CHUNK_ROWS", "N: the materialized attention's causal chunk length (ctx.c)"},
+    {"MEMOPT_ATTN_DPRE", "0: the fp32 softmax backward as its own pass, not in the datt GEMM's epilogue"},
+    {"MEMOPT_ATTN_GEMM", "strided|batched: how the materialized attention's GEMMs get their operands"},
+    {"MEMOPT_ATTN_SCORES", "cublas|own: the fp32 score GEMMs' engine"},
+    {"MEMOPT_CE", "loop: the fp32 cross-entropy on the kernel that reads each row twice"},
+    {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},
+    {"MEMOPT_FUSE_EPILOGUES", "1|0: the GEMM epilogue fusions forced on or off (default: 16-bit only)"},
+    {"MEMOPT_GEMM_TABLE", "0: the stored cuBLASLt choices ignored"},
+    {"MEMOPT_GEMM_TUNE", "1: every GEMM that can be rerun is tuned over the heuristic's top 16"},
+};
+
+const mo_knob *mo_knobs(size_t *n) {
+    *n = sizeof knobs / sizeof knobs[0];
+    return knobs;
+}
+
+const char *mo_knobs_text(char *buf, size_t n) {
+    if (!n) return buf;
+    buf[0] = '\0';
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        const char *v = getenv(knobs[i].name);
+        if (!v || !*v) continue;
+        int k = snprintf(buf + len, n - len, "%s%s=%s", len ? ";" : "", knobs[i].name, v);
+        if (k < 0 || (size_t)k >= n - len) { buf[len] = '\0'; break; }
+        len += (size_t)k;
+    }
+    return buf;
+}

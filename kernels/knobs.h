@@ -1,0 +1,31 @@
+// The MEMOPT_* environment variables that change what a run does (kernels/ctx.c, strategies/alloc.c
+// read them), listed once: a results row records the set ones (the CSV's knobs column), so that two
+// runs with different settings never look alike. Variables that only say where things are or how a
+// test runs (MEMOPT_GIT_REV, MEMOPT_GPU_CATALOG, MEMOPT_PLOT_SCRIPTS, MEMOPT_TEST_*) are not knobs.
+// Any other MEMOPT_ variable is ignored: nothing reads it, so it is not recorded.
+#ifndef MEMOPT_KNOBS_H
+#define MEMOPT_KNOBS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mo_knob {
+    const char *name;   // "MEMOPT_FUSE_EPILOGUES"
+    const char *what;   // what it changes, one line (README's knob list says the same)
+} mo_knob;
+
+// The table, sorted by name; *n gets its length.
+const mo_knob *mo_knobs(size_t *n);
+
+// The knobs set (non-empty) in the environment now, "NAME=value;NAME=value" sorted by name, "" when
+// none; cut short (still NUL-terminated) when buf is short. Returns buf.
+const char *mo_knobs_text(char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
