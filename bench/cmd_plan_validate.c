@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "bench/planner.h"
 #include "bench/plot.h"
+#include "models/model.h"
 
 #define TIME_GOAL 0.15
 
@@ -25,12 +26,19 @@ typedef struct vrow {
     char calib[96];
 } vrow;
 
+// A GPT row (the default model's; an empty model cell is one) by its GPT columns, another model's by
+// its name and dims text, without the attention form it does not have: "cpu mlp L4 H256 I256 K10 B64 fp32 none a1 caching".
 static void short_config(const mo_csv_row *r, char *buf, size_t n) {
     char split[32] = "";
     if (r->tp * r->pp > 1) snprintf(split, sizeof split, " tp%lld pp%lld", (long long)r->tp, (long long)r->pp);
-    snprintf(buf, n, "%s L%lld C%lld T%lld B%lld %s %s %s a%lld %s%s%s%s", r->backend, (long long)r->layers, (long long)r->hidden,
-             (long long)r->seq, (long long)r->batch, r->precision, !strcmp(r->attn, "fused") ? "fused" : "mat", r->ckpt,
-             (long long)r->accum, r->alloc, split, r->knobs[0] ? " " : "", r->knobs);
+    const char *ksep = r->knobs[0] ? " " : ""; // two rows that differ in knobs never look alike
+    if (!r->model[0] || !strcmp(r->model, mo_model_default()->name))
+        snprintf(buf, n, "%s L%lld C%lld T%lld B%lld %s %s %s a%lld %s%s%s%s", r->backend, (long long)r->layers,
+                 (long long)r->hidden, (long long)r->seq, (long long)r->batch, r->precision,
+                 !strcmp(r->attn, "fused") ? "fused" : "mat", r->ckpt, (long long)r->accum, r->alloc, split, ksep, r->knobs);
+    else
+        snprintf(buf, n, "%s %s %s B%lld %s%s%s %s a%lld %s%s%s%s", r->backend, r->model, r->dims, (long long)r->batch,
+                 r->precision, r->attn[0] ? " " : "", r->attn, r->ckpt, (long long)r->accum, r->alloc, split, ksep, r->knobs);
 }
 
 static int cmp_double(const void *x, const void *y) {

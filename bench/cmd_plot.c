@@ -112,22 +112,47 @@ mo_status mo_plot_run(const char *script, const char *outdir, const char *vars) 
 
 // ---------------------------------------------------------------- labels
 
+// The model of a row (an empty cell is the default model's, as csv.c reads schema 1) and its
+// dimension text: the dims column, or for a row without one its GPT columns in GPT's dims form.
+static const char *model_of(const mo_csv_row *r) { return r->model[0] ? r->model : mo_model_default()->name; }
+
+static void dims_of(const mo_csv_row *r, char *buf, size_t n) {
+    if (r->dims[0]) snprintf(buf, n, "%s", r->dims);
+    else snprintf(buf, n, "L%lld C%lld H%lld T%lld V%lld", (long long)r->layers, (long long)r->hidden, (long long)r->heads,
+                  (long long)r->seq, (long long)r->vocab);
+}
+
 // The configuration fields a label may show; a label shows only those that differ between the
-// rows of the figure, so "fp32 ckpt:full acc4" rather than a 200-character key.
-enum { F_BACKEND, F_LAYERS, F_HIDDEN, F_HEADS, F_SEQ, F_BATCH, F_VOCAB, F_PREC, F_ATTN, F_CKPT, F_ACCUM, F_TP, F_PP,
-       F_ALLOC, F_CAP, F_COUNT };
+// rows of the figure, so "fp32 ckpt:full acc4" rather than a 200-character key. The shape is the
+// model and the words of its dims text, one field each ("L12", "C768", ... for GPT; "L4", "H256",
+// "I256", "K10" for the MLP), so two rows that differ only in an MLP's input width get "I256" and
+// "I65536", and a gpt row beside an mlp row gets the model name and the words that differ.
+#define DIM_WORDS 8 // the last field holds the rest of a longer dims text
+enum { F_BACKEND, F_MODEL, F_DIM0, F_BATCH = F_DIM0 + DIM_WORDS, F_PREC, F_ATTN, F_CKPT, F_ACCUM, F_TP, F_PP, F_ALLOC,
+       F_CAP, F_COUNT };
+#define FIELD_MAX 192 // a field's text: at most a whole dims text
+
+// Word i of r's dims text ("" past its end).
+static void dims_word(const mo_csv_row *r, int i, char *buf, size_t n) {
+    char d[FIELD_MAX];
+    dims_of(r, d, sizeof d);
+    const char *p = d;
+    for (int k = 0;; k++) {
+        p += strspn(p, " ");
+        size_t len = k == DIM_WORDS - 1 ? strlen(p) : strcspn(p, " ");
+        if (!*p || k == i) { snprintf(buf, n, "%.*s", (int)len, p); return; }
+        p += len;
+    }
+}
 
 static void field(const mo_csv_row *r, int f, char *buf, size_t n) {
+    if (f >= F_DIM0 && f < F_DIM0 + DIM_WORDS) { dims_word(r, f - F_DIM0, buf, n); return; }
     switch (f) {
     case F_BACKEND: snprintf(buf, n, "%s", r->backend); break;
-    case F_LAYERS: snprintf(buf, n, "L%lld", (long long)r->layers); break;
-    case F_HIDDEN: snprintf(buf, n, "C%lld", (long long)r->hidden); break;
-    case F_HEADS: snprintf(buf, n, "H%lld", (long long)r->heads); break;
-    case F_SEQ: snprintf(buf, n, "T%lld", (long long)r->seq); break;
+    case F_MODEL: snprintf(buf, n, "%s", model_of(r)); break;
     case F_BATCH: snprintf(buf, n, "B%lld", (long long)r->batch); break;
-    case F_VOCAB: snprintf(buf, n, "V%lld", (long long)r->vocab); break;
     case F_PREC: snprintf(buf, n, "%s", r->precision); break;
-    case F_ATTN: snprintf(buf, n, "%s", !strcmp(r->attn, "materialized") ? "mat" : r->attn); break;
+    case F_ATTN: snprintf(buf, n, "%s", !strcmp(r->attn, "materialized") ? "mat" : r->attn); break; // "": no attention
     case F_CKPT: snprintf(buf, n, "ckpt:%s", r->ckpt); break;
     case F_ACCUM: snprintf(buf, n, "acc%lld", (long long)r->accum); break;
     case F_TP: snprintf(buf, n, "tp%lld", (long long)r->tp); break;
@@ -151,7 +176,7 @@ static void labeler_init(labeler *L, const mo_csv_row *rows, const size_t *idx, 
     int any = 0;
     for (int f = 0; f < F_COUNT && m >= 2; f++) {
         if (skip_cap && f == F_CAP) continue;
-        char a[64], b[64];
+        char a[FIELD_MAX], b[FIELD_MAX];
         for (size_t k = 1; k < m && !L->show[f]; k++) {
             field(&rows[idx[0]], f, a, sizeof a);
             field(&rows[idx[k]], f, b, sizeof b);
@@ -162,12 +187,15 @@ static void labeler_init(labeler *L, const mo_csv_row *rows, const size_t *idx, 
     if (!any) L->show[F_PREC] = L->show[F_CKPT] = 1; // one configuration: still say what it is
 }
 
+// An empty field (the attention form of a model without attention, a dims word past the end of a
+// shorter dims text) prints nothing.
 static void label(const labeler *L, const mo_csv_row *r, char *buf, size_t n) {
     buf[0] = '\0';
     for (int f = 0; f < F_COUNT; f++) {
         if (!L->show[f]) continue;
-        char v[64];
+        char v[FIELD_MAX];
         field(r, f, v, sizeof v);
+        if (!v[0]) continue;
         size_t len = strlen(buf);
         snprintf(buf + len, n - len, "%s%s", len ? " " : "", v);
     }
@@ -183,31 +211,52 @@ static void device_of(const mo_csv_row *r, char *buf, size_t n) {
     else snprintf(buf, n, "%s", r->device_name[0] ? r->device_name : r->backend);
 }
 
+// The preset of model m whose dims text is dims; NULL when none is.
+static const char *preset_of(const mo_model_ops *m, const char *dims) {
+    for (int i = 0; m && m->dims_text && i < m->n_presets; i++) {
+        const mo_preset *p = &m->presets[i];
+        mo_run_config rc;
+        memset(&rc, 0, sizeof rc);
+        rc.layers = p->layers; rc.hidden = p->hidden; rc.heads = p->heads; rc.seq = p->seq; rc.vocab = p->vocab;
+        rc.batch = p->batch; rc.input = p->input; rc.classes = p->classes;
+        char t[FIELD_MAX];
+        if (!strcmp(m->dims_text(&rc, t, sizeof t), dims)) return p->name;
+    }
+    return NULL;
+}
+
+// "GPT gpt2-124m, batch 8 on NVIDIA H200", "MLP L16 H1024 I1024 K1000, batch 16384 on NVIDIA H200": the
+// model (its name in capitals) and its dimensions when all rows share them, "several MLP shapes" or
+// "several models" when not. GPT's shape is named by its preset when it is one (the GPT-2 sizes are
+// known by those names); another model's preset names say what the preset is for, not its size, so
+// its title gives the dims text.
 void mo_plot_subtitle(const mo_csv_row *rows, size_t n, char *buf, size_t bn) {
     if (n == 0) { snprintf(buf, bn, "no rows"); return; }
     const mo_csv_row *a = &rows[0];
-    int same_shape = 1, same_batch = 1, same_dev = 1;
-    char d0[160], d[160];
+    int same_model = 1, same_shape = 1, same_batch = 1, same_dev = 1;
+    char d0[160], d[160], s0[FIELD_MAX], s[FIELD_MAX];
     device_of(a, d0, sizeof d0);
+    dims_of(a, s0, sizeof s0);
     for (size_t i = 1; i < n; i++) {
         const mo_csv_row *r = &rows[i];
-        same_shape &= r->layers == a->layers && r->hidden == a->hidden && r->heads == a->heads && r->seq == a->seq &&
-                      r->vocab == a->vocab;
+        same_model &= !strcmp(model_of(r), model_of(a));
+        dims_of(r, s, sizeof s);
+        same_shape &= same_model && !strcmp(s, s0);
         same_batch &= r->batch == a->batch;
         device_of(r, d, sizeof d);
         same_dev &= !strcmp(d, d0);
     }
-    char model[128] = "several model shapes";
+    char name[32];
+    snprintf(name, sizeof name, "%s", model_of(a));
+    for (char *q = name; *q; q++)
+        if (*q >= 'a' && *q <= 'z') *q = (char)(*q - 'a' + 'A');
+    char model[256] = "several models";
     if (same_shape) {
-        size_t np;
-        const mo_preset *p = mo_presets(&np), *hit = NULL;
-        for (size_t i = 0; i < np; i++)
-            if (p[i].layers == a->layers && p[i].hidden == a->hidden && p[i].heads == a->heads && p[i].seq == a->seq &&
-                p[i].vocab == a->vocab)
-                hit = &p[i];
-        if (hit) snprintf(model, sizeof model, "GPT %s", hit->name);
-        else snprintf(model, sizeof model, "GPT L%lld C%lld H%lld T%lld V%lld", (long long)a->layers, (long long)a->hidden,
-                      (long long)a->heads, (long long)a->seq, (long long)a->vocab);
+        const mo_model_ops *m = mo_model_find(model_of(a));
+        const char *hit = m && m == mo_model_default() ? preset_of(m, s0) : NULL;
+        snprintf(model, sizeof model, "%s %s", name, hit ? hit : s0);
+    } else if (same_model) {
+        snprintf(model, sizeof model, "several %s shapes", name);
     }
     char batch[48] = "";
     if (same_batch) snprintf(batch, sizeof batch, ", batch %lld", (long long)a->batch);

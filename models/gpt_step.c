@@ -21,6 +21,7 @@
 #include "gpt_ops.h"
 #include "gpt_shard.h"
 #include "models/ckpt_layout.h"
+#include "step_ops.h"
 #include "kernels/cost.h"
 #include "strategies/comm.h"
 
@@ -57,18 +58,8 @@ typedef struct step_state {
     double recompute_ms;
 } step_state;
 
-// An op, timed by the profiler when it is on (x: the mo_ctx in scope), and named in the allocation
-// trace (memopt run --trace) by the call as written.
-#define OP_CTX(ctx, cat, call)              \
-    do {                                    \
-        mo_alloc_trace_mark((ctx)->alloc, MO_TRACE_OP, #call); \
-        MO_TRY(mo_prof_begin((ctx), (cat)));\
-        MO_TRY(call);                       \
-        mo_alloc_trace_mark((ctx)->alloc, MO_TRACE_OP_END, NULL); \
-        MO_TRY(mo_prof_end(ctx));           \
-    } while (0)
-#define OP(cat, call) OP_CTX(x, cat, call)
-
+// OP / OP_CTX (an op, timed and named in the allocation trace), PHASE, act_alloc, stat_alloc and
+// act_free are models/step_ops.h's, on DT: the activation dtype.
 #define DT (m->cfg.dtype)
 
 // The split (NULL shard: the whole model).
@@ -109,30 +100,6 @@ static mo_status tp_allreduce(mo_gpt *m, void *buf, size_t n) {
     mo_status st2 = mo_scratch_free(m->ctx, f);
     return st != MO_OK ? st : st2;
 }
-
-// n elements of the activation dtype; the trace names the block by the destination as written
-// ("&a->ln1").
-static mo_status act_alloc_(mo_gpt *m, size_t n, void **p, const char *name) {
-    mo_alloc_trace_tensor(m->ctx->alloc, name);
-    return mo_alloc(m->ctx->alloc, n * mo_dtype_size(DT), MO_CAT_ACTIVATION, p);
-}
-#define act_alloc(m, n, p) act_alloc_((m), (n), (p), #p)
-
-// n fp32 per-row statistics (mean, rstd, lse)
-static mo_status stat_alloc_(mo_gpt *m, size_t n, float **p, const char *name) {
-    mo_alloc_trace_tensor(m->ctx->alloc, name);
-    return mo_alloc(m->ctx->alloc, n * sizeof(float), MO_CAT_ACTIVATION, (void **)p);
-}
-#define stat_alloc(m, n, p) stat_alloc_((m), (n), (p), #p)
-
-// The step's phase, for the allocation trace.
-#define PHASE(m, name) mo_alloc_trace_mark((m)->ctx->alloc, MO_TRACE_PHASE, (name))
-
-static void act_free_(mo_gpt *m, void **p) {
-    if (*p) mo_free(m->ctx->alloc, *p);
-    *p = NULL;
-}
-#define act_free(m, p) act_free_((m), (void **)(p))
 
 // Layer l's slice of parameter tensor p in the working copy: elem elements per layer.
 static const void *W(mo_gpt *m, int p, int l, size_t elem) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpt_ops.h"
+#include "step_ops.h"
 #include "kernels/cost.h"
 #include "models/mlp.h"
 #include "models/ckpt_layout.h"
@@ -262,25 +263,9 @@ typedef struct step_state {
     double recompute_ms;
 } step_state;
 
-#define OP(cat, call)                    \
-    do {                                 \
-        MO_TRY(mo_prof_begin(x, (cat))); \
-        MO_TRY(call);                    \
-        MO_TRY(mo_prof_end(x));          \
-    } while (0)
+// OP (an op, timed and named in the allocation trace), PHASE, act_alloc, stat_alloc and act_free
+// are models/step_ops.h's, as in the GPT's step, on DT: the activation dtype.
 #define DT (m->c.dt)
-
-static mo_status act_alloc(mlp *m, size_t n, void **p) {
-    return mo_alloc(m->ctx->alloc, n * mo_dtype_size(DT), MO_CAT_ACTIVATION, p);
-}
-static mo_status stat_alloc(mlp *m, size_t n, float **p) {
-    return mo_alloc(m->ctx->alloc, n * sizeof(float), MO_CAT_ACTIVATION, (void **)p);
-}
-static void act_free_(mlp *m, void **p) {
-    if (*p) mo_free(m->ctx->alloc, *p);
-    *p = NULL;
-}
-#define act_free(m, p) act_free_((m), (void **)(p))
 
 // Parameter tensor p's slice of layer l (elem elements a layer): working copy, and gradient.
 static const void *W(mlp *m, int p, int l, size_t elem) {
@@ -370,6 +355,7 @@ static mo_status forward(step_state *s) {
     mo_ckpt_layout seg = m->c.seg;
     size_t off = (size_t)s->micro * N;
     mo_cost_set_region(x, MO_COST_BODY);
+    PHASE(m, "forward");
     if (DT != MO_F32) {
         MO_TRY(act_alloc(m, (size_t)N * I, &s->xin));
         OP(MO_PROF_ELEMENTWISE, mo_cast_mixed(x, DT, s->xin, MO_F32, m->inputs + off * I, (size_t)N * I));
@@ -405,6 +391,7 @@ static mo_status backward(step_state *s) {
     mo_ckpt_layout seg = m->c.seg;
     size_t NH = (size_t)N * H;
     mo_cost_set_region(x, MO_COST_HEAD);
+    PHASE(m, "backward");
     MO_TRY(act_alloc(m, NH, &s->dresid));
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->dresid, G(m, MLP_WOUT, 0, 0), G(m, MLP_BOUT, 0, 0), s->logits,
                                     s->acts[L - 1].out, W(m, MLP_WOUT, 0, 0), N, H, K));
@@ -423,6 +410,7 @@ static mo_status backward(step_state *s) {
         mo_timer t;
         MO_TRY(mo_timer_init(x, &t));
         st = mo_timer_start(x, &t);
+        PHASE(m, "recompute");
         for (int l = a0; l <= b0 && st == MO_OK; l++) {
             if (l > a0) s->acts[l].in = s->acts[l - 1].out;
             st = block_forward(m, s, l, &s->acts[l], l < b0);
@@ -431,6 +419,7 @@ static mo_status backward(step_state *s) {
         if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
         mo_timer_destroy(&t);
         s->recompute_ms += ms;
+        PHASE(m, "backward");
         for (int l = b0; l >= a0 && st == MO_OK; l--) {
             st = block_backward(m, l, &s->acts[l], dresid, N);
             if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
@@ -475,19 +464,13 @@ static mo_status forward_backward(mlp *m) {
     return st;
 }
 
-#undef OP
-#define OP(cat, call)                          \
-    do {                                       \
-        MO_TRY(mo_prof_begin(m->ctx, (cat)));  \
-        MO_TRY(call);                          \
-        MO_TRY(mo_prof_end(m->ctx));           \
-    } while (0)
-
 // Loss scaler (fp16), clipping at norm 1, AdamW: as the GPT's update.
 static mo_status update(mlp *m) {
     const mlp_cfg *c = &m->c;
+    mo_ctx *x = m->ctx;
     float scale_used = m->loss_scale;
-    mo_cost_set_region(m->ctx, MO_COST_OPTIMIZER);
+    mo_cost_set_region(x, MO_COST_OPTIMIZER);
+    PHASE(m, "optimizer");
     if (c->loss_scaling) {
         int bad = 0;
         OP(MO_PROF_OPTIMIZER, mo_nonfinite(m->ctx, m->grads, m->n, &bad));

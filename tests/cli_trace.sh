@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # memopt run --trace: the allocation trace of a step. The dry and cpu backends give the same
 # timeline (every event, byte for byte, but the comment line naming the backend); the events are
-# labelled (op, phase, tensor); the checkpointed step has recompute events; sweep --trace DIR writes
+# labelled (op, phase, tensor), the MLP's as the GPT's; the checkpointed step has recompute events; sweep --trace DIR writes
 # one file per row; memopt plot draws two traces (when gnuplot is there). The cuda-against-dry check
 # is tests/gpu_trace.c (label gpu).
 # Usage: cli_trace.sh path/to/memopt [source dir]
@@ -45,6 +45,27 @@ awk -F, 'NR==9 {prev=$9-$8} NR>8 { want = ($5=="alloc") ? prev+$8 : prev-$8; if 
 peak=$(awk -F, 'NR==1 { for (i=1;i<=NF;i++) if ($i=="peak_allocated_bytes") c=i } NR==2 { print $c }' "$tmp/row.csv")
 tpeak=$(awk -F, 'NR>2 && $9>m {m=$9} END {print m}' "$tmp/dry-full.csv")
 [ "$peak" = "$tpeak" ] && ok || no "trace peak $tpeak, run peak $peak"
+
+# The MLP's trace carries the same labels (models/step_ops.h): dry == cpu, every event after the live
+# rows in an op, forward/backward/optimizer phases, and recompute under ckpt full only.
+MLP=(--model mlp --preset mlp-small --steps 2 --warmup 1)
+for k in none full; do
+  for be in dry cpu; do
+    "$M" run --backend $be "${MLP[@]}" --ckpt $k --trace "$tmp/mlp-$be-$k.csv" >"$tmp/out" 2>&1 || no "mlp run $be ckpt $k: exit $?"
+  done
+  if [ -s "$tmp/mlp-dry-$k.csv" ] && cmp -s <(tail -n +2 "$tmp/mlp-dry-$k.csv") <(tail -n +2 "$tmp/mlp-cpu-$k.csv"); then ok
+  else no "mlp ckpt $k: the dry and cpu traces differ"; fi
+done
+f="$tmp/mlp-dry-full.csv"
+awk -F, 'NR>8 && $3==""' "$f" | grep -q . && no "mlp: an event without an op" || ok
+awk -F, 'NR>8 && $7=="activation" && $5=="alloc" && $6==""' "$f" | grep -q . && no "mlp: an unnamed activation" || ok
+for p in forward backward recompute; do
+  grep -q ",$p,alloc," "$f" && ok || no "mlp: no $p allocation in the ckpt full trace"
+done
+grep -q ',optimizer,' "$f" && ok || no "mlp: no optimizer phase"
+grep -q ',layernorm_forward,forward,alloc,ln,activation,' "$f" && ok || no "mlp: ln is not attributed to layernorm_forward"
+grep -q ',matmul_bwd,backward,alloc,d4,activation,' "$f" && ok || no "mlp: d4 is not attributed to the backward GEMM"
+grep -q ',recompute,' "$tmp/mlp-dry-none.csv" && no "mlp ckpt none has recompute events" || ok
 
 "$M" sweep --backend dry "${DIMS[@]}" --ckpt none,full --trace "$tmp/traces" --csv "$tmp/s.csv" >"$tmp/out" 2>&1 || no "sweep --trace"
 [ "$(ls "$tmp/traces" | wc -l)" -eq 2 ] && ok || no "sweep --trace DIR: want 2 files"

@@ -1,7 +1,8 @@
 // The allocation trace on the GPU (memopt run --trace): the cuda backend's trace of a step equals the
 // dry backend's, event for event (op, phase, tensor, category, bytes, allocated and reserved after),
-// for GPT-2 124M in fp32 with ckpt none and full, and in bf16 with selective checkpointing: the
-// allocator and the model's requests are the same, so the dry timeline is the GPU's.
+// for GPT-2 124M in fp32 with ckpt none and full, and in bf16 with selective checkpointing, and for the
+// MLP (mlp-small) in bf16 with ckpt full: the allocator and the model's requests are the same, so the
+// dry timeline is the GPU's.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +28,11 @@ static char *slurp_after_first_line(const char *path) {
     return b;
 }
 
-static void trace_of(const char *precision, const char *ckpt, const char *backend, const char *path) {
+static void trace_of(const char *model, const char *preset, const char *precision, const char *ckpt, const char *backend,
+                     const char *path) {
     mo_config *c = malloc(sizeof *c);
     mo_config_defaults(c, MO_CMD_RUN);
-    const char *kv[][2] = {{"--preset", "gpt2-124m"}, {"--precision", precision}, {"--ckpt", ckpt}, {"--backend", backend},
+    const char *kv[][2] = {{"--model", model}, {"--preset", preset}, {"--precision", precision}, {"--ckpt", ckpt}, {"--backend", backend},
                            {"--steps", "1"}, {"--warmup", "1"}, {"--trace", path}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) CHECK_OK(mo_config_set(c, kv[i][0], kv[i][1]));
     CHECK_OK(mo_config_finish(c));
@@ -46,17 +48,20 @@ static void trace_of(const char *precision, const char *ckpt, const char *backen
 
 int main(void) {
     test_require_gpu();
-    const char *cases[][2] = {{"fp32", "none"}, {"fp32", "full"}, {"bf16", "selective"}};
+    // model, preset, precision, ckpt
+    const char *cases[][4] = {{"gpt", "gpt2-124m", "fp32", "none"}, {"gpt", "gpt2-124m", "fp32", "full"},
+                              {"gpt", "gpt2-124m", "bf16", "selective"}, {"mlp", "mlp-small", "bf16", "full"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char pc[128], pd[128];
         snprintf(pc, sizeof pc, "/tmp/memopt_gpu_trace_%d_cuda.csv", (int)getpid());
         snprintf(pd, sizeof pd, "/tmp/memopt_gpu_trace_%d_dry.csv", (int)getpid());
-        trace_of(cases[i][0], cases[i][1], "cuda", pc);
-        trace_of(cases[i][0], cases[i][1], "dry", pd);
+        const char *const *k = cases[i];
+        trace_of(k[0], k[1], k[2], k[3], "cuda", pc);
+        trace_of(k[0], k[1], k[2], k[3], "dry", pd);
         char *a = slurp_after_first_line(pc), *b = slurp_after_first_line(pd);
         size_t lines = 0;
         for (const char *p = a ? a : ""; *p; p++) lines += *p == '\n';
-        CHECK_MSG(a && b && lines > 100, "%s %s: traces missing or short (%zu lines)", cases[i][0], cases[i][1], lines);
+        CHECK_MSG(a && b && lines > 100, "%s %s %s: traces missing or short (%zu lines)", k[1], k[2], k[3], lines);
         int same = a && b && !strcmp(a, b);
         if (!same && a && b) { // the first differing line, to see what moved
             const char *x = a, *y = b;
@@ -64,8 +69,8 @@ int main(void) {
             while (x > a && x[-1] != '\n') x--, y--;
             printf("  first difference:\n    cuda: %.160s\n    dry:  %.160s\n", x, y);
         }
-        CHECK_MSG(same, "%s ckpt %s: the cuda trace differs from the dry one", cases[i][0], cases[i][1]);
-        if (same) printf("  %s ckpt %s: cuda and dry traces equal (%zu lines)\n", cases[i][0], cases[i][1], lines);
+        CHECK_MSG(same, "%s %s ckpt %s: the cuda trace differs from the dry one", k[1], k[2], k[3]);
+        if (same) printf("  %s %s ckpt %s: cuda and dry traces equal (%zu lines)\n", k[1], k[2], k[3], lines);
         free(a);
         free(b);
         unlink(pc);
