@@ -26,7 +26,7 @@ do for [fmt in "png svg"] {
         set xlabel "activation saving (%)"
         set ylabel "time overhead (%)"
         set xrange [0:100]
-        set yrange [-5:45<*]
+        set yrange [*<-5:45<*] # overheads below -5% (timing noise on a loaded cpu) stay on the plot
         set offsets 0, 0, 3, 0
         set object 1 rect from first 40, first -5 to first 60, first 30 fc rgb "#e8f5e9" fs solid 1.0 noborder behind
         set label 1 "claim holds" at first 50, first 31.5 center textcolor rgb "#2e7d32" font ",9"
