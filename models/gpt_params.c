@@ -1,5 +1,6 @@
 // The GPT's tensor table, parameter layout, initialization and batch handling.
 #include "gpt.h"
+#include "models/rng.h"
 #include "gpt_shard.h"
 #include "models/ckpt_layout.h"
 #include "kernels/ops_mixed.h"
@@ -178,14 +179,7 @@ int mo_gpt_tensor_table(const mo_gpt_config *c, mo_tensor_info *rows, int max) {
     return n;
 }
 
-// splitmix64 + Box-Muller: a fixed normal stream per seed, the same on every machine.
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double uniform01(uint64_t *s) { return ((splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+// Box-Muller over models/rng.h's uniforms: a fixed normal stream per seed, the same on every machine.
 
 static void init_params(const mo_gpt_config *c, const size_t sizes[GPT_NPARAMS], float *h) {
     uint64_t s = c->seed * 0x2545f4914f6cdd1dull + 1;

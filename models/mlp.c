@@ -10,6 +10,7 @@
 // fp32 master weights, gradients and Adam state; fp16 with the dynamic loss scaler), clipping and
 // AdamW. It has no attention (--attn and selective are refused) and no split yet (--tp/--pp refused).
 #include "models/model.h"
+#include "models/rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -143,13 +144,6 @@ static int mlp_tensor_table(const mo_run_config *rc, mo_tensor_info *rows, int m
 
 // ---------------------------------------------------------------- parameters
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double uniform01(uint64_t *s) { return ((splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static float normal(uint64_t *s) { return (float)(sqrt(-2 * log(uniform01(s))) * cos(6.283185307179586 * uniform01(s))); }
 
 // GPT-2's initialization: weights normal(0, 0.02), the residual projection W2 scaled by 1/sqrt(2L),
