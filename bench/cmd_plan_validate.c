@@ -162,7 +162,7 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             for (char *p = x->calib; *p; p++)
                 if (*p == ',') *p = ';';
         }
-        char conf[512], ms1[16] = "-", ms2[16] = "-", er[16] = "-", p1[24] = "-", p2[24] = "-", df[24] = "-";
+        char conf[1024], ms1[16] = "-", ms2[16] = "-", er[16] = "-", p1[24] = "-", p2[24] = "-", df[24] = "-";
         short_config(r, conf, sizeof conf);
         if (x->compared_mem) {
             snprintf(p1, sizeof p1, "%lld", (long long)x->meas_peak);

@@ -267,19 +267,6 @@ void mo_plot_subtitle(const mo_csv_row *rows, size_t n, char *buf, size_t bn) {
 
 // ---------------------------------------------------------------- the rows to draw
 
-// Row indices sorted by a key (ties by index): lookups and grouping in n log n, not n^2.
-typedef struct keyed {
-    char key[KEY_MAX];
-    size_t index;
-} keyed;
-
-static int cmp_keyed(const void *a, const void *b) {
-    const keyed *x = a, *y = b;
-    int c = strcmp(x->key, y->key);
-    if (c) return c;
-    return (x->index > y->index) - (x->index < y->index);
-}
-
 typedef struct span {
     size_t first, last; // a key's first and last row
 } span;
@@ -292,7 +279,7 @@ static int cmp_span(const void *a, const void *b) {
 // The last row of each configuration key, in the order keys first appear.
 static mo_status latest_rows(const mo_csv_row *rows, size_t n, size_t **out, size_t *m) {
     *out = malloc((n ? n : 1) * sizeof **out);
-    keyed *k = malloc((n ? n : 1) * sizeof *k);
+    mo_csv_keyed *k = malloc((n ? n : 1) * sizeof *k);
     span *g = malloc((n ? n : 1) * sizeof *g);
     if (!*out || !k || !g) {
         free(*out);
@@ -304,7 +291,7 @@ static mo_status latest_rows(const mo_csv_row *rows, size_t n, size_t **out, siz
         mo_csv_config_key(&rows[i], k[i].key, KEY_MAX);
         k[i].index = i;
     }
-    qsort(k, n, sizeof *k, cmp_keyed);
+    qsort(k, n, sizeof *k, mo_csv_keyed_cmp);
     *m = 0;
     for (size_t i = 0; i < n; i++) {
         if (i == 0 || strcmp(k[i].key, k[i - 1].key)) g[(*m)++].first = k[i].index;
@@ -513,7 +500,7 @@ static void key_without_cap(const mo_csv_row *r, char *k) {
 
 static mo_status data_fits(const mo_csv_row *rows, const size_t *idx, size_t m, const char *outdir, int *nx, int *ny) {
     int64_t *caps = malloc((m ? m : 1) * sizeof *caps);
-    keyed *k = malloc((m ? m : 1) * sizeof *k);
+    mo_csv_keyed *k = malloc((m ? m : 1) * sizeof *k);
     span *g = malloc((m ? m : 1) * sizeof *g);
     size_t *first = calloc(m ? m : 1, sizeof *first), *cfg_of = calloc(m ? m : 1, sizeof *cfg_of);
     if (!caps || !k || !g || !first || !cfg_of) {
@@ -531,7 +518,7 @@ static mo_status data_fits(const mo_csv_row *rows, const size_t *idx, size_t m, 
         key_without_cap(&rows[idx[i]], k[i].key);
         k[i].index = i;
     }
-    qsort(k, m, sizeof *k, cmp_keyed);
+    qsort(k, m, sizeof *k, mo_csv_keyed_cmp);
     for (size_t i = 0; i < m; i++) {
         if (i == 0 || strcmp(k[i].key, k[i - 1].key)) { g[ncfg].first = k[i].index; g[ncfg++].last = 0; }
         cfg_of[k[i].index] = ncfg - 1; // the group, renumbered below

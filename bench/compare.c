@@ -6,25 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct keyed {
-    char key[1024];
-    size_t index;
-} keyed;
-
-static int cmp_keyed(const void *x, const void *y) {
-    const keyed *a = x, *b = y;
-    int c = strcmp(a->key, b->key);
-    if (c) return c;
-    return (a->index > b->index) - (a->index < b->index);
-}
-
 // Keys sorted (ties by row order), so lookups are binary searches; last[i] says whether row i is
 // the last of its key (a file of repeated keys costs n log n, not the n^2 of walking duplicates).
-static mo_status index_rows(const mo_csv_row *r, size_t n, keyed **out, unsigned char **last, size_t *dups) {
+static mo_status index_rows(const mo_csv_row *r, size_t n, mo_csv_keyed **out, unsigned char **last, size_t *dups) {
     *out = NULL;
     *last = NULL;
     *dups = 0;
-    keyed *k = malloc((n ? n : 1) * sizeof *k);
+    mo_csv_keyed *k = malloc((n ? n : 1) * sizeof *k);
     unsigned char *l = calloc(n ? n : 1, 1);
     if (!k || !l) {
         free(k);
@@ -35,7 +23,7 @@ static mo_status index_rows(const mo_csv_row *r, size_t n, keyed **out, unsigned
         mo_csv_config_key(&r[i], k[i].key, sizeof k[i].key);
         k[i].index = i;
     }
-    qsort(k, n, sizeof *k, cmp_keyed);
+    qsort(k, n, sizeof *k, mo_csv_keyed_cmp);
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && !strcmp(k[i].key, k[i - 1].key)) (*dups)++;
         if (i + 1 == n || strcmp(k[i].key, k[i + 1].key)) l[k[i].index] = 1;
@@ -46,7 +34,7 @@ static mo_status index_rows(const mo_csv_row *r, size_t n, keyed **out, unsigned
 }
 
 // The last row with this key, or -1: the entry before the first key greater than it.
-static long find_last(const keyed *k, size_t n, const char *key) {
+static long find_last(const mo_csv_keyed *k, size_t n, const char *key) {
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -134,7 +122,7 @@ mo_status mo_compare_rows(const mo_csv_row *base, size_t nb, const mo_csv_row *n
     *items_out = NULL;
     *n_out = 0;
     memset(s, 0, sizeof *s);
-    keyed *kb = NULL, *kn = NULL;
+    mo_csv_keyed *kb = NULL, *kn = NULL;
     unsigned char *lb = NULL, *ln = NULL;
     mo_status st = index_rows(base, nb, &kb, &lb, &s->duplicates_base);
     if (st == MO_OK) st = index_rows(neu, nn, &kn, &ln, &s->duplicates_new);

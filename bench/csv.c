@@ -202,6 +202,13 @@ static mo_status slurp(const char *path, int fd, char **out, size_t *len) {
     return MO_OK;
 }
 
+int mo_csv_keyed_cmp(const void *a, const void *b) {
+    const mo_csv_keyed *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    if (c) return c;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
 // Encodings memopt does not write, named plainly (else they surface as a strange first column).
 static mo_status check_text(const char *path, const char *text, size_t len) {
     if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3))

@@ -119,6 +119,15 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 // sweep --resume and compare. Device, times and results are not part of it.
 const char *mo_csv_config_key(const mo_csv_row *row, char *buf, size_t n);
 
+// A row index with its configuration key, for sorting rows by key (ties by index: row order kept)
+// and binary searches over them (compare, plot, derive).
+#define MO_CSV_KEY_MAX 1024
+typedef struct mo_csv_keyed {
+    char key[MO_CSV_KEY_MAX];
+    size_t index;
+} mo_csv_keyed;
+int mo_csv_keyed_cmp(const void *a, const void *b); // qsort/bsearch order of mo_csv_keyed
+
 #ifdef __cplusplus
 }
 #endif

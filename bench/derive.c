@@ -42,24 +42,12 @@ static void unknown(mo_derived *d) {
     d->time_ratio = d->recompute_overhead = d->speedup = NAN;
 }
 
-typedef struct keyed {
-    char key[KEY_MAX];
-    size_t index;
-} keyed;
-
-static int cmp_keyed(const void *a, const void *b) {
-    const keyed *x = a, *y = b;
-    int c = strcmp(x->key, y->key);
-    if (c) return c;
-    return (x->index > y->index) - (x->index < y->index);
-}
-
 mo_status mo_derive_all(const mo_csv_row *rows, size_t n, mo_vary vary, const char *base, mo_derived *out) {
     for (size_t i = 0; i < n; i++) unknown(&out[i]);
     if (n == 0) return MO_OK;
     // The measured rows sorted by key (then index), so the last row of a key is found by bsearch:
     // a CSV of ten thousand rows derives in milliseconds rather than n^2 key builds.
-    keyed *k = malloc(n * sizeof *k);
+    mo_csv_keyed *k = malloc(n * sizeof *k);
     if (!k) return MO_FAIL(MO_ERR_INTERNAL, "host out of memory deriving %zu rows", n);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -68,8 +56,8 @@ mo_status mo_derive_all(const mo_csv_row *rows, size_t n, mo_vary vary, const ch
         k[m].index = i;
         m++;
     }
-    qsort(k, m, sizeof *k, cmp_keyed);
-    keyed probe;
+    qsort(k, m, sizeof *k, mo_csv_keyed_cmp);
+    mo_csv_keyed probe;
     for (size_t i = 0; i < n; i++) {
         if (!mo_derive_measured(&rows[i])) continue;
         key_with(&rows[i], vary, base, probe.key);
@@ -77,7 +65,7 @@ mo_status mo_derive_all(const mo_csv_row *rows, size_t n, mo_vary vary, const ch
         size_t lo = 0, hi = m;
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
-            if (cmp_keyed(&k[mid], &probe) < 0) lo = mid + 1;
+            if (mo_csv_keyed_cmp(&k[mid], &probe) < 0) lo = mid + 1;
             else hi = mid;
         }
         if (lo > 0 && !strcmp(k[lo - 1].key, probe.key)) {
