@@ -117,7 +117,7 @@ static void check_same(const char *label, const void *a, const void *b, size_t b
 typedef struct { int B, T, C, NH; const char *what; } at_shape;
 
 static void gpu_fused(mo_dtype dt, const at_shape *s) {
-    const int B = s->B, T = s->T, C = s->C, NH = s->NH;
+    const int B = test_reduced_batch(s->B), T = s->T, C = s->C, NH = s->NH;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
     const size_t rows = (size_t)B * T, e = sizeof(uint16_t);
     const char *pn = mo_dtype_name(dt);

@@ -21,6 +21,10 @@ static void config_of(const char *backend, const char *const *kv, mo_run_config 
                                        "--classes", "64", "--batch", "64", "--steps", "2", "--warmup", "1", NULL};
     for (int i = 0; base[i]; i += 2) CHECK_OK(mo_config_set(&cfg, base[i], base[i + 1]));
     CHECK_OK(mo_config_set(&cfg, "--backend", backend));
+    if (test_is_reduced()) { // one timed step, no warm-up: the same kernels, a third of the launches
+        CHECK_OK(mo_config_set(&cfg, "--steps", "1"));
+        CHECK_OK(mo_config_set(&cfg, "--warmup", "0"));
+    }
     for (int i = 0; kv && kv[i]; i += 2) CHECK_OK(mo_config_set(&cfg, kv[i], kv[i + 1]));
     CHECK_OK(mo_config_finish(&cfg));
     CHECK_OK(mo_config_combination(&cfg, 0, rc));

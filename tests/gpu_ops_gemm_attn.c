@@ -233,7 +233,7 @@ static void gpu_matmul_fused(const mm_shape *s) {
 typedef struct { int B, T, C, NH; const char *what; } at_shape;
 
 static void gpu_attention(const at_shape *s) {
-    const int B = s->B, T = s->T, C = s->C, NH = s->NH;
+    const int B = test_reduced_batch(s->B), T = s->T, C = s->C, NH = s->NH;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     const size_t nlse = (size_t)B * NH * T;
     printf("attention %s: B=%d T=%d C=%d NH=%d (HS %d)\n", s->what, B, T, C, NH, C / NH);
@@ -349,7 +349,7 @@ static void gpu_attention(const at_shape *s) {
 typedef struct { int B, T, NH, inplace; const char *what; } sc_shape;
 #ifdef MEMOPT_HAVE_CUDA
 static void gpu_attention_scores(const sc_shape *s) {
-    const int B = s->B, T = s->T, NH = s->NH, HS = 64, C = NH * HS;
+    const int B = test_reduced_batch(s->B), T = s->T, NH = s->NH, HS = 64, C = NH * HS;
     const int ld = s->inplace ? 3 * C : HS;
     const long long sb = s->inplace ? (long long)T * 3 * C : (long long)NH * T * HS, sh = s->inplace ? HS : (long long)T * HS;
     const size_t nx = s->inplace ? (size_t)B * T * 3 * C : (size_t)B * NH * T * HS, ns = (size_t)B * NH * T * T;
@@ -393,7 +393,7 @@ static void gpu_attention_scores(const sc_shape *s) {
 // a tile that still cross into the next one). dP is poisoned with NaN: the
 // elements past attention_dpreatt_zero_end must stay NaN; two runs give the same bits.
 static void gpu_attention_dpreatt(const sc_shape *s) {
-    const int B = s->B, T = s->T, NH = s->NH, HS = 64, C = NH * HS;
+    const int B = test_reduced_batch(s->B), T = s->T, NH = s->NH, HS = 64, C = NH * HS;
     const int ld = s->inplace ? 3 * C : HS;
     const long long sb = s->inplace ? (long long)T * 3 * C : (long long)NH * T * HS, sh = s->inplace ? HS : (long long)T * HS;
     const size_t nx = s->inplace ? (size_t)B * T * 3 * C : (size_t)B * NH * T * HS, ns = (size_t)B * NH * T * T;

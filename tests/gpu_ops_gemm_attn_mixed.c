@@ -243,7 +243,7 @@ static void gpu_matmul_fused(mo_dtype dt, const mm_shape *s) {
 typedef struct { int B, T, C, NH; const char *what; } at_shape;
 
 static void gpu_attention(mo_dtype dt, const at_shape *s) {
-    const int B = s->B, T = s->T, C = s->C, NH = s->NH;
+    const int B = test_reduced_batch(s->B), T = s->T, C = s->C, NH = s->NH;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     const size_t e = sizeof(uint16_t);
     const char *pn = mo_dtype_name(dt);

@@ -35,6 +35,12 @@ static void trace_of(const char *model, const char *preset, const char *precisio
     const char *kv[][2] = {{"--model", model}, {"--preset", preset}, {"--precision", precision}, {"--ckpt", ckpt}, {"--backend", backend},
                            {"--steps", "1"}, {"--warmup", "1"}, {"--trace", path}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) CHECK_OK(mo_config_set(c, kv[i][0], kv[i][1]));
+    if (test_is_reduced()) { // the same ops and events per block, over fewer blocks and rows
+        const char *gpt[][2] = {{"--layers", "2"}, {"--seq", "256"}, {"--batch", "2"}};
+        const char *mlp[][2] = {{"--layers", "2"}, {"--batch", "64"}};
+        int gp = !strcmp(model, "gpt");
+        for (size_t i = 0; i < (gp ? 3u : 2u); i++) CHECK_OK(mo_config_set(c, gp ? gpt[i][0] : mlp[i][0], gp ? gpt[i][1] : mlp[i][1]));
+    }
     CHECK_OK(mo_config_finish(c));
     mo_run_config rc;
     CHECK_OK(mo_config_combination(c, 0, &rc));
@@ -48,6 +54,7 @@ static void trace_of(const char *model, const char *preset, const char *precisio
 
 int main(void) {
     test_require_gpu();
+    if (test_is_reduced()) printf("MEMOPT_TEST_REDUCED: 2 layers, GPT at T 256 B 2, the MLP at batch 64\n");
     // model, preset, precision, ckpt
     const char *cases[][4] = {{"gpt", "gpt2-124m", "fp32", "none"}, {"gpt", "gpt2-124m", "fp32", "full"},
                               {"gpt", "gpt2-124m", "bf16", "selective"}, {"mlp", "mlp-small", "bf16", "full"}};

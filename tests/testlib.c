@@ -99,6 +99,13 @@ uint64_t test_seed_from_time(void) {
     return s;
 }
 
+int test_is_reduced(void) {
+    const char *e = getenv("MEMOPT_TEST_REDUCED");
+    return e && strcmp(e, "0") != 0 && *e;
+}
+
+int test_reduced_batch(int B) { return test_is_reduced() ? 1 : B; }
+
 int test_reduced(const char *what) {
     const char *e = getenv("MEMOPT_TEST_REDUCED");
     int r = e && strcmp(e, "0") != 0 && *e;

@@ -41,5 +41,12 @@ uint64_t test_seed_from_time(void); // a new seed per run, printed so a failure 
 // MEMOPT_TEST_REDUCED=1: skip the timing loops (compute-sanitizer runs the GPU tests ~10-100x slower;
 // tools/gpu_session.sh stage sanitize). Prints the skip once per caller.
 int test_reduced(const char *what);
+// The same switch, asked without printing: tests pass smaller shapes and fewer repetitions under it
+// (every code path kept; see the sizes at each use) so that a compute-sanitizer pass of every binary
+// fits in a GPU call.
+int test_is_reduced(void);
+// Under MEMOPT_TEST_REDUCED: the batch of an attention shape reduced to 1 (the paths depend on T, C,
+// NH and the head size; the batch only repeats them); otherwise B.
+int test_reduced_batch(int B);
 
 #endif

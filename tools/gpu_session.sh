@@ -279,7 +279,8 @@ if has faults; then
 fi
 if has sanitize; then
   # compute-sanitizer memcheck (leak check), racecheck, initcheck, synccheck over every gpu_* test
-  # binary, reduced, about 4 minutes in all (tools/gpu_sanitize.sh); sanitize.log is the committed log
+  # binary, reduced (MEMOPT_TEST_REDUCED); SAN_TOOLS / SAN_BINS take a part of it (tools/gpu_sanitize.sh);
+  # sanitize.log is the committed log
   rm -f "$OUT/sanitize.log"
   SAN_BUDGET=${SAN_BUDGET:-220} bash tools/gpu_sanitize.sh $B "$R/sanitize" "$OUT/sanitize.log"
   cp "$OUT/sanitize.log" "$R/sanitize.log"
