@@ -68,6 +68,16 @@ template <typename E> static __device__ __forceinline__ void am_load16(const E *
 #pragma unroll
     for (int j = 0; j < am_vec<E>::V; j++) out[j] = am_f(e[j]);
 }
+// The first n (1..V) of those V elements, the rest left as they are: the vector that holds the causal
+// diagonal, whose columns past t the scores GEMM never wrote (a 16-byte load there would read
+// uninitialized memory, unused but reported by compute-sanitizer's initcheck).
+template <typename E> static __device__ __forceinline__ void am_load_upto(const E *p, float *out, int n) {
+    if (n >= am_vec<E>::V) {
+        am_load16(p, out);
+        return;
+    }
+    for (int j = 0; j < n; j++) out[j] = am_f(p[j]);
+}
 template <typename E> static __device__ __forceinline__ void am_store16(E *p, const float *in) {
     int4 raw;
     E *e = reinterpret_cast<E *>(&raw);
@@ -171,7 +181,7 @@ __global__ void am_softmax_forward_reg_kernel(E *att, int rows, int T) {
         const int i0 = (it * 32 + lane) * V;
 #pragma unroll
         for (int j = 0; j < V; j++) v[it][j] = 0.0f;
-        if (i0 <= t) am_load16(x + i0, v[it]); // columns past t were never written by the GEMM
+        if (i0 <= t) am_load_upto(x + i0, v[it], t - i0 + 1); // columns past t were never written by the GEMM
 #pragma unroll
         for (int j = 0; j < V; j++)
             if (i0 + j <= t) mx = fmaxf(mx, v[it][j]);
@@ -240,8 +250,8 @@ __global__ void am_softmax_backward_reg_kernel(E *datt, const E *__restrict__ at
 #pragma unroll
         for (int j = 0; j < V; j++) av[it][j] = gv[it][j] = 0.0f;
         if (i0 <= t) {
-            am_load16(a + i0, av[it]);
-            am_load16(g + i0, gv[it]);
+            am_load_upto(a + i0, av[it], t - i0 + 1);
+            am_load_upto(g + i0, gv[it], t - i0 + 1);
         }
 #pragma unroll
         for (int j = 0; j < V; j++)

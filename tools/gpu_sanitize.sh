@@ -37,7 +37,7 @@ one() {
     "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)"
 }
 export -f one
-bins=${SAN_BINS:-$(cd "$B" && ls gpu_* 2>/dev/null | grep -v '\.')}
+bins=$(echo ${SAN_BINS:-$(cd "$B" && ls gpu_* 2>/dev/null | grep -v '\.')}) # one line, blank-separated
 tools=${SAN_TOOLS:-memcheck racecheck initcheck synccheck}
 # the longest runs start first (measured in the last pass), so that none starts near the deadline
 slow="gpu_attention_chunks gpu_trace gpu_ops_gemm_attn_mixed gpu_ops_gemm_attn gpu_mlp gpu_lt_table gpu_alloc_faults"
