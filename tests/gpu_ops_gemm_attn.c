@@ -460,9 +460,28 @@ static void gpu_attention_dpreatt(const sc_shape *s) { (void)s; }
 static void gpu_attention_scores_refusals(void) {}
 #endif
 
+// MEMOPT_TEST_REDUCED (compute-sanitizer): the GPT-2-sized cases at a fraction of their size, every other
+// case as it is. GEMMs: N (rows) / 8 above 128 rows (1024 -> 128, the lm head 128 -> 16; C, OC and so the
+// alignment, the fused epilogues and the dgelu width stay); attention at the GPT-2 head size HS 64 with
+// B 1 and NH 2 instead of NH 12 (the same kernels, a sixth to a twelfth of the work).
+static int reduced;
+static void reduce_mm(mm_shape *s, size_t n) {
+    for (size_t i = 0; reduced && i < n; i++)
+        if (s[i].N >= 128) s[i].N /= 8;
+}
+static void reduce_at(at_shape *s, size_t n) {
+    for (size_t i = 0; reduced && i < n; i++)
+        if (s[i].NH == 12) { s[i].B = 1; s[i].NH = 2; s[i].C = 2 * (s[i].C / 12); }
+}
+static void reduce_sc(sc_shape *s, size_t n) {
+    for (size_t i = 0; reduced && i < n; i++)
+        if (s[i].NH == 12) { s[i].B = 1; s[i].NH = 2; }
+}
+
 int main(void) {
     test_require_gpu();
     test_rng_seed(&rng, test_seed_from_time());
+    reduced = test_reduced("the GPT-2-sized GEMM rows and attention heads");
     CHECK_OK(mo_allocator_create(&ga, MO_ALLOC_CACHING, MO_BACKEND_CUDA, 0, NULL));
     CHECK_OK(mo_allocator_create(&ha, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
     if (!ga || !ha) return test_finish();
@@ -472,7 +491,7 @@ int main(void) {
     CHECK_OK(mo_timer_init(gc, &timer));
 
     // GPT-2 small (C = 768) at B*T = 1024 rows, the lm head at 128 rows, and odd tails
-    const mm_shape mm[] = {
+    mm_shape mm[] = {
         {1024, 768, 2304, 1, 0, "qkv"},
         {1024, 768, 768, 1, 0, "attn proj"},
         {1024, 768, 3072, 1, 1, "fc+gelu"},
@@ -484,18 +503,20 @@ int main(void) {
         {37, 100, 37, 1, 0, "odd"},
         {37, 100, 36, 0, 1, "odd gelu no bias"},
     };
+    reduce_mm(mm, sizeof mm / sizeof mm[0]);
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) gpu_matmul(&mm[i]);
     // the step's fused GEMMs: attn proj (+ residual), fc proj (+ residual; dgelu with C = 3072), a
     // tail with C % 8 == 0 and one without (the unfused fallback)
-    const mm_shape fz[] = {
+    mm_shape fz[] = {
         {1024, 768, 768, 1, 0, "attn proj"},
         {1024, 3072, 768, 1, 0, "fc proj"},
         {74, 96, 100, 1, 0, "tail"},
         {37, 100, 37, 1, 0, "odd (dgelu fallback)"},
     };
+    reduce_mm(fz, sizeof fz / sizeof fz[0]);
     for (size_t i = 0; i < sizeof fz / sizeof fz[0]; i++) gpu_matmul_fused(&fz[i]);
 
-    const at_shape at[] = {
+    at_shape at[] = {
         {2, 1024, 768, 12, "gpt2 T=1024"},
         {4, 256, 768, 12, "gpt2 T=256"},
         {3, 64, 768, 12, "gpt2 T=64"},
@@ -507,15 +528,17 @@ int main(void) {
         {1, 512, 128, 2, "T=512 (4 or 2 vectors a lane)"},
         {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},
     };
+    reduce_at(at, sizeof at / sizeof at[0]);
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) gpu_attention(&at[i]);
 
-    const sc_shape sc[] = {
+    sc_shape sc[] = {
         {2, 1024, 12, 1, "gpt2 in place"},
         {2, 256, 3, 0, "head-major"},
         {1, 100, 2, 1, "T=100 (a partial tile)"},
         {1, 1028, 2, 1, "T=1028 (a 4-row last tile)"},
         {3, 4, 1, 0, "T=4"},
     };
+    reduce_sc(sc, sizeof sc / sizeof sc[0]);
     for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) gpu_attention_scores(&sc[i]);
     for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) gpu_attention_dpreatt(&sc[i]);
     gpu_attention_scores_refusals(); // what it refuses (the attention then runs the scores on cuBLAS)

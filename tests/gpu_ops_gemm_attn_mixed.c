@@ -295,9 +295,24 @@ static void gpu_attention(mo_dtype dt, const at_shape *s) {
     free(qkv); free(dout); free(out_ref); free(att_ref); free(dqkv_ref);
 }
 
+// MEMOPT_TEST_REDUCED (compute-sanitizer): the GPT-2-sized cases at a fraction of their size, every other
+// case as it is. GEMMs: N (rows) / 8 above 128 rows (1024 -> 128, the lm head 128 -> 16; C, OC and so the
+// alignment, the fused epilogues and the dgelu width stay); attention at the GPT-2 head size HS 64 with
+// B 1 and NH 2 instead of NH 12 (the same kernels, a sixth to a twelfth of the work).
+static int reduced;
+static void reduce_mm(mm_shape *s, size_t n) {
+    for (size_t i = 0; reduced && i < n; i++)
+        if (s[i].N >= 128) s[i].N /= 8;
+}
+static void reduce_at(at_shape *s, size_t n) {
+    for (size_t i = 0; reduced && i < n; i++)
+        if (s[i].NH == 12) { s[i].B = 1; s[i].NH = 2; s[i].C = 2 * (s[i].C / 12); }
+}
+
 int main(void) {
     test_require_gpu();
     test_rng_seed(&rng, test_seed_from_time());
+    reduced = test_reduced("the GPT-2-sized GEMM rows and attention heads");
     CHECK_OK(mo_allocator_create(&ga, MO_ALLOC_CACHING, MO_BACKEND_CUDA, 0, NULL));
     CHECK_OK(mo_allocator_create(&ha, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
     if (!ga || !ha) return test_finish();
@@ -307,7 +322,7 @@ int main(void) {
     CHECK_OK(mo_timer_init(gc, &timer));
 
     // GPT-2 small (C = 768) at B*T = 1024 rows, the lm head at 128 rows, and odd tails
-    const mm_shape mm[] = {
+    mm_shape mm[] = {
         {1024, 768, 2304, 1, 0, "qkv"},
         {1024, 768, 768, 1, 0, "attn proj"},
         {1024, 768, 3072, 1, 1, "fc+gelu"},
@@ -317,9 +332,9 @@ int main(void) {
         {74, 96, 100, 1, 1, "gelu unfused (OC % 8)"},
         {37, 100, 37, 1, 0, "odd"},
         {37, 100, 36, 0, 1, "odd gelu no bias"},
-        {300, 64, 40, 1, 0, "dbias 2 chunks + tail"},
-    };
-    const at_shape at[] = {
+        {300, 64, 40, 1, 0, "dbias 2 chunks + tail"},    };
+    reduce_mm(mm, sizeof mm / sizeof mm[0]);
+    at_shape at[] = {
         {2, 1024, 768, 12, "gpt2 T=1024"},
         {4, 256, 768, 12, "gpt2 T=256"},
         {3, 64, 768, 12, "gpt2 T=64"},
@@ -329,16 +344,16 @@ int main(void) {
         {1, 1, 64, 4, "T=1 HS=16"},
         {2, 40, 90, 3, "HS=30 (element permutes)"},
         {1, 512, 128, 2, "T=512 (4 or 2 vectors a lane)"},
-        {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},
-    };
+        {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},    };
+    reduce_at(at, sizeof at / sizeof at[0]);
     // the step's fused GEMMs (attn proj and fc proj + residual, dgelu with C = 3072), a tail, and C % 8
     // != 0 (the unfused fallback)
-    const mm_shape fz[] = {
+    mm_shape fz[] = {
         {1024, 768, 768, 1, 0, "attn proj"},
         {1024, 3072, 768, 1, 0, "fc proj"},
         {74, 96, 100, 1, 0, "tail"},
-        {37, 100, 37, 1, 0, "odd (dgelu fallback)"},
-    };
+        {37, 100, 37, 1, 0, "odd (dgelu fallback)"},    };
+    reduce_mm(fz, sizeof fz / sizeof fz[0]);
     const mo_dtype dts[2] = {MO_BF16, MO_F16};
     for (int d = 0; d < 2; d++) {
         for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) gpu_matmul(dts[d], &mm[i]);

@@ -1,14 +1,36 @@
 #!/usr/bin/env bash
-# compute-sanitizer over every GPU test binary (tools/gpu_session.sh stage sanitize): memcheck with
-# leak checking, racecheck, initcheck and synccheck, each binary under each tool, reduced
-# (MEMOPT_TEST_REDUCED=1 skips the timing loops; gpu_alloc_faults tries every 150th fault), JOBS at once,
-# all within BUDGET seconds (a run that would pass the deadline is cut there and says so).
-# Usage: tools/gpu_sanitize.sh BUILD_DIR LOG_DIR SUMMARY_LOG   env: SAN_JOBS (8) SAN_BUDGET (220) SAN_TIMEOUT (150)
-#   SAN_TOOLS="memcheck racecheck" and SAN_BINS="gpu_a gpu_b" select a part of the pass, so that one pass
-#   can be split over several GPU calls and their summaries concatenated into one log.
-# SUMMARY_LOG gets one line per run: tool, binary, the test's exit code, compute-sanitizer's summary.
+# compute-sanitizer over the GPU test binaries (tools/gpu_session.sh stage sanitize): memcheck with leak
+# checking, racecheck, initcheck and synccheck, each binary under each tool, reduced (MEMOPT_TEST_REDUCED=1:
+# small shapes for the GPT-2-sized cases, no timing loops; gpu_alloc_faults tries every 150th fault),
+# JOBS at once, longest runs first, all within BUDGET seconds (a run that would pass the deadline is cut
+# there and says so).
+# Usage: tools/gpu_sanitize.sh BUILD_DIR LOG_DIR SUMMARY_LOG
+#   env: SAN_TOOLS ("memcheck racecheck initcheck synccheck")  SAN_BINS (every gpu_* in BUILD_DIR)
+#        SAN_SHARD=i/n (the i-th of n parts of the tool x binary list; the parts together are the whole
+#        pass, each about the same length: the list sorted longest first, dealt out round-robin)
+#        SAN_JOBS (8) SAN_BUDGET (220) SAN_TIMEOUT (150)
+# A pass split over device calls: one call per shard, each appending its summary; concatenate the
+# summaries (cat shard1.log shard2.log) into the committed log.
+# SUMMARY_LOG gets one line per run: tool, binary, seconds, the test's exit code, compute-sanitizer's summary.
 # Runs share the GPU: gpu_alloc and gpu_alloc_faults check device-wide memory, which the other runs and the
 # sanitizer itself move, so their own checks may fail here; the sanitizer verdict (exit 99) is what counts.
+#
+# Two known findings, and the filtered run beside each raw one (docs/DESIGN.md, "What keeps it honest"):
+# - memcheck gpu_comm: 4 "Program hit cudaErrorNoKernelImageForDevice ... on CUDA API call to
+#   cudaFuncGetAttributes" from inside pncclCommInitRank. These are memcheck's API-error reports (the
+#   --report-api-errors option, default "explicit": any failing CUDA API call is printed and counted), not
+#   memory errors: NCCL probes its kernels with cudaFuncGetAttributes and handles the failure of the ones not
+#   built for this GPU. The raw run stays; a second run "memcheck-noapi" with --report-api-errors no
+#   (documented: turns the API-error reports off, the memory access and leak checks stay) gives the memory
+#   verdict for gpu_comm.
+# - racecheck gpu_attention_fused_mixed: 12 hazards, all inside cuBLAS's nvjet_sm90_*ptrBatch GEMM kernels
+#   (closed source, they stage operands in shared memory through TMA/mbarrier async copies). racecheck
+#   checks shared memory of every kernel; its documented --kernel-name-exclude filter (kns=SUBSTRING)
+#   leaves named kernels unchecked. We cannot change or inspect those kernels, and whether racecheck
+#   follows the asynchronous-proxy ordering of TMA/mbarrier is not documented (NVIDIA's own tracker has
+#   sanitizer false reports on Hopper's asynchronous WGMMA: compute-sanitizer-samples#19, memcheck), so
+#   they are not claimed to be false: the raw run stays with its count, and a second run "racecheck-ours"
+#   with --kernel-name-exclude kns=nvjet_ checks every kernel but cuBLAS's nvjet ones (our kernels' verdict).
 set -uo pipefail
 B="${1:?usage: gpu_sanitize.sh BUILD_DIR LOG_DIR SUMMARY_LOG}"
 L="${2:?}"
@@ -16,55 +38,92 @@ S="${3:?}"
 mkdir -p "$L"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$CS" ] || { echo "sanitize: compute-sanitizer not found" | tee -a "$S"; exit 1; }
+tools="${SAN_TOOLS:-memcheck racecheck initcheck synccheck}"
+for t in $tools; do
+  case $t in memcheck|racecheck|initcheck|synccheck) ;;
+    *) echo "sanitize: SAN_TOOLS: unknown tool '$t' (memcheck racecheck initcheck synccheck)" >&2; exit 2;; esac
+done
+if [ -n "${SAN_BINS:-}" ]; then
+  bins=$SAN_BINS
+  for b in $bins; do [ -x "$B/$b" ] || { echo "sanitize: SAN_BINS: no binary $B/$b" >&2; exit 2; }; done
+else
+  bins=$(cd "$B" && ls gpu_* 2>/dev/null | grep -v '\.')
+fi
+shard_i=1 shard_n=1
+if [ -n "${SAN_SHARD:-}" ]; then
+  [[ $SAN_SHARD =~ ^([0-9]+)/([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] && [ "${BASH_REMATCH[1]}" -le "${BASH_REMATCH[2]}" ] ||
+    { echo "sanitize: SAN_SHARD: '$SAN_SHARD' is not i/n with 1 <= i <= n" >&2; exit 2; }
+  shard_i=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]}
+fi
 deadline=$(( $(date +%s) + ${SAN_BUDGET:-220} ))
 export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-150}"
+
+# Expected seconds of a run, to start the longest first (a long run started last is the one the budget
+# cuts): the memcheck times of results/h200-sanitize-2a5f4f8.log (full shapes; racecheck about 1.5x),
+# 10 for a binary not listed. Only the order depends on these.
+cost() {
+  local c
+  case $2 in
+    gpu_attention_chunks|gpu_trace) c=150;; gpu_ops_gemm_attn_mixed) c=110;; gpu_ops_gemm_attn) c=90;;
+    gpu_mlp) c=77;; gpu_lt_table) c=60;; gpu_gpt_mixed) c=41;; gpu_comm) c=36;; gpu_gpt_split) c=25;;
+    gpu_alloc_faults|gpu_ops_mixed) c=23;; gpu_attention_fused_mixed|gpu_gpt) c=20;; gpu_ops_basic) c=8;;
+    gpu_alloc) c=2;; *) c=10;;
+  esac
+  case $1 in racecheck*) c=$((c * 3 / 2));; esac
+  echo $c
+}
+# the run list: tool and binary, plus the filtered runs beside the raw ones of the two known findings
+runs=$(for t in $tools; do for b in $bins; do
+         echo "$t $b"
+         [ "$t $b" = "memcheck gpu_comm" ] && echo "memcheck-noapi $b"
+         [ "$t $b" = "racecheck gpu_attention_fused_mixed" ] && echo "racecheck-ours $b"
+       done; done |
+       while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1nr -k2 -k3 |
+       awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
+
 one() {
-  local tool=$1 bin=$2 opts="" now left t0 rc
-  case $tool in memcheck) opts="--leak-check full";; esac
+  local tool=$1 bin=$2 opts now left t0 rc
+  case $tool in
+    memcheck) opts="--tool memcheck --leak-check full";;
+    memcheck-noapi) opts="--tool memcheck --leak-check full --report-api-errors no";;
+    racecheck-ours) opts="--tool racecheck --kernel-name-exclude kns=nvjet_";;
+    *) opts="--tool $tool";;
+  esac
   now=$(date +%s); left=$((deadline - now))
   [ $left -gt "$SAN_TIMEOUT" ] && left=$SAN_TIMEOUT
-  if [ $left -lt 5 ]; then printf '%-9s %-28s skipped: the stage budget is spent\n' "$tool" "$bin"; return; fi
+  if [ $left -lt 5 ]; then printf '%-14s %-26s skipped: the stage budget is spent\n' "$tool" "$bin"; return; fi
   local log="$L/cs-$tool-$bin.log"
   t0=$(date +%s)
   (cd "$B" && MEMOPT_TEST_REDUCED=1 MEMOPT_TEST_FAULT_STRIDE=150 NCCL_NVLS_ENABLE=0 timeout "$left" \
-     "$CS" --tool "$tool" $opts --error-exitcode 99 --print-limit 30 "./$bin") >"$log" 2>&1
+     "$CS" $opts --error-exitcode 99 --print-limit 30 "./$bin") >"$log" 2>&1
   rc=$?
   local verdict
   case $rc in 0) verdict="clean, test passed";; 99) verdict="SANITIZER ERRORS";; 124|137) verdict="cut at ${left}s (errors so far below)";;
               77) verdict="skipped by the test";; *) verdict="test exit $rc (sanitizer clean unless listed)";; esac
-  printf '%-9s %-28s %4ds exit %3d: %s | %s | %s\n' "$tool" "$bin" $(( $(date +%s) - t0 )) $rc "$verdict" \
+  printf '%-14s %-26s %4ds exit %3d: %s | %s | %s\n' "$tool" "$bin" $(( $(date +%s) - t0 )) $rc "$verdict" \
     "$(grep -hE '(ERROR|LEAK|RACECHECK|INITCHECK|SYNCCHECK) SUMMARY' "$log" | tr '\n' ' ')" \
     "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)"
 }
 export -f one
-bins=$(echo ${SAN_BINS:-$(cd "$B" && ls gpu_* 2>/dev/null | grep -v '\.')}) # one line, blank-separated
-tools=${SAN_TOOLS:-memcheck racecheck initcheck synccheck}
-# the longest runs start first (measured in the last pass), so that none starts near the deadline
-slow="gpu_attention_chunks gpu_trace gpu_ops_gemm_attn_mixed gpu_ops_gemm_attn gpu_mlp gpu_lt_table gpu_alloc_faults"
-ordered=""
-for b in $slow; do case " $bins " in *" $b "*) ordered="$ordered $b";; esac; done
-for b in $bins; do case " $slow " in *" $b "*) ;; *) ordered="$ordered $b";; esac; done
-bins=$ordered
-echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); binaries: $(echo $bins)" | tee -a "$S"
-echo "== tools: $tools" | tee -a "$S"
-for b in $bins; do for tool in $tools; do echo "$tool $b"; done; done |
-  xargs -P "${SAN_JOBS:-8}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
-# Whose code each finding is in. An error record that names a library (NCCL, cuBLAS/cuBLASLt's nvjet_*
-# and cutlass kernels, cuDNN) is counted apart from ours: memcheck reports API errors that a library
-# raises and handles itself (NCCL's initialization probes kernel images for other architectures and
-# gets cudaErrorNoKernelImageForDevice), and racecheck reports shared-memory hazards inside library
-# kernels we cannot read or change. Both are listed, never dropped: the verdict on our own kernels is
-# the count with no library in the record.
-for f in "$L"/cs-*.log; do
+nruns=$(echo "$runs" | grep -c .)
+echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, longest first); tools: $(echo $tools); binaries: $(echo $bins)" | tee -a "$S"
+[ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-8}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
+# the errors themselves (first lines of each run of this shard that had any)
+echo "$runs" | while read -r t b; do
+  f="$L/cs-$t-$b.log"
+  [ -n "$t" ] && [ -f "$f" ] || continue
+  if grep -qE '^========= (Invalid|Race|Uninitialized|Barrier|Leaked|Error|Program hit|Potential)' "$f"; then
+    echo "---- $(basename "$f")"; grep -E '^=========' "$f" | grep -v 'Host Frame' | head -40
+  fi
+done | tee -a "$S"
+# Whose code each finding is in: a record that names a library (NCCL, cuBLAS's nvjet_* and cutlass
+# kernels, cuDNN) is counted apart from ours; both are listed, never dropped.
+echo "$runs" | while read -r t b; do
+  f="$L/cs-$t-$b.log"
+  [ -n "$t" ] && [ -f "$f" ] || continue
   awk -v f="$(basename "$f")" '
     /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning)/ { if (rec != "") tally(); rec = $0; next }
     /^=========/ { if (rec != "") rec = rec " " $0; next }
     function tally() { if (rec ~ /libnccl|nccl|nvjet|cutlass|cublas|cudnn|sm90_xmma/) lib++; else own++; rec = "" }
-    END { if (rec != "") tally(); if (lib + own) printf "owners    %-36s %d in library code (NCCL, cuBLAS, cuDNN), %d in ours\n", f, lib, own }' "$f"
-done | tee -a "$S"
-# the errors themselves (first lines of each run that had any)
-for f in "$L"/cs-*.log; do
-  if grep -qE '^========= (Invalid|Race|Uninitialized|Barrier|Leaked|Error|Program hit|Potential)' "$f"; then
-    echo "---- $(basename "$f")"; grep -E '^=========' "$f" | head -40
-  fi
+    END { if (rec != "") tally(); if (lib + own) printf "owners    %-40s %d in library code (NCCL, cuBLAS, cuDNN), %d in ours\n", f, lib, own }' "$f"
 done | tee -a "$S"

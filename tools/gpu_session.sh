@@ -279,8 +279,9 @@ if has faults; then
 fi
 if has sanitize; then
   # compute-sanitizer memcheck (leak check), racecheck, initcheck, synccheck over every gpu_* test
-  # binary, reduced (MEMOPT_TEST_REDUCED); SAN_TOOLS / SAN_BINS take a part of it (tools/gpu_sanitize.sh);
-  # sanitize.log is the committed log
+  # binary, reduced (tools/gpu_sanitize.sh); sanitize.log is the committed log. The whole pass is more
+  # than one device call: SAN_SHARD=1/2 and 2/2 in two calls (SAN_BUDGET=480 each), the two sanitize.log
+  # concatenated; SAN_TOOLS / SAN_BINS pick a part by hand
   rm -f "$OUT/sanitize.log"
   SAN_BUDGET=${SAN_BUDGET:-220} bash tools/gpu_sanitize.sh $B "$R/sanitize" "$OUT/sanitize.log"
   cp "$OUT/sanitize.log" "$R/sanitize.log"
