@@ -332,7 +332,8 @@ int main(void) {
         {74, 96, 100, 1, 1, "gelu unfused (OC % 8)"},
         {37, 100, 37, 1, 0, "odd"},
         {37, 100, 36, 0, 1, "odd gelu no bias"},
-        {300, 64, 40, 1, 0, "dbias 2 chunks + tail"},    };
+        {300, 64, 40, 1, 0, "dbias 2 chunks + tail"},
+    };
     reduce_mm(mm, sizeof mm / sizeof mm[0]);
     at_shape at[] = {
         {2, 1024, 768, 12, "gpt2 T=1024"},
@@ -344,7 +345,8 @@ int main(void) {
         {1, 1, 64, 4, "T=1 HS=16"},
         {2, 40, 90, 3, "HS=30 (element permutes)"},
         {1, 512, 128, 2, "T=512 (4 or 2 vectors a lane)"},
-        {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},    };
+        {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},
+    };
     reduce_at(at, sizeof at / sizeof at[0]);
     // the step's fused GEMMs (attn proj and fc proj + residual, dgelu with C = 3072), a tail, and C % 8
     // != 0 (the unfused fallback)
@@ -352,7 +354,8 @@ int main(void) {
         {1024, 768, 768, 1, 0, "attn proj"},
         {1024, 3072, 768, 1, 0, "fc proj"},
         {74, 96, 100, 1, 0, "tail"},
-        {37, 100, 37, 1, 0, "odd (dgelu fallback)"},    };
+        {37, 100, 37, 1, 0, "odd (dgelu fallback)"},
+    };
     reduce_mm(fz, sizeof fz / sizeof fz[0]);
     const mo_dtype dts[2] = {MO_BF16, MO_F16};
     for (int d = 0; d < 2; d++) {
