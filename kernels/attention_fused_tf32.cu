@@ -14,7 +14,7 @@
 // past T zero: ld is a multiple of 8 floats, so every 16-row fragment pointer is 32-byte aligned (WMMA).
 // Deterministic without atomics, as the fp32 kernels: dk, dv by a block that owns a key tile and walks
 // the query tiles in order, dq by a block that owns a query tile and walks the key tiles.
-// Shared memory at HS = 64 (ld 72): forward 92 KB, dk/dv 147 KB, dq 129 KB per block (opt-in).
+// Shared memory at HS = 64 (ld 72): forward 91 KB, dk/dv 109 KB, dq 108 KB per block (opt-in).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <mma.h>
@@ -29,12 +29,18 @@ using namespace nvcuda;
 #define AT_TILE 64
 #define AT_WARPS 4
 #define AT_THREADS (AT_WARPS * 32)
-#define AT_LDS (AT_TILE + 8) // score tile row stride (floats)
+// Score tile row stride (floats): a multiple of 4 (WMMA ldm) whose 16-row offsets stay 32-byte aligned.
+// The softmax lanes walk their 32 columns starting at a rotation of (2 r + half) (at_col), so with a
+// stride of 68 (4 banks a row) the 32 lanes of a warp hit 32 different banks at every step.
+#define AT_LDS (AT_TILE + 4)
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> at_a_row;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> at_b_row;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> at_b_col;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> at_acc;
+
+// column of step j for the lane of row r, half h: half h's 32 columns, rotated (bank-conflict free)
+static __device__ __forceinline__ int at_col(int j, int r, int h) { return h * 32 + ((j + 2 * r + h) & 31); }
 
 template <class F> static __device__ __forceinline__ void at_round(F &f) {
 #pragma unroll
@@ -115,7 +121,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     for (int i = threadIdx.x; i < AT_TILE * LD; i += AT_THREADS) Os[i] = 0.0f;
     float *Sw = Ss + warp * 16 * AT_LDS, *Ow = Os + warp * 16 * LD;
     const float *Qw = Qs + warp * 16 * LD;
-    // lane owns row r = lane / 2 of the warp's 16, columns half * 32 .. + 31 of the score tile and
+    // lane owns row r = lane / 2 of the warp's 16 and 32 columns of the score tile (half = lane % 2; at_col), and
     // half * HSP/2 .. of O; the two lanes of a row combine by one xor-1 shuffle.
     const int r = lane / 2, half = lane % 2, row = wrow + r;
     float m = -INFINITY, l = 0.0f;
@@ -129,12 +135,12 @@ __global__ void __launch_bounds__(AT_THREADS)
         const int nblk = min(AT_TILE / 16, (wrow + 15 - k0) / 16 + 1);
         at_abt<HSP>(Sw, Qw, Ks, nblk);
         __syncwarp();
-        float *srow = Sw + r * AT_LDS + half * 32;
+        float *srow = Sw + r * AT_LDS;
         float mt = -INFINITY;
         for (int j = 0; j < 32; j++) {
-            const int key = k0 + half * 32 + j;
-            const float s = key <= row ? srow[j] * scale : -INFINITY;
-            srow[j] = s;
+            const int cc = at_col(j, r, half);
+            const float s = k0 + cc <= row ? srow[cc] * scale : -INFINITY;
+            srow[cc] = s;
             mt = fmaxf(mt, s);
         }
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
@@ -142,8 +148,9 @@ __global__ void __launch_bounds__(AT_THREADS)
         const float corr = expf(m - mnew);
         float ls = 0.0f;
         for (int j = 0; j < 32; j++) {
-            const float p = expf(srow[j] - mnew); // 0 where masked
-            srow[j] = p;
+            const int cc = at_col(j, r, half);
+            const float p = expf(srow[cc] - mnew); // 0 where masked
+            srow[cc] = p;
             ls += p;
         }
         ls += __shfl_xor_sync(0xffffffffu, ls, 1);
@@ -241,12 +248,12 @@ __global__ void __launch_bounds__(AT_THREADS)
         at_abt<HSP>(Sw, Kw, Qs, AT_TILE / 16);
         at_abt<HSP>(Pw, Vw, Gs, AT_TILE / 16);
         __syncwarp();
-        float *srow = Sw + r * AT_LDS + half * 32, *prow = Pw + r * AT_LDS + half * 32;
+        float *srow = Sw + r * AT_LDS, *prow = Pw + r * AT_LDS;
         for (int j = 0; j < 32; j++) {
-            const int qc = half * 32 + j, q = q0 + qc;
-            const float p = (key <= q && q < T) ? expf(srow[j] * scale - Ls[qc]) : 0.0f;
-            prow[j] = p * (prow[j] - Dsm[qc]);
-            srow[j] = p;
+            const int qc = at_col(j, r, half), q = q0 + qc;
+            const float p = (key <= q && q < T) ? expf(srow[qc] * scale - Ls[qc]) : 0.0f;
+            prow[qc] = p * (prow[qc] - Dsm[qc]);
+            srow[qc] = p;
         }
         __syncwarp();
         at_pv<HSP>(dv, Sw, Gs, AT_TILE / 16);
@@ -312,12 +319,12 @@ __global__ void __launch_bounds__(AT_THREADS)
         at_abt<HSP>(Sw, Qw, Ks, nblk);
         at_abt<HSP>(Pw, Gw, Vs, nblk);
         __syncwarp();
-        float *srow = Sw + r * AT_LDS + half * 32;
-        const float *prow = Pw + r * AT_LDS + half * 32;
+        float *srow = Sw + r * AT_LDS;
+        const float *prow = Pw + r * AT_LDS;
         for (int j = 0; j < 32; j++) {
-            const int kk = k0 + half * 32 + j;
-            const float p = (kk <= row && row < T) ? expf(srow[j] * scale - L) : 0.0f;
-            srow[j] = p * (prow[j] - Dr);
+            const int cc = at_col(j, r, half);
+            const float p = (k0 + cc <= row && row < T) ? expf(srow[cc] * scale - L) : 0.0f;
+            srow[cc] = p * (prow[cc] - Dr);
         }
         __syncwarp();
         at_pv<HSP>(dq, Sw, Ks, nblk);
