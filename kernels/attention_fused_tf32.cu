@@ -5,9 +5,10 @@
 // Written with WMMA (nvcuda::wmma, m16n16k8, precision::tf32, fp32 accumulators), not mma.sync PTX: the
 // accumulator fragments go through shared memory for the softmax (S, P, dS per warp, 16 x 64), so their
 // register layout never matters and the kernels could be written without a GPU at hand; the row-wise
-// work (max, exp, sums) runs on CUDA cores over those shared tiles. Every operand is rounded to TF32
-// (__float_to_tf32, round to nearest) right after its fragment load: q, k, v, P, dout, dS; sums, softmax
-// statistics, lse and D stay fp32.
+// work (max, exp2, sums) runs on CUDA cores over those shared tiles. Every mma operand is rounded to TF32
+// (__float_to_tf32, round to nearest) once, when it is stored to shared memory: q, k, v, dout tiles as
+// loaded (float4 where HS % 4 == 0), P and dS as computed (from the unrounded P); sums, softmax
+// statistics (in log2 units inside the forward), lse and D stay fp32.
 //
 // Tiling: blocks of 4 warps (128 threads) on 64-row tiles of one (batch, head); each warp owns 16 rows.
 // Shared tiles are row-major (rows, HSP + 8) floats, HSP = HS rounded up to 16 with zero columns, rows
@@ -33,6 +34,8 @@ using namespace nvcuda;
 // The softmax lanes walk their 32 columns starting at a rotation of (2 r + half) (at_col), so with a
 // stride of 68 (4 banks a row) the 32 lanes of a warp hit 32 different banks at every step.
 #define AT_LDS (AT_TILE + 4)
+#define AT_LOG2E 1.4426950408889634f
+#define AT_LN2 0.6931471805599453f
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> at_a_row;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> at_b_row;
@@ -42,19 +45,28 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> at_acc;
 // column of step j for the lane of row r, half h: half h's 32 columns, rotated (bank-conflict free)
 static __device__ __forceinline__ int at_col(int j, int r, int h) { return h * 32 + ((j + 2 * r + h) & 31); }
 
-template <class F> static __device__ __forceinline__ void at_round(F &f) {
-#pragma unroll
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = wmma::__float_to_tf32(f.x[i]);
-}
 
-// dst (AT_TILE, LD) row-major = src rows t0.., columns 0..HS-1; zero where t0 + r >= T or d >= HS.
+static __device__ __forceinline__ float at_tf32(float x) { return wmma::__float_to_tf32(x); }
+
+// dst (AT_TILE, LD) row-major = src rows t0.., columns 0..HS-1, rounded to TF32 (the tiles are mma
+// operands only); zero where t0 + r >= T or d >= HS. float4 loads where HS, ld and src allow.
 template <int HSP>
 static __device__ __forceinline__ void at_load_rows(float *dst, const float *__restrict__ src, size_t ld, int t0,
                                                     int T, int HS) {
-    constexpr int LD = HSP + 8;
+    constexpr int LD = HSP + 8, NV = HSP / 4;
+    if (HS % 4 == 0 && ld % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+        for (int idx = threadIdx.x; idx < AT_TILE * NV; idx += AT_THREADS) {
+            const int r = idx / NV, d = (idx % NV) * 4, t = t0 + r;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (t < T && d < HS) v = *reinterpret_cast<const float4 *>(src + (size_t)t * ld + d);
+            v.x = at_tf32(v.x); v.y = at_tf32(v.y); v.z = at_tf32(v.z); v.w = at_tf32(v.w);
+            *reinterpret_cast<float4 *>(dst + r * LD + d) = v;
+        }
+        return;
+    }
     for (int idx = threadIdx.x; idx < AT_TILE * HSP; idx += AT_THREADS) {
         const int r = idx / HSP, d = idx % HSP, t = t0 + r;
-        dst[r * LD + d] = (t < T && d < HS) ? src[(size_t)t * ld + d] : 0.0f;
+        dst[r * LD + d] = (t < T && d < HS) ? at_tf32(src[(size_t)t * ld + d]) : 0.0f;
     }
 }
 
@@ -73,8 +85,6 @@ static __device__ __forceinline__ void at_abt(float *Sw, const float *Aw, const 
                 at_b_col b;
                 wmma::load_matrix_sync(a, Aw + k * 8, LD);
                 wmma::load_matrix_sync(b, Bt + n * 16 * LD + k * 8, LD);
-                at_round(a);
-                at_round(b);
                 wmma::mma_sync(acc, a, b, acc);
             }
         }
@@ -89,12 +99,10 @@ static __device__ __forceinline__ void at_pv(at_acc *acc, const float *Pw, const
     for (int k = 0; k < nblk * 2; k++) { // 8 rows of X per step, only the first nblk 16-row blocks
         at_a_row a;
         wmma::load_matrix_sync(a, Pw + k * 8, AT_LDS);
-        at_round(a);
 #pragma unroll
         for (int n = 0; n < HSP / 16; n++) {
             at_b_row b;
             wmma::load_matrix_sync(b, Xs + k * 8 * LD + n * 16, LD);
-            at_round(b);
             wmma::mma_sync(acc[n], a, b, acc[n]);
         }
     }
@@ -104,7 +112,7 @@ static __device__ __forceinline__ void at_pv(at_acc *acc, const float *Pw, const
 template <int HSP>
 __global__ void __launch_bounds__(AT_THREADS)
     at_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int T, int C,
-                      int NH, int HS, float scale) {
+                      int NH, int HS, float scale_log2) {
     constexpr int LD = HSP + 8;
     extern __shared__ __align__(32) float at_smem[];
     float *Qs = at_smem;                    // (64, LD)
@@ -124,7 +132,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     // lane owns row r = lane / 2 of the warp's 16 and 32 columns of the score tile (half = lane % 2; at_col), and
     // half * HSP/2 .. of O; the two lanes of a row combine by one xor-1 shuffle.
     const int r = lane / 2, half = lane % 2, row = wrow + r;
-    float m = -INFINITY, l = 0.0f;
+    float m = -INFINITY, l = 0.0f; // running max of the scores in log2 units (s * log2 e), sum exp
     for (int kb = 0; kb <= qb; kb++) {
         const int k0 = kb * AT_TILE;
         __syncthreads(); // the previous tile's K, V are no longer read
@@ -139,18 +147,18 @@ __global__ void __launch_bounds__(AT_THREADS)
         float mt = -INFINITY;
         for (int j = 0; j < 32; j++) {
             const int cc = at_col(j, r, half);
-            const float s = k0 + cc <= row ? srow[cc] * scale : -INFINITY;
+            const float s = k0 + cc <= row ? srow[cc] * scale_log2 : -INFINITY;
             srow[cc] = s;
             mt = fmaxf(mt, s);
         }
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         const float mnew = fmaxf(m, mt); // finite: key 0 of tile 0 is always visible
-        const float corr = expf(m - mnew);
+        const float corr = exp2f(m - mnew);
         float ls = 0.0f;
         for (int j = 0; j < 32; j++) {
             const int cc = at_col(j, r, half);
-            const float p = expf(srow[cc] - mnew); // 0 where masked
-            srow[cc] = p;
+            const float p = exp2f(srow[cc] - mnew); // 0 where masked
+            srow[cc] = at_tf32(p);                 // rounded for the P @ V mma; l sums it unrounded
             ls += p;
         }
         ls += __shfl_xor_sync(0xffffffffu, ls, 1);
@@ -172,7 +180,7 @@ __global__ void __launch_bounds__(AT_THREADS)
         float *orow_g = out + ((size_t)b * T + row) * C + (size_t)h * HS;
         const float *orow = Ow + r * LD;
         for (int d = half; d < HS; d += 2) orow_g[d] = orow[d] * inv;
-        if (half == 0) lse[((size_t)b * NH + h) * T + row] = m + logf(l);
+        if (half == 0) lse[((size_t)b * NH + h) * T + row] = m * AT_LN2 + logf(l);
     }
 }
 
@@ -207,7 +215,7 @@ template <int HSP>
 __global__ void __launch_bounds__(AT_THREADS)
     at_bwd_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const float *__restrict__ qkv,
                        const float *__restrict__ lse, const float *__restrict__ Dbuf, int T, int C, int NH, int HS,
-                       float scale) {
+                       float scale, float scale_log2) {
     constexpr int LD = HSP + 8;
     extern __shared__ __align__(32) float at_smem[];
     float *Ks = at_smem;           // (64, LD)
@@ -251,9 +259,9 @@ __global__ void __launch_bounds__(AT_THREADS)
         float *srow = Sw + r * AT_LDS, *prow = Pw + r * AT_LDS;
         for (int j = 0; j < 32; j++) {
             const int qc = at_col(j, r, half), q = q0 + qc;
-            const float p = (key <= q && q < T) ? expf(srow[qc] * scale - Ls[qc]) : 0.0f;
-            prow[qc] = p * (prow[qc] - Dsm[qc]);
-            srow[qc] = p;
+            const float p = (key <= q && q < T) ? exp2f(srow[qc] * scale_log2 - Ls[qc] * AT_LOG2E) : 0.0f;
+            prow[qc] = at_tf32(p * (prow[qc] - Dsm[qc])); // dS from the unrounded P, rounded for dK
+            srow[qc] = at_tf32(p);                        // rounded for dV
         }
         __syncwarp();
         at_pv<HSP>(dv, Sw, Gs, AT_TILE / 16);
@@ -282,7 +290,7 @@ template <int HSP>
 __global__ void __launch_bounds__(AT_THREADS)
     at_bwd_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout, const float *__restrict__ qkv,
                      const float *__restrict__ lse, const float *__restrict__ Dbuf, int T, int C, int NH, int HS,
-                     float scale) {
+                     float scale, float scale_log2) {
     constexpr int LD = HSP + 8;
     extern __shared__ __align__(32) float at_smem[];
     float *Qs = at_smem;           // (64, LD)
@@ -300,7 +308,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     at_load_rows<HSP>(Qs, qbase, ld, q0, T, HS);
     at_load_rows<HSP>(Gs, gbase, C, q0, T, HS);
     const int r = lane / 2, half = lane % 2, row = wrow + r;
-    const float L = row < T ? lse[((size_t)b * NH + h) * T + row] : 0.0f;
+    const float L2 = row < T ? lse[((size_t)b * NH + h) * T + row] * AT_LOG2E : 0.0f;
     const float Dr = row < T ? Dbuf[((size_t)b * NH + h) * T + row] : 0.0f;
     float *Sw = Ss + warp * 16 * AT_LDS, *Pw = Ps + warp * 16 * AT_LDS;
     float *Qw = Qs + warp * 16 * LD;
@@ -323,8 +331,8 @@ __global__ void __launch_bounds__(AT_THREADS)
         const float *prow = Pw + r * AT_LDS;
         for (int j = 0; j < 32; j++) {
             const int cc = at_col(j, r, half);
-            const float p = (k0 + cc <= row && row < T) ? expf(srow[cc] * scale - L) : 0.0f;
-            srow[cc] = p * (prow[cc] - Dr);
+            const float p = (k0 + cc <= row && row < T) ? exp2f(srow[cc] * scale_log2 - L2) : 0.0f;
+            srow[cc] = at_tf32(p * (prow[cc] - Dr));
         }
         __syncwarp();
         at_pv<HSP>(dq, Sw, Ks, nblk);
@@ -349,7 +357,7 @@ static mo_status at_forward_launch(mo_ctx *c, float *out, float *lse, const floa
     CUDA_CHECK(cudaFuncSetAttribute(at_forward_kernel<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)((T + AT_TILE - 1) / AT_TILE), (unsigned)NH, (unsigned)B);
     at_forward_kernel<HSP><<<grid, AT_THREADS, smem, (cudaStream_t)c->stream>>>(out, lse, qkv, T, C, NH, HS,
-                                                                                1.0f / sqrtf((float)HS));
+                                                                                AT_LOG2E / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }
@@ -359,7 +367,7 @@ static mo_status at_backward_launch(mo_ctx *c, float *dqkv, const float *dout, c
                                     const float *lse, float *Dbuf, int B, int T, int C, int NH) {
     cudaStream_t s = (cudaStream_t)c->stream;
     const int HS = C / NH;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = AT_LOG2E * scale;
     const long long rows = (long long)B * NH * T;
     at_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(Dbuf, dout, out, rows, T, C, NH, HS);
     CUDA_CHECK_LAUNCH();
@@ -368,11 +376,11 @@ static mo_status at_backward_launch(mo_ctx *c, float *dqkv, const float *dout, c
         at_rows_bytes(4 * AT_TILE, HSP) + (size_t)(2 * AT_TILE * AT_LDS + 2 * AT_TILE) * sizeof(float);
     CUDA_CHECK(
         cudaFuncSetAttribute(at_bwd_dkdv_kernel<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    at_bwd_dkdv_kernel<HSP><<<grid, AT_THREADS, smem_kv, s>>>(dqkv, dout, qkv, lse, Dbuf, T, C, NH, HS, scale);
+    at_bwd_dkdv_kernel<HSP><<<grid, AT_THREADS, smem_kv, s>>>(dqkv, dout, qkv, lse, Dbuf, T, C, NH, HS, scale, scale_log2);
     CUDA_CHECK_LAUNCH();
     const size_t smem_q = at_rows_bytes(4 * AT_TILE, HSP) + (size_t)2 * AT_TILE * AT_LDS * sizeof(float);
     CUDA_CHECK(cudaFuncSetAttribute(at_bwd_dq_kernel<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
-    at_bwd_dq_kernel<HSP><<<grid, AT_THREADS, smem_q, s>>>(dqkv, dout, qkv, lse, Dbuf, T, C, NH, HS, scale);
+    at_bwd_dq_kernel<HSP><<<grid, AT_THREADS, smem_q, s>>>(dqkv, dout, qkv, lse, Dbuf, T, C, NH, HS, scale, scale_log2);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }
