@@ -3,6 +3,7 @@
 // backward recomputes P = exp(s - lse) for each (query, key) pair, once in a pass by key (dk, dv) and
 // once in a pass by query (dq), as FlashAttention-2 splits them. Sums in double.
 #include "attention_fused.h"
+#include "attention_fused_tf32.h"
 
 #include <math.h>
 #include "attention.h"
@@ -130,6 +131,7 @@ mo_status mo_attention_fused_forward(mo_ctx *c, float *out, float *lse, const fl
     case MO_BACKEND_CPU: return attention_fused_forward_cpu(out, lse, qkv, B, T, C, NH);
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
+        if (c->tf32 && c->attn_tf32) return attention_fused_tf32_forward_cuda(c, out, lse, qkv, B, T, C, NH);
         return attention_fused_forward_cuda(c, out, lse, qkv, B, T, C, NH);
 #else
         return MO_FAIL(MO_ERR_UNSUPPORTED, "attention_fused_forward: this build has no CUDA");
@@ -152,7 +154,9 @@ mo_status mo_attention_fused_backward(mo_ctx *c, float *dqkv, const float *dout,
         break;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        st = attention_fused_backward_cuda(c, dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+        st = c->tf32 && c->attn_tf32
+                 ? attention_fused_tf32_backward_cuda(c, dqkv, dout, qkv, out, lse, scratch, B, T, C, NH)
+                 : attention_fused_backward_cuda(c, dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
 #else
         st = MO_FAIL(MO_ERR_UNSUPPORTED, "attention_fused_backward: this build has no CUDA");
 #endif

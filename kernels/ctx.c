@@ -88,6 +88,8 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->attn_own_scores = !(as && strcmp(as, "cublas") == 0);
     const char *ad = getenv("MEMOPT_ATTN_DPRE");
     c->attn_fuse_dpre = !(ad && strcmp(ad, "0") == 0);
+    const char *at = getenv("MEMOPT_ATTN_TF32");
+    c->attn_tf32 = !(at && strcmp(at, "0") == 0);
     const char *gt = getenv("MEMOPT_GEMM_TABLE"), *gu = getenv("MEMOPT_GEMM_TUNE");
     c->gemm_table = !(gt && strcmp(gt, "0") == 0);
     c->gemm_tune = gu && strcmp(gu, "1") == 0;

@@ -59,6 +59,9 @@ typedef struct mo_ctx {
     int attn_fuse_dpre;           // with own scores and the forward's out: the softmax backward in the datt
                                   // kernel's epilogue (1, the default) or its own row kernel (0);
                                   // MEMOPT_ATTN_DPRE=0 in the environment sets 0 (to measure)
+    int attn_tf32;                // fused fp32 attention under ctx->tf32: the TF32 tensor-core kernels
+                                  // (attention_fused_tf32.h; 1, the default) or the fp32 CUDA-core ones (0);
+                                  // MEMOPT_ATTN_TF32=0 in the environment sets 0 (to measure)
     int ce_loop;                  // fp32 cross-entropy: 1 = the loop kernel (two reads of each row) even
                                   // where the register kernel fits; MEMOPT_CE=loop sets it (to measure)
     int gemm_table;               // cuBLASLt GEMMs take the stored algorithm choices (lt_table.h) where one

@@ -10,6 +10,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_ATTN_DPRE", "0: the fp32 softmax backward as its own pass, not in the datt GEMM's epilogue"},
     {"MEMOPT_ATTN_GEMM", "strided|batched: how the materialized attention's GEMMs get their operands"},
     {"MEMOPT_ATTN_SCORES", "cublas|own: the fp32 score GEMMs' engine"},
+    {"MEMOPT_ATTN_TF32", "0: the fused fp32 attention on CUDA cores under --precision tf32 (default: TF32 tensor cores)"},
     {"MEMOPT_CE", "loop: the fp32 cross-entropy on the kernel that reads each row twice"},
     {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},
     {"MEMOPT_FUSE_EPILOGUES", "1|0: the GEMM epilogue fusions forced on or off (default: 16-bit only)"},

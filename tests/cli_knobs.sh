@@ -13,7 +13,7 @@ pass=0
 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-for k in $(grep -o '"MEMOPT_[A-Z_]*"' "$SRC/kernels/knobs.c" | tr -d '"'); do unset "$k"; done
+for k in $(grep -o '"MEMOPT_[A-Z0-9_]*"' "$SRC/kernels/knobs.c" | tr -d '"'); do unset "$k"; done
 
 TINY=(--backend cpu --layers 2 --hidden 32 --heads 2 --seq 16 --batch 4 --vocab 64 --steps 2 --warmup 1)
 last_cell() { tail -1 "$1" | awk -F, '{print $NF}'; }
@@ -42,8 +42,8 @@ MEMOPT_CE=loop MEMOPT_GEMM_TABLE=0 "$M" sweep "${TINY[@]}" --csv "$tmp/knob.csv"
 [ "$(grep -c '^[0-9]' "$tmp/knob.csv")" = 2 ] && ok || bad "sweep --resume skipped a configuration under other knobs"
 
 # 3. README's knob list is the table's.
-table=$(grep -o '{"MEMOPT_[A-Z_]*"' "$SRC/kernels/knobs.c" | tr -d '{"' | sort)
-readme=$(sed -n '/^\*\*Knobs and probes/,/^Probes:/p' "$SRC/README.md" | grep -o '^- `MEMOPT_[A-Z_]*' | sed 's/^- `//' | sort)
+table=$(grep -o '{"MEMOPT_[A-Z0-9_]*"' "$SRC/kernels/knobs.c" | tr -d '{"' | sort)
+readme=$(sed -n '/^\*\*Knobs and probes/,/^Probes:/p' "$SRC/README.md" | grep -o '^- `MEMOPT_[A-Z0-9_]*' | sed 's/^- `//' | sort)
 [ -n "$table" ] && [ "$table" = "$readme" ] && ok || bad "README's knob list differs from kernels/knobs.c: table [$table] README [$readme]"
 
 # 4. The committed results files still read (compare each with itself).

@@ -15,7 +15,8 @@
 #   "bench" times make bench; "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
 #   (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
 #   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log); "mlp" the
-#   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them
+#   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them; "attnimpl" the
+#   fused attention's TF32 kernels tested, then the tf32 / bf16 / T 2048 fused steps beside PyTorch
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -240,6 +241,22 @@ if has peerlite; then
   # the PyTorch rows of the issue's targets (fp32 and TF32, both attention forms), beside the gpt stage
   PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-gpt2-124m.csv" \
     --attn materialized,fused --precision fp32,tf32 2>&1 | tail -8
+fi
+if has attnimpl; then
+  # issue 17: the TF32 tensor-core fused attention (and MEMOPT_ATTN_TF32=0, the fp32 CUDA-core kernels, for
+  # the A/B) against the cpu reference, then the step medians beside the PyTorch peer in the same call
+  (cd $B && timeout 200 ./gpu_ops_gemm_attn >"$R/gpu_ops_gemm_attn.log" 2>&1; echo "gpu_ops_gemm_attn exit $?")
+  grep -E "FAIL|fused (forward|backward) tf32|passed|failed" "$R/gpu_ops_gemm_attn.log" | head -40
+  A() { $M run --preset gpt2-124m --steps 10 --warmup 3 --csv "$R/attnimpl.csv" "$@" | grep -E "step:" | sed "s/^/$* : /"; }
+  A --precision tf32 --attn fused
+  MEMOPT_ATTN_TF32=0 A --precision tf32 --attn fused
+  A --precision fp32 --attn fused
+  A --precision bf16 --attn fused
+  A --precision bf16 --attn fused --seq 2048 --batch 4
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-attnimpl.csv" \
+    --attn fused --precision tf32,bf16 2>&1 | tail -4
+  PYTHONUNBUFFERED=1 timeout 90 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-attnimpl.csv" \
+    --attn fused --precision bf16 --seq 2048 --batch 4 2>&1 | tail -2
 fi
 if has claims && [ "${MEMOPT_SESSION_BUDGET_S:-100000}" -gt "$SECONDS" ]; then
   $M claims --preset gpt2-124m --out-dir $R/claims 2>&1 | tail -40
