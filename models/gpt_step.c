@@ -12,7 +12,9 @@
 // column-parallel input gradients d(ln1), d(ln2) before the LayerNorm backward (backward). Everything
 // else (embeddings, LayerNorms, residual stream, the LM head) is replicated: the same compute and the
 // same gradients on every tp rank. Pipeline: the stage runs its blocks only; activations (B/accum,T,C)
-// go to the next stage and their gradients come back, in the 1F1B order (pipeline() below).
+// go to the next stage and their gradients come back, in the 1F1B order. The order of it all (micro-
+// batches, checkpoint segments, the pipeline, the update) is the generic schedule's
+// (strategies/schedule.h); this file gives it GPT's embedding, blocks and head.
 #include "gpt.h"
 
 #include <math.h>

@@ -8,7 +8,9 @@
 // checkpoint segments (full, every:K, sqrt, segments:N: each segment's input kept, the segment recomputed in
 // backward), gradient accumulation, fp32/tf32/fp16/bf16 (16-bit activations and working weights,
 // fp32 master weights, gradients and Adam state; fp16 with the dynamic loss scaler), clipping and
-// AdamW. It has no attention (--attn and selective are refused) and no split yet (--tp/--pp refused).
+// AdamW, all of it the generic schedule's (strategies/schedule.h: this file gives it the input layer,
+// the blocks and the head). It has no attention (--attn and selective are refused) and no split yet
+// (--tp/--pp refused).
 #include "models/model.h"
 #include "models/rng.h"
 
