@@ -1,5 +1,5 @@
 // Where a model's checkpoint segments lie over its L blocks, for every --ckpt policy: one place for
-// gpt_step.c and mlp.c (and their recompute FLOPs). Blocks [0, blocks) form checkpointed segments of
+// the generic schedule (strategies/schedule.c) and the models' recompute FLOPs. Blocks [0, blocks) form checkpointed segments of
 // len blocks (the last one shorter when len does not divide blocks): each segment keeps only its
 // input in forward and is recomputed in backward. Blocks [blocks, L) keep all their activations.
 //   none, selective: len 0, blocks 0 (selective drops its attention tensors elsewhere)

@@ -20,7 +20,7 @@
 //       column-parallel GEMMs' partial input gradients, before the LayerNorm backward. Checkpoint
 //       recompute repeats the forward all-reduces. Per block per micro-batch: 4 all-reduces of
 //       (B/accum)*T*C floats (2 forward, 2 backward; recompute adds up to 2).
-//   pp  1F1B (models/gpt_step.c): activations (B/accum, T, C) forward, their gradients back, by
+//   pp  1F1B (strategies/schedule.c): activations (B/accum, T, C) forward, their gradients back, by
 //       send/recv and sendrecv between neighbouring stages of the same tp index. Stage s holds at most
 //       min(pp - s, accum) micro-batches' activations at once (GPipe would hold accum on every stage).
 //   wte the first and last stage's wte gradients are summed (all-reduce of the two; Megatron's

@@ -12,7 +12,9 @@
 // column-parallel input gradients d(ln1), d(ln2) before the LayerNorm backward (backward). Everything
 // else (embeddings, LayerNorms, residual stream, the LM head) is replicated: the same compute and the
 // same gradients on every tp rank. Pipeline: the stage runs its blocks only; activations (B/accum,T,C)
-// go to the next stage and their gradients come back, in the 1F1B order (pipeline() below).
+// go to the next stage and their gradients come back, in the 1F1B order. The order of it all (micro-
+// batches, checkpoint segments, the pipeline, the update) is the generic schedule's
+// (strategies/schedule.h); this file gives it GPT's embedding, blocks and head.
 #include "gpt.h"
 
 #include <math.h>
@@ -24,11 +26,13 @@
 #include "step_ops.h"
 #include "kernels/cost.h"
 #include "strategies/comm.h"
+#include "strategies/schedule.h"
 
-// The tensors one block produces. in is not owned: it is the previous block's out (or the
-// embedding output) and is freed by this block's backward, after its last reader.
+// The tensors one block produces (the schedule's block state, strategies/schedule.h). in is not
+// owned: it is the schedule's x[l] (the previous block's out, or the embedding output); out is handed
+// to the schedule as x[l+1] once made.
 typedef struct block_acts {
-    void *in;                           // (B,T,C) dt
+    const void *in;                     // (B,T,C) dt
     void *ln1;                          // (B,T,C) dt
     float *ln1_mean, *ln1_rstd;         // (B,T), (B,T) fp32
     void *qkv;                          // (B,T,3C) dt
@@ -38,24 +42,21 @@ typedef struct block_acts {
     void *ln2;                          // (B,T,C) dt
     float *ln2_mean, *ln2_rstd;         // (B,T), (B,T) fp32
     void *fch, *fch_gelu;               // (B,T,4C) dt pre-activation and GELU
-    void *out;                          // (B,T,C) dt resid2 + fcproj(fch_gelu)
+    void *out;                          // (B,T,C) dt resid2 + fcproj(fch_gelu), until handed over
     void *d4, *dC, *dqkv;               // backward scratch (B,T,4C), (B,T,C), (B,T,3C) dt: here so an
                                         // out-of-memory midway is unwound by block_free_internals
 } block_acts;
 
+// One micro-batch's own tensors (the schedule's slot state).
 typedef struct step_state {
-    mo_gpt *m;
     int Bm, N;          // micro-batch, rows = Bm*T
-    int micro;          // which micro-batch
-    block_acts *acts;   // (L)
-    void *enc;          // (B,T,C) dt embedding output (acts[0].in)
+    void *enc;          // (B,T,C) dt embedding output, until handed over as x[0]
     void *lnf;          // (B,T,C) dt
     float *lnf_mean, *lnf_rstd; // (B,T) fp32
     void *logits;       // (B,T,V) dt; dlogits in backward
     void *dhead;        // (B,T,C) dt d(lnf) in backward
-    void *dresid;       // (B,T,C) dt the residual stream's gradient in backward (given by the next
-                        // stage on a split one; left for the previous stage after a non-first stage)
-    double recompute_ms;
+    void *dresid;       // (B,T,C) dt the residual stream's gradient, until handed over
+    double recompute_ms; // selective checkpointing's attention recompute
 } step_state;
 
 // OP / OP_CTX (an op, timed and named in the allocation trace), PHASE, act_alloc, stat_alloc and
@@ -66,8 +67,6 @@ typedef struct step_state {
 static int tp_of(const mo_gpt *m) { return m->shard ? m->shard->tp : 1; }
 static int tp_rank_of(const mo_gpt *m) { return m->shard ? m->shard->tp_rank : 0; }
 static int layers_of(const mo_gpt *m) { return m->shard ? m->shard->layers : m->cfg.layers; }
-static int is_first(const mo_gpt *m) { return !m->shard || m->shard->first; }
-static int is_last(const mo_gpt *m) { return !m->shard || m->shard->last; }
 
 // Whether this step fuses the residual adds and the GELU backward into its GEMMs (ctx.h's
 // fuse_epilogues: by default in 16 bits only).
@@ -253,61 +252,63 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, G[GPT_LN1W] + (size_t)l * C, G[GPT_LN1B] + (size_t)l * C,
                                                  a->dC, a->in, W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, N, C));
     act_free(m, &a->dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
-    act_free(m, &a->in);
+    a->in = NULL; // the schedule frees it
     return MO_OK;
 }
 
-// Frees whatever is still live (all of it after a failure): each in is the previous out, so an
-// in is freed only where it is not also the previous block's out.
-static void free_all(step_state *s) {
-    mo_gpt *m = s->m;
-    int L = layers_of(m);
-    if (s->acts) {
-        for (int l = 0; l < L; l++) {
-            block_acts *a = &s->acts[l];
-            block_free_internals(m, a);
-            if (a->in && (l == 0 || a->in != s->acts[l - 1].out)) mo_free(m->ctx->alloc, a->in);
-            a->in = NULL;
-        }
-        for (int l = 0; l < L; l++) act_free(m, &s->acts[l].out);
-    }
-    act_free(m, &s->enc);
-    act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd); act_free(m, &s->logits);
-    act_free(m, &s->dhead); act_free(m, &s->dresid);
+// ---- the schedule's callbacks (strategies/schedule.h) ----------------------------------------------
+// The schedule drives the step: accumulation, the checkpoint segments, the 1F1B pipeline over the
+// stages (a stage after the first gets x[0] from the previous one; a stage before the last sends x[L]
+// and runs no head). GPT's own options stay here: selective checkpointing (the KEEP mode drops the
+// attention probabilities; block_backward recomputes them) and the tp all-reduces inside the blocks.
+
+static step_state *slot_of(mo_gpt *m, void *sp) {
+    step_state *s = sp;
+    s->Bm = m->cfg.batch / m->cfg.accum;
+    s->N = s->Bm * m->cfg.seq;
+    return s;
 }
 
-// A stage after the first finds its input (the previous stage's output) in s->enc; a stage before
-// the last leaves its output in acts[L-1].out (to send) and computes no loss.
-static mo_status forward(step_state *s) {
-    mo_gpt *m = s->m;
+// The embedding (the first stage): enc = wte[tokens] + wpe.
+static mo_status sched_input_fwd(void *mp, void *sp, int micro, void **x0) {
+    mo_gpt *m = mp;
+    step_state *s = slot_of(m, sp);
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
-    size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
-    mo_ckpt_layout K = segment_layout(m);
-    mo_cost_set_region(x, MO_COST_BODY); // the cost trace's part of the step (kernels/cost.h)
-    PHASE(m, "forward");
-    if (is_first(m)) {
-        MO_TRY(act_alloc(m, NC, &s->enc));
-        OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
-                                                         m->wparam_ptr[GPT_WPE], s->Bm, T, C));
+    size_t off = (size_t)micro * s->N;
+    MO_TRY(act_alloc(m, (size_t)s->N * c->hidden, &s->enc));
+    OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
+                                                     m->wparam_ptr[GPT_WPE], s->Bm, c->seq, c->hidden));
+    *x0 = s->enc;
+    s->enc = NULL; // the schedule's from here on
+    return MO_OK;
+}
+
+static mo_status sched_block_fwd(void *mp, void *sp, void *bp, int l, int micro, const void *in, void **out,
+                                 mo_sched_fwd mode) {
+    mo_gpt *m = mp;
+    step_state *s = slot_of(m, sp);
+    block_acts *a = bp;
+    (void)micro;
+    a->in = in;
+    MO_TRY(block_forward(m, s, l, a, mode != MO_SCHED_FWD_RECOMPUTE_NO_OUT));
+    if (mode != MO_SCHED_FWD_RECOMPUTE_NO_OUT) {
+        *out = a->out;
+        a->out = NULL;
     }
-    for (int l = 0; l < L; l++) {
-        block_acts *a = &s->acts[l];
-        a->in = l == 0 ? s->enc : s->acts[l - 1].out;
-        if (l == 0) s->enc = NULL; // owned by acts[0] from here on
-        MO_TRY(block_forward(m, s, l, a, 1));
-        if (l < K.blocks) { // in a checkpointed segment
-            block_free_internals(m, a);
-            // Only a segment's first input is kept; the inputs inside a segment are recomputed.
-            if (l % K.len != 0) { act_free(m, &a->in); s->acts[l - 1].out = NULL; }
-        } else if (c->ckpt == MO_CKPT_SELECTIVE && !c->attn_fused) {
-            act_free(m, &a->att);
-        }
-    }
-    if (!is_last(m)) return MO_OK;
-    mo_cost_set_region(x, MO_COST_HEAD);
-    void *last = s->acts[L - 1].out;
+    if (mode == MO_SCHED_FWD_DROP) block_free_internals(m, a);
+    else if (mode == MO_SCHED_FWD_KEEP && m->cfg.ckpt == MO_CKPT_SELECTIVE && !m->cfg.attn_fused) act_free(m, &a->att);
+    return MO_OK;
+}
+
+// The head (the last stage): the final LayerNorm, the tied LM head and the cross-entropy.
+static mo_status sched_head_fwd(void *mp, void *sp, int micro, const void *last) {
+    mo_gpt *m = mp;
+    step_state *s = slot_of(m, sp);
+    const mo_gpt_config *c = &m->cfg;
+    mo_ctx *x = m->ctx;
+    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab;
+    size_t NC = (size_t)N * C, off = (size_t)micro * N;
     MO_TRY(act_alloc(m, NC, &s->lnf));
     MO_TRY(stat_alloc(m, (size_t)N, &s->lnf_mean));
     MO_TRY(stat_alloc(m, (size_t)N, &s->lnf_rstd));
@@ -319,175 +320,85 @@ static mo_status forward(step_state *s) {
     // the loss scale (1 unless fp16's scaler is on), so that small gradients stay representable.
     float dloss = m->loss_scale / ((float)c->batch * (float)T);
     OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, s->Bm, T, V, dloss));
-    mo_cost_set_region(x, MO_COST_BODY);
     return MO_OK;
 }
 
-// A stage before the last finds d(its output) in s->dresid (received); a stage after the first leaves
-// d(its input) there (to send).
-static mo_status backward(step_state *s) {
-    mo_gpt *m = s->m;
+static mo_status sched_head_bwd(void *mp, void *sp, int micro, const void *last, void **d) {
+    mo_gpt *m = mp;
+    step_state *s = slot_of(m, sp);
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab, L = layers_of(m);
-    size_t NC = (size_t)N * C, off = (size_t)s->micro * N;
-    mo_ckpt_layout K = segment_layout(m);
-    mo_cost_set_region(x, MO_COST_HEAD);
-    PHASE(m, "backward");
-    if (is_last(m)) {
-        // logits now hold dlogits.
-        MO_TRY(act_alloc(m, NC, &s->dhead));
-        OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->dhead, m->grad_ptr[GPT_WTE], NULL, s->logits, s->lnf,
-                                        m->wparam_ptr[GPT_WTE], N, C, V));
-        act_free(m, &s->logits);
-        MO_TRY(act_alloc(m, NC, &s->dresid));
-        OP(MO_PROF_ELEMENTWISE, mo_memset_zero(x, s->dresid, NC * mo_dtype_size(DT)));
-        OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
-                                                     s->dhead, s->acts[L - 1].out, m->wparam_ptr[GPT_LNFW], s->lnf_mean,
-                                                     s->lnf_rstd, N, C));
-        act_free(m, &s->dhead); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
-        act_free(m, &s->acts[L - 1].out);
-    }
-    mo_cost_set_region(x, MO_COST_BODY);
-    void *dresid = s->dresid;
-    mo_status st = MO_OK;
-    // The blocks outside checkpointed segments (all of them under none and selective), then the
-    // segments, last first: each recomputed, then its backward.
-    for (int l = L - 1; l >= K.blocks && st == MO_OK; l--) {
-        st = block_backward(m, s, l, &s->acts[l], dresid);
-        if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
-    }
-    for (int g = mo_ckpt_layout_segments(K) - 1; g >= 0 && st == MO_OK; g--) {
-        int a0 = g * K.len, b0 = a0 + K.len - 1 < K.blocks - 1 ? a0 + K.len - 1 : K.blocks - 1;
-        mo_timer t;
-        MO_TRY(mo_timer_init(x, &t));
-        st = mo_timer_start(x, &t);
-        PHASE(m, "recompute");
-        for (int l = a0; l <= b0 && st == MO_OK; l++) {
-            if (l > a0) s->acts[l].in = s->acts[l - 1].out;
-            st = block_forward(m, s, l, &s->acts[l], l < b0);
-        }
-        double ms = 0;
-        if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
-        mo_timer_destroy(&t);
-        s->recompute_ms += ms;
-        PHASE(m, "backward");
-        for (int l = b0; l >= a0 && st == MO_OK; l--) {
-            st = block_backward(m, s, l, &s->acts[l], dresid);
-            if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
-        }
-    }
-    if (!is_first(m)) return st; // s->dresid: d(input), for the previous stage
-    if (st == MO_OK) st = mo_prof_begin(x, MO_PROF_ELEMENTWISE);
-    if (st == MO_OK)
-        st = mo_encoder_backward_mixed(x, DT, m->grad_ptr[GPT_WTE], m->grad_ptr[GPT_WPE], dresid, m->inputs + off,
-                                       m->inputs_host ? m->inputs_host + off : NULL, s->Bm, T, C, V); // NULL on dry
-    if (st == MO_OK) st = mo_prof_end(x);
-    act_free(m, &s->dresid);
-    return st;
-}
-
-// ---- the pipeline (pp > 1): 1F1B ------------------------------------------------------------------
-// Stage st of P runs min(P-st-1, M) forwards (warm-up), then alternates one forward and one backward,
-// then runs the remaining backwards (cool-down): the non-interleaved 1F1B schedule of PipeDream-Flush
-// (Narayanan et al. 2021) and Megatron-LM, the same gradients as GPipe (all forwards, then all
-// backwards) with the same bubble, but stage st holds at most min(P - st, M) micro-batches'
-// activations at once (stage 0: P, against GPipe's M). Sends and receives pair one-to-one between
-// neighbours (Megatron's send_forward_recv_backward / send_backward_recv_forward are sendrecvs here),
-// so the blocking point-to-point ops never deadlock.
-
-static size_t stage_bytes(const step_state *s) { return (size_t)s->N * s->m->cfg.hidden * mo_dtype_size(s->m->cfg.dtype); }
-
-// recv_forward: the previous stage's output into s->enc (the input of this stage's first block).
-static mo_status recv_input(step_state *s) {
-    mo_gpt *m = s->m;
-    const mo_gpt_shard *sh = m->shard;
-    if (sh->first) return MO_OK;
-    MO_TRY(act_alloc(m, (size_t)s->N * m->cfg.hidden, &s->enc));
-    return mo_comm_recv(sh->pp_comm, s->enc, stage_bytes(s), sh->stage - 1);
-}
-
-// send_forward: this stage's output to the next stage, then freed (no backward reads it).
-static mo_status send_output(step_state *s) {
-    mo_gpt *m = s->m;
-    const mo_gpt_shard *sh = m->shard;
-    if (sh->last) return MO_OK;
-    void **out = &s->acts[sh->layers - 1].out;
-    MO_TRY(mo_comm_send(sh->pp_comm, *out, stage_bytes(s), sh->stage + 1));
-    act_free(m, out);
+    int N = s->N, C = c->hidden, V = c->vocab;
+    size_t NC = (size_t)N * C;
+    (void)micro;
+    // logits now hold dlogits.
+    MO_TRY(act_alloc(m, NC, &s->dhead));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->dhead, m->grad_ptr[GPT_WTE], NULL, s->logits, s->lnf,
+                                    m->wparam_ptr[GPT_WTE], N, C, V));
+    act_free(m, &s->logits);
+    MO_TRY(act_alloc(m, NC, &s->dresid));
+    OP(MO_PROF_ELEMENTWISE, mo_memset_zero(x, s->dresid, NC * mo_dtype_size(DT)));
+    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
+                                                 s->dhead, last, m->wparam_ptr[GPT_LNFW], s->lnf_mean,
+                                                 s->lnf_rstd, N, C));
+    act_free(m, &s->dhead); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
+    *d = s->dresid;
+    s->dresid = NULL; // the schedule's from here on
     return MO_OK;
 }
 
-// send_forward_recv_backward: f's output out, d(output) of b in (b->dresid).
-static mo_status send_output_recv_grad(step_state *f, step_state *b) {
-    mo_gpt *m = f->m;
-    const mo_gpt_shard *sh = m->shard;
-    if (sh->last) return MO_OK; // the loss makes the last stage's gradient
-    void **out = &f->acts[sh->layers - 1].out;
-    MO_TRY(act_alloc(m, (size_t)b->N * m->cfg.hidden, &b->dresid));
-    MO_TRY(mo_comm_sendrecv(sh->pp_comm, *out, stage_bytes(f), sh->stage + 1, b->dresid, stage_bytes(b), sh->stage + 1));
-    act_free(m, out);
-    return MO_OK;
+static mo_status sched_block_bwd(void *mp, void *sp, void *bp, int l, int micro, const void *in, void *d) {
+    mo_gpt *m = mp;
+    block_acts *a = bp;
+    (void)micro;
+    a->in = in;
+    return block_backward(m, slot_of(m, sp), l, a, d);
 }
 
-// recv_backward: d(output) of b from the next stage.
-static mo_status recv_grad(step_state *b) {
-    mo_gpt *m = b->m;
-    const mo_gpt_shard *sh = m->shard;
-    if (sh->last) return MO_OK;
-    MO_TRY(act_alloc(m, (size_t)b->N * m->cfg.hidden, &b->dresid));
-    return mo_comm_recv(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage + 1);
+// The embedding's backward (the first stage): wte and wpe gradients from d(enc).
+static mo_status sched_input_bwd(void *mp, void *sp, int micro, const void *dresid) {
+    mo_gpt *m = mp;
+    step_state *s = slot_of(m, sp);
+    const mo_gpt_config *c = &m->cfg;
+    mo_ctx *x = m->ctx;
+    size_t off = (size_t)micro * s->N;
+    MO_TRY(mo_prof_begin(x, MO_PROF_ELEMENTWISE));
+    MO_TRY(mo_encoder_backward_mixed(x, DT, m->grad_ptr[GPT_WTE], m->grad_ptr[GPT_WPE], dresid, m->inputs + off,
+                                     m->inputs_host ? m->inputs_host + off : NULL, s->Bm, c->seq, c->hidden,
+                                     c->vocab)); // NULL on dry
+    return mo_prof_end(x);
 }
 
-// send_backward (f == NULL) or send_backward_recv_forward: d(input) of b out, then freed; f's input in.
-static mo_status send_grad_recv_input(step_state *b, step_state *f) {
-    mo_gpt *m = b->m;
-    const mo_gpt_shard *sh = m->shard;
-    if (sh->first) return MO_OK; // the embedding took d(input)
-    // Allocate before the op, as the other stage helpers do: an out-of-memory after the communicator's
-    // entry barrier would leave the previous stage waiting in its sendrecv forever.
-    if (f) MO_TRY(act_alloc(m, (size_t)f->N * m->cfg.hidden, &f->enc));
-    if (f) {
-        MO_TRY(mo_comm_sendrecv(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage - 1, f->enc, stage_bytes(f),
-                                sh->stage - 1));
-    } else {
-        MO_TRY(mo_comm_send(sh->pp_comm, b->dresid, stage_bytes(b), sh->stage - 1));
-    }
-    act_free(m, &b->dresid);
-    return MO_OK;
+static void sched_block_unwind(void *mp, void *bp) {
+    mo_gpt *m = mp;
+    block_acts *a = bp;
+    block_free_internals(m, a);
+    act_free(m, &a->out);
+    a->in = NULL;
 }
 
-static mo_status pipeline(step_state *slot, int nslots) {
-    mo_gpt *m = slot[0].m;
-    const mo_gpt_shard *sh = m->shard;
-    int P = sh->pp, M = m->cfg.accum;
-    int warm = P - sh->stage - 1 < M ? P - sh->stage - 1 : M, rem = M - warm;
-#define SLOT(k) (&slot[(k) % nslots])
-    for (int i = 0; i < warm; i++) {
-        step_state *f = SLOT(i);
-        f->micro = i;
-        MO_TRY(recv_input(f));
-        MO_TRY(forward(f));
-        MO_TRY(send_output(f));
-    }
-    if (rem > 0) MO_TRY(recv_input(SLOT(warm)));
-    for (int i = 0; i < rem; i++) {
-        step_state *f = SLOT(warm + i), *b = SLOT(i);
-        f->micro = warm + i;
-        MO_TRY(forward(f));
-        MO_TRY(send_output_recv_grad(f, b));
-        MO_TRY(backward(b));
-        MO_TRY(send_grad_recv_input(b, i + 1 < rem ? SLOT(warm + i + 1) : NULL));
-    }
-    for (int i = 0; i < warm; i++) {
-        step_state *b = SLOT(rem + i);
-        MO_TRY(recv_grad(b));
-        MO_TRY(backward(b));
-        MO_TRY(send_grad_recv_input(b, NULL));
-    }
-#undef SLOT
-    return MO_OK;
+static void sched_slot_unwind(void *mp, void *sp) {
+    mo_gpt *m = mp;
+    step_state *s = sp;
+    act_free(m, &s->enc);
+    act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd); act_free(m, &s->logits);
+    act_free(m, &s->dhead); act_free(m, &s->dresid);
+    m->recompute_ms += s->recompute_ms; // selective's, of the micro-batches this slot ran
+    s->recompute_ms = 0;
 }
+
+static const mo_sched_model gpt_sched = {
+    .slot_bytes = sizeof(step_state),
+    .block_bytes = sizeof(block_acts),
+    .input_fwd = sched_input_fwd,
+    .block_fwd = sched_block_fwd,
+    .head_fwd = sched_head_fwd,
+    .head_bwd = sched_head_bwd,
+    .block_bwd = sched_block_bwd,
+    .input_bwd = sched_input_bwd,
+    .block_unwind = sched_block_unwind,
+    .slot_unwind = sched_slot_unwind,
+};
 
 // The tied embedding: the first stage's wte gradient (the embedding's) plus the last stage's (the LM
 // head's), summed on both (Megatron's embedding group), so both copies take the same update.
@@ -501,40 +412,16 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
     const mo_gpt_shard *sh = m->shard;
-    // One micro-batch in flight (no pipeline), or min(P - stage, M) on a pipeline stage.
-    int nslots = 1;
-    if (sh && sh->pp > 1) nslots = sh->pp - sh->stage < c->accum ? sh->pp - sh->stage : c->accum;
-    step_state *slot = calloc((size_t)nslots, sizeof *slot);
-    if (!slot) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
-    mo_status st = MO_OK;
-    for (int i = 0; i < nslots; i++) {
-        slot[i].m = m;
-        slot[i].Bm = c->batch / c->accum;
-        slot[i].N = slot[i].Bm * c->seq;
-        slot[i].acts = calloc((size_t)layers_of(m), sizeof *slot[i].acts);
-        if (!slot[i].acts) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
-    }
-    mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients: the optimizer's part of the step
-    if (st == MO_OK) st = mo_memset_zero(x, m->grads, m->num_params * sizeof(float));
-    mo_cost_set_region(x, MO_COST_BODY);
-    if (nslots == 1 && !(sh && sh->pp > 1)) {
-        step_state *s = &slot[0];
-        for (int k = 0; k < c->accum && st == MO_OK; k++) {
-            s->micro = k;
-            st = forward(s);
-            if (st == MO_OK) st = backward(s);
-            free_all(s); // a failure (out of memory) unwinds every live activation
-        }
-    } else if (st == MO_OK) {
-        st = pipeline(slot, nslots);
-    }
-    m->recompute_ms = 0;
-    for (int i = 0; i < nslots; i++) {
-        if (slot[i].acts) free_all(&slot[i]);
-        m->recompute_ms += slot[i].recompute_ms;
-        free(slot[i].acts);
-    }
-    free(slot);
+    mo_sched_config sc = {
+        .ctx = x, .blocks = layers_of(m), .accum = c->accum, .seg = segment_layout(m),
+        .grads = m->grads, .n_grads = m->num_params,
+        .pp = sh ? sh->pp : 1, .stage = sh ? sh->stage : 0, .pp_comm = sh ? sh->pp_comm : NULL,
+        .stream_elems = (size_t)(c->batch / c->accum) * c->seq * c->hidden, .dt = DT,
+    };
+    m->recompute_ms = 0; // selective's adds up in slot_unwind
+    double seg_ms = 0;
+    mo_status st = mo_sched_forward_backward(&sc, &gpt_sched, m, &seg_ms);
+    m->recompute_ms += seg_ms;
     MO_TRY(st);
     MO_TRY(tie_embedding(m));
     size_t BT = (size_t)c->batch * c->seq;
@@ -549,103 +436,39 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
     return st;
 }
 
-// The squared gradient norm of the whole split model, the same on every rank: each rank sums its
-// own tensors once (the tp-split ones on every rank, the replicated ones on tp rank 0, the tied wte
-// on the first stage), then every rank gathers all W partial sums (each as two floats, hi + lo, ~48
-// bits) and adds them in rank order.
-static mo_status split_sumsq(mo_gpt *m, double *ss) {
-    const mo_gpt_shard *sh = m->shard;
-    double local = 0;
-    for (int p = 0; p < GPT_NPARAMS; p++) {
-        if (!m->param_sizes[p]) continue;
-        if (!gpt_param_is_tp_split(p) && sh->tp_rank != 0) continue;
-        if (p == GPT_WTE && !sh->first) continue;
-        double v = 0;
-        OP_CTX(m->ctx, MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &v, m->grad_ptr[p], m->param_sizes[p]));
-        local += v;
-    }
-    if (sh->world == 1) { *ss = local; return MO_OK; }
-    int W = sh->world;
-    float *all = malloc((size_t)W * 2 * sizeof(float)), mine[2];
-    if (!all) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the gradient norm");
-    mine[0] = (float)local;
-    mine[1] = (float)(local - (double)mine[0]);
-    void *dev = NULL;
-    mo_status st = mo_scratch_alloc(m->ctx, (size_t)W * 2 * sizeof(float), &dev);
-    float *d = dev;
-    if (st == MO_OK) st = mo_memcpy_h2d(m->ctx, d + 2 * sh->rank, mine, sizeof mine);
-    if (st == MO_OK) st = mo_comm_allgather(sh->world_comm, d + 2 * sh->rank, d, 2);
-    if (st == MO_OK) st = mo_memcpy_d2h(m->ctx, all, d, (size_t)W * 2 * sizeof(float));
-    if (dev) mo_scratch_free(m->ctx, dev);
-    double sum = 0;
-    for (int r = 0; r < W; r++) sum += (double)all[2 * r] + (double)all[2 * r + 1];
-    free(all);
-    *ss = sum;
-    return st;
-}
-
-// *flag := 1 on every rank if it is non-zero on any rank (a world all-reduce of 0/1 as fp32): the loss
-// scaler of a split must skip, halve and grow on all ranks together, or their scales and weights part.
-static mo_status split_any(mo_gpt *m, int *flag) {
-    const mo_gpt_shard *sh = m->shard;
-    void *dev = NULL;
-    float v = *flag ? 1.0f : 0.0f;
-    MO_TRY(mo_scratch_alloc(m->ctx, sizeof(float), &dev));
-    mo_status st = mo_memcpy_h2d(m->ctx, dev, &v, sizeof v);
-    if (st == MO_OK) st = mo_comm_allreduce_sum(sh->world_comm, (float *)dev, 1);
-    if (st == MO_OK && m->ctx->backend != MO_BACKEND_DRY) st = mo_memcpy_d2h(m->ctx, &v, dev, sizeof v);
-    mo_status st2 = mo_scratch_free(m->ctx, dev);
-    if (st != MO_OK) return st;
-    *flag = v > 0;
-    return st2;
-}
-
-// The loss scaler's verdict on the gradients of this step (fp16): 1 when the update must be skipped.
-// An inf or NaN anywhere halves the scale; scaler_interval clean steps in a row double it.
-static mo_status scaler_check(mo_gpt *m, int *skip) {
-    *skip = 0;
-    if (!m->cfg.loss_scaling) return MO_OK;
-    int bad = 0;
-    OP_CTX(m->ctx, MO_PROF_OPTIMIZER, mo_nonfinite(m->ctx, m->grads, m->num_params, &bad));
-    // The test hook is ignored on dry: there the verdict does not travel (nothing moves), so one rank's
-    // injected inf would leave the others waiting in the norm's all-gather.
-    if (m->inject_nonfinite && m->ctx->backend != MO_BACKEND_DRY) bad = 1;
-    m->inject_nonfinite = 0;
-    if (m->shard && m->shard->world > 1) MO_TRY(split_any(m, &bad)); // one verdict for every rank
-    if (bad) {
-        m->loss_scale *= 0.5f;
-        m->scaler_clean = 0;
-        m->skipped_steps++;
-        *skip = 1;
-    } else if (++m->scaler_clean >= m->cfg.scaler_interval) {
-        m->loss_scale *= 2.0f;
-        m->scaler_clean = 0;
-    }
-    return MO_OK;
-}
-
+// The update: the schedule's (strategies/schedule.h), over the whole buffer, or on a split over the
+// rank's tensors as parameter groups for the global norm: the tp-split ones counted on every rank, the
+// replicated ones on tp rank 0, the tied wte on the first stage; the loss scaler's verdict and the norm
+// over the world.
 mo_status mo_gpt_update(mo_gpt *m) {
     const mo_gpt_config *c = &m->cfg;
-    mo_ctx *x = m->ctx;
-    // The gradients carry the loss scale of the step that made them (the scaler changes it below).
-    float scale_used = m->loss_scale;
-    mo_cost_set_region(x, MO_COST_OPTIMIZER); // until the next forward
-    int skip = 0;
-    PHASE(m, "optimizer");
-    MO_TRY(scaler_check(m, &skip));
-    m->last_skipped = skip;
-    if (skip) { m->last_grad_norm = NAN; return MO_OK; }
-    double ss = 0;
-    if (m->shard) MO_TRY(split_sumsq(m, &ss));
-    else OP(MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &ss, m->grads, m->num_params));
-    double norm = sqrt(ss) / scale_used;
-    m->last_grad_norm = m->ctx->backend == MO_BACKEND_DRY ? NAN : norm;
-    float scale = 1.0f / scale_used; // unscale, then clip
-    if (c->grad_clip > 0 && norm > c->grad_clip) scale = (float)(c->grad_clip / norm) / scale_used;
-    m->step++;
-    OP(MO_PROF_OPTIMIZER, mo_adamw_mixed(m->ctx, DT, m->params, m->wparams, m->grads, m->adam_m, m->adam_v,
-                                         m->num_params, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, m->step,
-                                         scale));
+    const mo_gpt_shard *sh = m->shard;
+    mo_sched_group groups[GPT_NPARAMS];
+    for (int p = 0; p < GPT_NPARAMS; p++) {
+        groups[p].grad = m->grad_ptr[p];
+        groups[p].n = m->param_sizes[p];
+        groups[p].counted = sh && (gpt_param_is_tp_split(p) || sh->tp_rank == 0) && (p != GPT_WTE || sh->first);
+    }
+    mo_sched_optim o = {
+        .ctx = m->ctx, .dt = DT, .params = m->params, .grads = m->grads, .adam_m = m->adam_m, .adam_v = m->adam_v,
+        .wparams = m->wparams, .n = m->num_params, .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+        .weight_decay = c->weight_decay, .grad_clip = c->grad_clip,
+        .groups = sh ? groups : NULL, .n_groups = sh ? GPT_NPARAMS : 0,
+        .world = sh && sh->world > 1 ? sh->world_comm : NULL, .world_size = sh ? sh->world : 1, .rank = sh ? sh->rank : 0,
+    };
+    // The scaler's state lives in mo_gpt's documented fields (tests read and set them).
+    mo_sched_scaler sc = {.on = c->loss_scaling, .scale = m->loss_scale, .clean = m->scaler_clean,
+                          .interval = c->scaler_interval > 0 ? c->scaler_interval : 2000,
+                          .skipped = m->skipped_steps, .inject = m->inject_nonfinite};
+    mo_sched_update_info info = {0, NAN};
+    mo_status st = mo_sched_update(&o, &sc, &m->step, &info);
+    m->loss_scale = sc.scale;
+    m->scaler_clean = sc.clean;
+    m->skipped_steps = sc.skipped;
+    m->inject_nonfinite = sc.inject;
+    MO_TRY(st);
+    m->last_skipped = info.skipped;
+    m->last_grad_norm = info.grad_norm;
     return MO_OK;
 }
 

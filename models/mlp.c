@@ -8,7 +8,9 @@
 // checkpoint segments (full, every:K, sqrt, segments:N: each segment's input kept, the segment recomputed in
 // backward), gradient accumulation, fp32/tf32/fp16/bf16 (16-bit activations and working weights,
 // fp32 master weights, gradients and Adam state; fp16 with the dynamic loss scaler), clipping and
-// AdamW. It has no attention (--attn and selective are refused) and no split yet (--tp/--pp refused).
+// AdamW, all of it the generic schedule's (strategies/schedule.h: this file gives it the input layer,
+// the blocks and the head). It has no attention (--attn and selective are refused) and no split yet
+// (--tp/--pp refused).
 #include "models/model.h"
 #include "models/rng.h"
 
@@ -21,6 +23,7 @@
 #include "kernels/cost.h"
 #include "models/mlp.h"
 #include "models/ckpt_layout.h"
+#include "strategies/schedule.h"
 
 enum { MLP_WIN, MLP_BIN, MLP_LNW, MLP_LNB, MLP_W1, MLP_B1, MLP_W2, MLP_B2, MLP_WOUT, MLP_BOUT, MLP_NPARAMS };
 static const char *const param_names[MLP_NPARAMS] = {"win", "bin", "lnw", "lnb", "w1", "b1", "w2", "b2", "wout", "bout"};
@@ -45,8 +48,7 @@ typedef struct mlp {
     int *targets;             // (B)
     float *losses;            // (B)
     int step;
-    float loss_scale;
-    int scaler_clean, skipped_steps;
+    mo_sched_scaler scaler;   // fp16's dynamic loss scaler (off: scale 1)
     double last_loss, recompute_ms;
 } mlp;
 
@@ -206,7 +208,7 @@ static mo_status mlp_create(const mo_run_config *rc, mo_ctx *ctx, void **out) {
     MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_m, pb), fail);
     MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_v, pb), fail);
     MO_TRY_GOTO(st, mo_memset_zero(ctx, m->grads, pb), fail);
-    m->loss_scale = c->loss_scaling ? 65536.0f : 1.0f;
+    mo_sched_scaler_init(&m->scaler, c->loss_scaling, 2000);
     *out = m;
     return MO_OK;
 fail:
@@ -235,31 +237,34 @@ static mo_status mlp_set_synthetic_batch(void *p, uint64_t seed) {
 }
 
 // ---------------------------------------------------------------- the step
+// Driven by the generic schedule (strategies/schedule.h): the input layer, the blocks and the head as
+// its callbacks; the schedule owns the stream between them (each block's in and out) and its gradient.
 
-// The tensors one block produces. in is not owned: the previous block's out (or h0).
+// The tensors one block produces (the schedule's block state). in is not owned: it is the schedule's
+// x[l]; out is handed to the schedule as x[l+1] once made.
 typedef struct block_acts {
-    void *in;                 // (N,H) dt
+    const void *in;           // (N,H) dt
     void *ln;                 // (N,H) dt
     float *mean, *rstd;       // (N) fp32
     void *fch, *fch_gelu;     // (N,4H) dt
-    void *out;                // (N,H) dt in + W2 gelu(...) + b2
+    void *out;                // (N,H) dt in + W2 gelu(...) + b2, until handed over
     void *d4, *dH;            // backward scratch (N,4H), (N,H) dt
 } block_acts;
 
+// One micro-batch's own tensors (the schedule's slot state).
 typedef struct step_state {
-    mlp *m;
-    int N, micro;             // rows of the micro-batch, which micro-batch
-    block_acts *acts;         // (L)
+    int micro;                // which micro-batch
     void *xin;                // (N,I) dt the inputs cast to dt (16-bit), NULL for fp32 (read in place)
-    void *h0;                 // (N,H) dt, owned by acts[0].in after the first block
+    void *h0;                 // (N,H) dt, until handed over as x[0]
     void *logits;             // (N,K) dt; dlogits in backward
-    void *dresid;             // (N,H) dt the residual stream's gradient
-    double recompute_ms;
+    void *dresid;             // (N,H) dt the residual stream's gradient, until handed over
 } step_state;
 
-// OP (an op, timed and named in the allocation trace), PHASE, act_alloc, stat_alloc and act_free
-// are models/step_ops.h's, as in the GPT's step, on DT: the activation dtype.
+// OP (an op, timed and named in the allocation trace), act_alloc, stat_alloc and act_free are
+// models/step_ops.h's, as in the GPT's step, on DT: the activation dtype.
 #define DT (m->c.dt)
+
+static int rows_of(const mlp *m) { return m->c.B / m->c.accum; }
 
 // Parameter tensor p's slice of layer l (elem elements a layer): working copy, and gradient.
 static const void *W(mlp *m, int p, int l, size_t elem) {
@@ -279,10 +284,38 @@ static void block_free_internals(mlp *m, block_acts *a) {
     act_free(m, &a->d4); act_free(m, &a->dH);
 }
 
-static mo_status block_forward(mlp *m, step_state *s, int l, block_acts *a, int need_out) {
+static const void *inputs_of(mlp *m, step_state *s) {
+    return s->xin ? s->xin : (const void *)(m->inputs + (size_t)s->micro * rows_of(m) * m->c.I);
+}
+
+// The input layer: h0 = x Win^T + bin.
+static mo_status input_fwd(void *mp, void *sp, int micro, void **x0) {
+    mlp *m = mp;
+    step_state *s = sp;
     mo_ctx *x = m->ctx;
-    int N = s->N, H = m->c.H;
+    int N = rows_of(m), H = m->c.H, I = m->c.I;
+    s->micro = micro;
+    if (DT != MO_F32) {
+        MO_TRY(act_alloc(m, (size_t)N * I, &s->xin));
+        OP(MO_PROF_ELEMENTWISE, mo_cast_mixed(x, DT, s->xin, MO_F32, m->inputs + (size_t)micro * N * I, (size_t)N * I));
+    }
+    MO_TRY(act_alloc(m, (size_t)N * H, &s->h0));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, s->h0, NULL, inputs_of(m, s), W(m, MLP_WIN, 0, 0), W(m, MLP_BIN, 0, 0), N, I, H));
+    *x0 = s->h0;
+    s->h0 = NULL; // the schedule's from here on
+    return MO_OK;
+}
+
+// Block l: out = in + W2 gelu(W1 LN(in) + b1) + b2. RECOMPUTE_NO_OUT (the last block of a recomputed
+// segment) skips the second GEMM: backward needs fch_gelu, not out. DROP frees the internals after.
+static mo_status block_fwd(void *mp, void *sp, void *bp, int l, int micro, const void *in, void **out, mo_sched_fwd mode) {
+    mlp *m = mp;
+    block_acts *a = bp;
+    (void)sp; (void)micro;
+    mo_ctx *x = m->ctx;
+    int N = rows_of(m), H = m->c.H;
     size_t NH = (size_t)N * H, HH = (size_t)H * H;
+    a->in = in;
     MO_TRY(act_alloc(m, NH, &a->ln));
     MO_TRY(stat_alloc(m, (size_t)N, &a->mean));
     MO_TRY(stat_alloc(m, (size_t)N, &a->rstd));
@@ -292,20 +325,57 @@ static mo_status block_forward(mlp *m, step_state *s, int l, block_acts *a, int 
     MO_TRY(act_alloc(m, 4 * NH, &a->fch_gelu));
     OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->fch, a->fch_gelu, a->ln, W(m, MLP_W1, l, 4 * HH), W(m, MLP_B1, l, 4 * H), N,
                                     H, 4 * H));
-    if (!need_out) return MO_OK; // the last block of a recomputed segment: backward needs no out
+    if (mode == MO_SCHED_FWD_RECOMPUTE_NO_OUT) return MO_OK;
     MO_TRY(act_alloc(m, NH, &a->out));
     OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->out, NULL, a->fch_gelu, W(m, MLP_W2, l, 4 * HH), W(m, MLP_B2, l, H), N,
                                     4 * H, H));
     OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->out, a->out, a->in, NH));
+    *out = a->out;
+    a->out = NULL;
+    if (mode == MO_SCHED_FWD_DROP) block_free_internals(m, a);
+    return MO_OK;
+}
+
+// The head: logits = h Wout^T + bout, the softmax cross-entropy (its gradient into logits).
+static mo_status head_fwd(void *mp, void *sp, int micro, const void *h) {
+    mlp *m = mp;
+    step_state *s = sp;
+    mo_ctx *x = m->ctx;
+    int N = rows_of(m), H = m->c.H, K = m->c.K;
+    size_t off = (size_t)micro * N;
+    MO_TRY(act_alloc(m, (size_t)N * K, &s->logits));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, s->logits, NULL, h, W(m, MLP_WOUT, 0, 0), W(m, MLP_BOUT, 0, 0), N, H, K));
+    // The mean over the global batch, times the loss scale (1 unless fp16's scaler is on).
+    float dloss = m->scaler.scale / (float)m->c.B;
+    OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, N, 1, K, dloss));
+    return MO_OK;
+}
+
+static mo_status head_bwd(void *mp, void *sp, int micro, const void *h, void **d) {
+    mlp *m = mp;
+    step_state *s = sp;
+    (void)micro;
+    mo_ctx *x = m->ctx;
+    int N = rows_of(m), H = m->c.H, K = m->c.K;
+    MO_TRY(act_alloc(m, (size_t)N * H, &s->dresid));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->dresid, G(m, MLP_WOUT, 0, 0), G(m, MLP_BOUT, 0, 0), s->logits, h,
+                                    W(m, MLP_WOUT, 0, 0), N, H, K));
+    act_free(m, &s->logits);
+    *d = s->dresid;
+    s->dresid = NULL; // the schedule's from here on
     return MO_OK;
 }
 
 // dresid (N,H) holds d(out) on entry and d(in) on return (the residual passes it through; the
 // LayerNorm backward adds its part).
-static mo_status block_backward(mlp *m, int l, block_acts *a, void *dresid, int N) {
+static mo_status block_bwd(void *mp, void *sp, void *bp, int l, int micro, const void *in, void *dresid) {
+    mlp *m = mp;
+    block_acts *a = bp;
+    (void)sp; (void)micro;
     mo_ctx *x = m->ctx;
-    int H = m->c.H;
+    int N = rows_of(m), H = m->c.H;
     size_t NH = (size_t)N * H, HH = (size_t)H * H;
+    a->in = in;
     MO_TRY(act_alloc(m, 4 * NH, &a->d4));
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, G(m, MLP_W2, l, 4 * HH), G(m, MLP_B2, l, H), dresid, a->fch_gelu,
                                     W(m, MLP_W2, l, 4 * HH), N, 4 * H, H));
@@ -320,137 +390,61 @@ static mo_status block_backward(mlp *m, int l, block_acts *a, void *dresid, int 
     OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, G(m, MLP_LNW, l, H), G(m, MLP_LNB, l, H), a->dH, a->in,
                                                  W(m, MLP_LNW, l, H), a->mean, a->rstd, N, H));
     act_free(m, &a->dH); act_free(m, &a->mean); act_free(m, &a->rstd);
-    act_free(m, &a->in);
+    a->in = NULL;
     return MO_OK;
 }
 
-// Whatever is still live (all of it after a failure); each in is the previous out.
-static void free_all(step_state *s) {
-    mlp *m = s->m;
-    int L = m->c.L;
-    for (int l = 0; l < L; l++) {
-        block_acts *a = &s->acts[l];
-        block_free_internals(m, a);
-        if (a->in && (l == 0 || a->in != s->acts[l - 1].out)) mo_free(m->ctx->alloc, a->in);
-        a->in = NULL;
-    }
-    for (int l = 0; l < L; l++) act_free(m, &s->acts[l].out);
+// The input layer: its weight gradient only (the inputs need none).
+static mo_status input_bwd(void *mp, void *sp, int micro, const void *dresid) {
+    mlp *m = mp;
+    step_state *s = sp;
+    (void)micro;
+    mo_ctx *x = m->ctx;
+    int N = rows_of(m), H = m->c.H, I = m->c.I;
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, NULL, G(m, MLP_WIN, 0, 0), G(m, MLP_BIN, 0, 0), dresid, inputs_of(m, s),
+                                    W(m, MLP_WIN, 0, 0), N, I, H));
+    act_free(m, &s->xin);
+    return MO_OK;
+}
+
+static void block_unwind(void *mp, void *bp) {
+    mlp *m = mp;
+    block_acts *a = bp;
+    block_free_internals(m, a);
+    act_free(m, &a->out);
+    a->in = NULL;
+}
+
+static void slot_unwind(void *mp, void *sp) {
+    mlp *m = mp;
+    step_state *s = sp;
     act_free(m, &s->xin); act_free(m, &s->h0); act_free(m, &s->logits); act_free(m, &s->dresid);
 }
 
-static const void *inputs_of(step_state *s) {
-    return s->xin ? s->xin : (const void *)(s->m->inputs + (size_t)s->micro * s->N * s->m->c.I);
-}
-
-static mo_status forward(step_state *s) {
-    mlp *m = s->m;
-    mo_ctx *x = m->ctx;
-    int N = s->N, H = m->c.H, I = m->c.I, K = m->c.K, L = m->c.L;
-    mo_ckpt_layout seg = m->c.seg;
-    size_t off = (size_t)s->micro * N;
-    mo_cost_set_region(x, MO_COST_BODY);
-    PHASE(m, "forward");
-    if (DT != MO_F32) {
-        MO_TRY(act_alloc(m, (size_t)N * I, &s->xin));
-        OP(MO_PROF_ELEMENTWISE, mo_cast_mixed(x, DT, s->xin, MO_F32, m->inputs + off * I, (size_t)N * I));
-    }
-    MO_TRY(act_alloc(m, (size_t)N * H, &s->h0));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, s->h0, NULL, inputs_of(s), W(m, MLP_WIN, 0, 0), W(m, MLP_BIN, 0, 0), N, I, H));
-    for (int l = 0; l < L; l++) {
-        block_acts *a = &s->acts[l];
-        a->in = l == 0 ? s->h0 : s->acts[l - 1].out;
-        if (l == 0) s->h0 = NULL; // owned by acts[0] from here on
-        MO_TRY(block_forward(m, s, l, a, 1));
-        if (l < seg.blocks) { // in a checkpointed segment
-            block_free_internals(m, a);
-            // Only a segment's first input is kept; the inputs inside a segment are recomputed.
-            if (l % seg.len != 0) { act_free(m, &a->in); s->acts[l - 1].out = NULL; }
-        }
-    }
-    mo_cost_set_region(x, MO_COST_HEAD);
-    MO_TRY(act_alloc(m, (size_t)N * K, &s->logits));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, s->logits, NULL, s->acts[L - 1].out, W(m, MLP_WOUT, 0, 0), W(m, MLP_BOUT, 0, 0),
-                                    N, H, K));
-    // The mean over the global batch, times the loss scale (1 unless fp16's scaler is on).
-    float dloss = m->loss_scale / (float)m->c.B;
-    OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, N, 1, K, dloss));
-    mo_cost_set_region(x, MO_COST_BODY);
-    return MO_OK;
-}
-
-static mo_status backward(step_state *s) {
-    mlp *m = s->m;
-    mo_ctx *x = m->ctx;
-    int N = s->N, H = m->c.H, I = m->c.I, K = m->c.K, L = m->c.L;
-    mo_ckpt_layout seg = m->c.seg;
-    size_t NH = (size_t)N * H;
-    mo_cost_set_region(x, MO_COST_HEAD);
-    PHASE(m, "backward");
-    MO_TRY(act_alloc(m, NH, &s->dresid));
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->dresid, G(m, MLP_WOUT, 0, 0), G(m, MLP_BOUT, 0, 0), s->logits,
-                                    s->acts[L - 1].out, W(m, MLP_WOUT, 0, 0), N, H, K));
-    act_free(m, &s->logits);
-    act_free(m, &s->acts[L - 1].out);
-    mo_cost_set_region(x, MO_COST_BODY);
-    void *dresid = s->dresid;
-    mo_status st = MO_OK;
-    // The blocks outside checkpointed segments (all of them under none), then the segments, last first.
-    for (int l = L - 1; l >= seg.blocks && st == MO_OK; l--) {
-        st = block_backward(m, l, &s->acts[l], dresid, N);
-        if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
-    }
-    for (int g = mo_ckpt_layout_segments(seg) - 1; g >= 0 && st == MO_OK; g--) {
-        int a0 = g * seg.len, b0 = a0 + seg.len - 1 < seg.blocks - 1 ? a0 + seg.len - 1 : seg.blocks - 1;
-        mo_timer t;
-        MO_TRY(mo_timer_init(x, &t));
-        st = mo_timer_start(x, &t);
-        PHASE(m, "recompute");
-        for (int l = a0; l <= b0 && st == MO_OK; l++) {
-            if (l > a0) s->acts[l].in = s->acts[l - 1].out;
-            st = block_forward(m, s, l, &s->acts[l], l < b0);
-        }
-        double ms = 0;
-        if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
-        mo_timer_destroy(&t);
-        s->recompute_ms += ms;
-        PHASE(m, "backward");
-        for (int l = b0; l >= a0 && st == MO_OK; l--) {
-            st = block_backward(m, l, &s->acts[l], dresid, N);
-            if (st == MO_OK && l > 0) s->acts[l - 1].out = NULL; // freed as acts[l].in
-        }
-    }
-    MO_TRY(st);
-    // The input layer: its weight gradient only (the inputs need none).
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, NULL, G(m, MLP_WIN, 0, 0), G(m, MLP_BIN, 0, 0), dresid, inputs_of(s),
-                                    W(m, MLP_WIN, 0, 0), N, I, H));
-    act_free(m, &s->xin);
-    act_free(m, &s->dresid);
-    return MO_OK;
-}
+static const mo_sched_model mlp_sched = {
+    .slot_bytes = sizeof(step_state),
+    .block_bytes = sizeof(block_acts),
+    .input_fwd = input_fwd,
+    .block_fwd = block_fwd,
+    .head_fwd = head_fwd,
+    .head_bwd = head_bwd,
+    .block_bwd = block_bwd,
+    .input_bwd = input_bwd,
+    .block_unwind = block_unwind,
+    .slot_unwind = slot_unwind,
+};
 
 static mo_status forward_backward(mlp *m) {
     mo_ctx *x = m->ctx;
-    step_state s;
-    memset(&s, 0, sizeof s);
-    s.m = m;
-    s.N = m->c.B / m->c.accum;
-    s.acts = calloc((size_t)m->c.L, sizeof *s.acts);
-    if (!s.acts) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
-    mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients
-    mo_status st = mo_memset_zero(x, m->grads, m->n * sizeof(float));
-    for (int k = 0; k < m->c.accum && st == MO_OK; k++) {
-        s.micro = k;
-        st = forward(&s);
-        if (st == MO_OK) st = backward(&s);
-        free_all(&s); // a failure (out of memory) unwinds every live activation
-    }
-    free(s.acts);
-    m->recompute_ms = s.recompute_ms;
-    MO_TRY(st);
+    mo_sched_config sc = {
+        .ctx = x, .blocks = m->c.L, .accum = m->c.accum, .seg = m->c.seg,
+        .grads = m->grads, .n_grads = m->n, .pp = 1, .dt = m->c.dt,
+    };
+    MO_TRY(mo_sched_forward_backward(&sc, &mlp_sched, m, &m->recompute_ms));
     if (x->backend == MO_BACKEND_DRY) { m->last_loss = NAN; return MO_OK; }
     float *h = malloc((size_t)m->c.B * sizeof(float));
     if (!h) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the losses");
-    st = mo_memcpy_d2h(x, h, m->losses, (size_t)m->c.B * sizeof(float));
+    mo_status st = mo_memcpy_d2h(x, h, m->losses, (size_t)m->c.B * sizeof(float));
     double sum = 0;
     for (int i = 0; i < m->c.B; i++) sum += h[i];
     free(h);
@@ -458,36 +452,15 @@ static mo_status forward_backward(mlp *m) {
     return st;
 }
 
-// Loss scaler (fp16), clipping at norm 1, AdamW: as the GPT's update.
+// Loss scaler (fp16), clipping at norm 1, AdamW: the schedule's update over the one flat buffer.
 static mo_status update(mlp *m) {
     const mlp_cfg *c = &m->c;
-    mo_ctx *x = m->ctx;
-    float scale_used = m->loss_scale;
-    mo_cost_set_region(x, MO_COST_OPTIMIZER);
-    PHASE(m, "optimizer");
-    if (c->loss_scaling) {
-        int bad = 0;
-        OP(MO_PROF_OPTIMIZER, mo_nonfinite(m->ctx, m->grads, m->n, &bad));
-        if (bad) {
-            m->loss_scale *= 0.5f;
-            m->scaler_clean = 0;
-            m->skipped_steps++;
-            return MO_OK;
-        }
-        if (++m->scaler_clean >= 2000) {
-            m->loss_scale *= 2.0f;
-            m->scaler_clean = 0;
-        }
-    }
-    double ss = 0;
-    OP(MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &ss, m->grads, m->n));
-    double norm = sqrt(ss) / scale_used;
-    float scale = 1.0f / scale_used;
-    if (c->grad_clip > 0 && norm > c->grad_clip) scale = (float)(c->grad_clip / norm) / scale_used;
-    m->step++;
-    OP(MO_PROF_OPTIMIZER, mo_adamw_mixed(m->ctx, DT, m->params, m->wparams, m->grads, m->adam_m, m->adam_v, m->n, c->lr,
-                                         c->beta1, c->beta2, c->eps, c->weight_decay, m->step, scale));
-    return MO_OK;
+    mo_sched_optim o = {
+        .ctx = m->ctx, .dt = c->dt, .params = m->params, .grads = m->grads, .adam_m = m->adam_m, .adam_v = m->adam_v,
+        .wparams = m->wparams, .n = m->n, .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+        .weight_decay = c->weight_decay, .grad_clip = c->grad_clip,
+    };
+    return mo_sched_update(&o, &m->scaler, &m->step, NULL);
 }
 
 static mo_status mlp_step(void *p) {
@@ -500,8 +473,8 @@ static void mlp_info(void *p, mo_model_step_info *out) {
     const mlp *m = p;
     out->loss = m->last_loss;
     out->recompute_ms = m->recompute_ms;
-    out->skipped_steps = m->skipped_steps;
-    out->loss_scale = m->loss_scale;
+    out->skipped_steps = m->scaler.skipped;
+    out->loss_scale = m->scaler.scale;
     out->loss_scaling = m->c.loss_scaling;
 }
 

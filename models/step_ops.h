@@ -1,4 +1,4 @@
-// The training steps' op and activation helpers, shared by the models' steps (gpt_step.c, mlp.c) so
+// The training steps' op and activation helpers, shared by the models' steps (gpt_step.c, mlp.c) and the schedule (strategies/schedule.c) so
 // that every model's allocation trace (memopt run --trace) carries the same labels: the op each
 // allocation happens in (the call as written), the step's phase (forward, backward, recompute,
 // optimizer) and the tensor (the destination as written, "&a->ln1").
