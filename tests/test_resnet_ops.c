@@ -13,6 +13,7 @@
 
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
+#include "kernels/conv_table.h"
 #include "kernels/pool.h"
 #include "strategies/alloc.h"
 #include "tests/testlib.h"
@@ -490,6 +491,24 @@ static void test_scratch_contract(void) {
     CHECK_EQ_U64(mo_conv_workspace_bytes(), MO_GEMM_WORKSPACE_BYTES);
 }
 
+// The stored engine choices: terminated, every line for a real device and version, keys compared field
+// by field (one field changed is another key).
+static void test_conv_table(void) {
+    printf("conv table: %d stored choices\n", mo_conv_table_n);
+    CHECK(mo_conv_table_n >= 0 && mo_conv_table[mo_conv_table_n].device == NULL);
+    for (int i = 0; i < mo_conv_table_n; i++)
+        CHECK(mo_conv_table[i].device && mo_conv_table[i].cudnn_version > 0 && mo_conv_table[i].key.ws_bytes > 0);
+    mo_conv_key a = {MO_CONV_BWD_FILTER, MO_BF16, 0, 128, 56, 56, 64, 64, 3, 3, 1, 1, 256, 256, 256, 0, 32u << 20};
+    mo_conv_key b = a;
+    CHECK(mo_conv_key_eq(&a, &b));
+    b.al_w = 128;
+    CHECK(!mo_conv_key_eq(&a, &b));
+    b = a, b.pad = 0;
+    CHECK(!mo_conv_key_eq(&a, &b));
+    b = a, b.tf32 = 1;
+    CHECK(!mo_conv_key_eq(&a, &b));
+}
+
 int main(void) {
     test_rng_seed(&rng, 1616);
     CHECK_OK(mo_allocator_create(&ha, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
@@ -525,6 +544,7 @@ int main(void) {
     test_pool_mixed(MO_BF16);
     test_bad_input();
     test_scratch_contract();
+    test_conv_table();
     mo_ctx_destroy(hc);
     mo_allocator_destroy(ha);
     return test_finish();
