@@ -12,6 +12,8 @@ static const mo_knob knobs[] = {
     {"MEMOPT_ATTN_SCORES", "cublas|own: the fp32 score GEMMs' engine"},
     {"MEMOPT_ATTN_TF32", "0: the fused fp32 attention on CUDA cores under --precision tf32 (default: TF32 tensor cores)"},
     {"MEMOPT_CE", "loop: the fp32 cross-entropy on the kernel that reads each row twice"},
+    {"MEMOPT_CONV_TABLE", "0: the stored cuDNN convolution engine choices ignored"},
+    {"MEMOPT_CONV_TUNE", "1: every new convolution plan times its deterministic candidates that fit"},
     {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},
     {"MEMOPT_FUSE_EPILOGUES", "1|0: the GEMM epilogue fusions forced on or off (default: 16-bit only)"},
     {"MEMOPT_GEMM_TABLE", "0: the stored cuBLASLt choices ignored"},

@@ -1,0 +1,134 @@
+// Batch normalization, training mode (batchnorm.h): the plain-C reference and the dispatchers.
+// The reference sums the batch statistics in double (it is the numerical reference), then works in fp32.
+#include "batchnorm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include "cost.h"
+#include "pool.h"
+#include "resnet_ops_impl.h"
+
+mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean, float *run_var,
+                                const void *in, const float *gamma, const float *beta, int M, int C, float momentum,
+                                int relu) {
+    for (int ch = 0; ch < C; ch++) {
+        double s = 0.0, ss = 0.0;
+        for (int i = 0; i < M; i++) s += rn_ld(dt, in, (size_t)i * C + ch);
+        const double mu = s / M;
+        for (int i = 0; i < M; i++) {
+            const double d = rn_ld(dt, in, (size_t)i * C + ch) - mu;
+            ss += d * d;
+        }
+        const double var = ss / M; // biased: what normalizes
+        const float m = (float)mu, r = (float)(1.0 / sqrt(var + MO_BN_EPS));
+        mean[ch] = m;
+        rstd[ch] = r;
+        if (run_mean) {
+            const double unbiased = M > 1 ? ss / (M - 1) : var;
+            run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * m;
+            run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * (float)unbiased;
+        }
+        for (int i = 0; i < M; i++) {
+            const size_t j = (size_t)i * C + ch;
+            float y = gamma[ch] * ((rn_ld(dt, in, j) - m) * r) + beta[ch];
+            if (relu && y <= 0.0f) y = 0.0f; // NaN kept, as torch.relu
+            rn_st(dt, out, j, y);
+        }
+    }
+    return MO_OK;
+}
+
+// xhat = (x - mean) rstd; dbeta += sum dy; dgamma += sum dy xhat;
+// dx = gamma rstd (dy - sum(dy) / M - xhat sum(dy xhat) / M)
+mo_status batchnorm_backward_cpu(mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
+                                 const void *in, const float *gamma, const float *mean, const float *rstd, int M,
+                                 int C) {
+    for (int ch = 0; ch < C; ch++) {
+        double sdy = 0.0, sdyx = 0.0;
+        const float m = mean[ch], r = rstd[ch];
+        for (int i = 0; i < M; i++) {
+            const size_t j = (size_t)i * C + ch;
+            const float dy = rn_ld(dt, dout, j), xh = (rn_ld(dt, in, j) - m) * r;
+            sdy += dy;
+            sdyx += (double)dy * xh;
+        }
+        dbeta[ch] += (float)sdy;
+        dgamma[ch] += (float)sdyx;
+        const float a = (float)(sdy / M), b = (float)(sdyx / M), g = gamma[ch] * r;
+        for (int i = 0; i < M; i++) {
+            const size_t j = (size_t)i * C + ch;
+            const float dy = rn_ld(dt, dout, j), xh = (rn_ld(dt, in, j) - m) * r;
+            rn_st(dt, din, j, g * (dy - a - xh * b));
+        }
+    }
+    return MO_OK;
+}
+
+static mo_status bn_check(mo_dtype dt, int M, int C, const char *op) {
+    MO_TRY(resnet_check_dtype(dt, op));
+    if (M < 1 || C < 1) return MO_FAIL(MO_ERR_INVALID, "%s: M %d and C %d must be >= 1", op, M, C);
+    return MO_OK;
+}
+
+mo_status mo_batchnorm_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
+                               float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
+                               float momentum, int relu) {
+    MO_TRY(bn_check(dt, M, C, "batchnorm_forward"));
+    if ((run_mean == NULL) != (run_var == NULL))
+        return MO_FAIL(MO_ERR_INVALID, "batchnorm_forward: run_mean and run_var must be both set or both NULL");
+    const double n = (double)M * C, e = (double)mo_dtype_size(dt);
+    // statistics pass and normalize pass read in twice, out written (and read and written by a separate ReLU)
+    mo_cost_record(c, relu ? "batchnorm_relu_fwd" : "batchnorm_fwd", MO_COST_MEMORY, 8 * n, e * n * (relu ? 5 : 3));
+    switch (c->backend) {
+    case MO_BACKEND_CPU:
+        return batchnorm_forward_cpu(dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, M, C, momentum, relu);
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        return batchnorm_forward_cuda(c, dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, M, C, momentum,
+                                      relu);
+#else
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "batchnorm_forward: this build has no CUDA");
+#endif
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "batchnorm_forward: unknown backend %d", (int)c->backend);
+}
+
+size_t mo_batchnorm_backward_scratch_bytes(mo_dtype dt, int M, int C, int relu) {
+    return relu ? (size_t)M * C * mo_dtype_size(dt) : 0;
+}
+
+mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
+                                const void *in, const void *out, const float *gamma, const float *mean,
+                                const float *rstd, int M, int C, int relu) {
+    MO_TRY(bn_check(dt, M, C, "batchnorm_backward"));
+    if (relu && !out && c->backend != MO_BACKEND_DRY)
+        return MO_FAIL(MO_ERR_INVALID, "batchnorm_backward: relu needs the forward's out");
+    const double n = (double)M * C, e = (double)mo_dtype_size(dt);
+    void *masked = NULL;
+    // The ReLU mask first (relu_backward's cost is recorded by it), into scratch: dout stays as it was.
+    MO_TRY(mo_scratch_alloc(c, mo_batchnorm_backward_scratch_bytes(dt, M, C, relu), &masked));
+    mo_status rs = MO_OK;
+    if (relu) rs = mo_relu_backward(c, dt, masked, dout, out, (size_t)n);
+    const void *dy = relu ? masked : dout;
+    if (rs == MO_OK) {
+        // dout and in read twice (the sums, then dx), din written
+        mo_cost_record(c, "batchnorm_bwd", MO_COST_MEMORY, 12 * n, e * n * 5);
+        switch (c->backend) {
+        case MO_BACKEND_CPU:
+            rs = batchnorm_backward_cpu(dt, din, dgamma, dbeta, dy, in, gamma, mean, rstd, M, C);
+            break;
+        case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+            rs = batchnorm_backward_cuda(c, dt, din, dgamma, dbeta, dy, in, gamma, mean, rstd, M, C);
+#else
+            rs = MO_FAIL(MO_ERR_UNSUPPORTED, "batchnorm_backward: this build has no CUDA");
+#endif
+            break;
+        case MO_BACKEND_DRY: break;
+        default: rs = MO_FAIL(MO_ERR_INTERNAL, "batchnorm_backward: unknown backend %d", (int)c->backend);
+        }
+    }
+    const mo_status fs = mo_scratch_free(c, masked);
+    return rs != MO_OK ? rs : fs;
+}

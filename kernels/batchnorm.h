@@ -1,0 +1,40 @@
+// Batch normalization in training mode (the ResNet's), over M = N*H*W rows of C channels (NHWC: channel
+// fastest), eps 1e-5. Dispatch as ops.h: cpu -> plain C (batchnorm.c), cuda -> cuDNN (batchnorm_cuda.c),
+// dry -> nothing computed.
+// Precision: in, out, din, dout of dtype dt; gamma, beta, mean, rstd, running statistics and dgamma,
+// dbeta fp32 in every precision (PyTorch AMP keeps batch norm in fp32); fp32 arithmetic, each dt output
+// rounded once.
+#ifndef MEMOPT_BATCHNORM_H
+#define MEMOPT_BATCHNORM_H
+
+#include <stddef.h>
+#include "ctx.h"
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MO_BN_EPS 1e-5
+
+// out (M,C) = gamma * (in - mean) * rstd + beta, then max(0, .) when relu != 0 (NaN kept, as torch.relu).
+// mean (C), rstd (C) = 1/sqrt(biased variance + eps) of the batch are saved (for the backward).
+// run_mean, run_var (C): when run_mean != NULL (run_var then too), updated as PyTorch does:
+//   run_mean = (1 - momentum) run_mean + momentum mean; run_var likewise with the unbiased variance
+//   (times M / (M - 1)); a recompute passes NULL so the statistics move once per step.
+mo_status mo_batchnorm_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
+                               float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
+                               float momentum, int relu);
+// din (M,C) dt overwritten; dgamma, dbeta (C) fp32 +=. out is the forward's output: read for the ReLU mask
+// when relu (dout is taken as 0 where out <= 0), ignored otherwise (may be NULL).
+// Scratch: mo_batchnorm_backward_scratch_bytes (the masked dout, when relu).
+mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
+                                const void *in, const void *out, const float *gamma, const float *mean,
+                                const float *rstd, int M, int C, int relu);
+size_t mo_batchnorm_backward_scratch_bytes(mo_dtype dt, int M, int C, int relu);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,68 @@
+// 2-D convolution of the ResNet (NHWC), forward and both backwards. Dispatch as ops.h: cpu -> the plain-C
+// direct convolution (conv.c), cuda -> cuDNN 9's backend graph API (conv_cuda.c), dry -> nothing computed.
+//
+// Shapes: input (N, H, W, C), filter (K, R, S, C), output (N, P, Q, K), all NHWC / KRSC row-major;
+// cross-correlation (as PyTorch), the same stride and zero padding in both dims, no dilation, groups 1.
+// Precision (ops_mixed.h's conventions): in, out, w, din, dout are of dtype dt (MO_F32, MO_F16, MO_BF16);
+// fp32 accumulation; each dt output rounded once. fp32 convolutions use TF32 tensor cores only when
+// ctx->tf32. dw is fp32 and accumulates (+=); in 16 bits the gradient of the 16-bit weight copy is
+// rounded to dt first and then added in fp32 (dw += float(round_dt(g))), as PyTorch autocast does.
+// Workspace: the context's GEMM workspace (c->gemm_ws, mo_conv_workspace_bytes(): a fixed budget; cuDNN
+// engines that need more are not used), so a convolution allocates nothing but the backward filter's
+// staging buffer (mo_conv_backward_filter_scratch_bytes), taken on every backend: cuDNN writes the
+// gradient there (beta 0, which every engine takes; beta 1 in place is not guaranteed) and a kernel adds
+// it to dw.
+// Deterministic: only cuDNN engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC run. The engine is chosen
+// per shape and per alignment class of the three pointers (largest power of two <= 256 dividing them): a
+// recompute gives the first forward's bits when its buffers have the same classes, which allocator bases
+// (256-byte aligned) and views at 256-byte multiples always have. MEMOPT_CONV_LOG=1 prints each new
+// plan's engine, its numerical notes and why the other candidates were dropped.
+#ifndef MEMOPT_CONV_H
+#define MEMOPT_CONV_H
+
+#include <stddef.h>
+#include "ctx.h"
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mo_conv_shape {
+    int N, H, W, C;  // input (N, H, W, C)
+    int K, R, S;     // filter (K, R, S, C)
+    int stride, pad; // same in both dims; no dilation, groups 1
+    int P, Q;        // output (N, P, Q, K)
+} mo_conv_shape;
+
+// Sets every field; P = (H + 2 pad - R) / stride + 1, Q likewise (<= 0 when the filter does not fit).
+void mo_conv_shape_init(mo_conv_shape *s, int N, int H, int W, int C, int K, int R, int S, int stride, int pad);
+// MO_OK when every dimension is positive (P, Q included) and every tensor's element count fits an int.
+mo_status mo_conv_shape_check(const mo_conv_shape *s, const char *op);
+
+// out (N,P,Q,K) = conv(in (N,H,W,C), w (K,R,S,C)); out overwritten.
+mo_status mo_conv_forward(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s);
+// din (N,H,W,C) = the input gradient from dout (N,P,Q,K) and w; din overwritten.
+mo_status mo_conv_backward_data(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
+                                const mo_conv_shape *s);
+// dw (K,R,S,C) fp32 += the filter gradient from dout (N,P,Q,K) and in (N,H,W,C).
+mo_status mo_conv_backward_filter(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
+                                  const mo_conv_shape *s);
+
+// The fixed cuDNN workspace budget per context (bytes): the GEMM workspace, MO_GEMM_WORKSPACE_BYTES.
+size_t mo_conv_workspace_bytes(void);
+// Scratch of mo_conv_backward_filter: K*R*S*C elements of dt (the staged gradient).
+size_t mo_conv_backward_filter_scratch_bytes(mo_dtype dt, const mo_conv_shape *s);
+
+// Plan cache statistics of c (for tests): convolutions that found their execution plan cached, plans built
+// (0, 0 on cpu and dry, and before the first cuDNN convolution).
+void mo_conv_cache_stats(const mo_ctx *c, long *hits, long *misses);
+
+// FLOPs of one convolution (forward, or either backward): 2 N P Q K R S C.
+double mo_conv_flops(const mo_conv_shape *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,89 @@
+// Internals of the ResNet ops (conv.h, batchnorm.h, pool.h): the plain-C references, the CUDA launchers
+// (on c->stream) and the element access the references share. dt is MO_F32, MO_F16 or MO_BF16.
+#ifndef MEMOPT_RESNET_OPS_IMPL_H
+#define MEMOPT_RESNET_OPS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "conv.h"
+#include "ctx.h"
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// MO_OK for MO_F32 / MO_F16 / MO_BF16, MO_ERR_INVALID (naming op) otherwise.
+mo_status resnet_check_dtype(mo_dtype dt, const char *op);
+
+#ifndef __CUDACC__
+// Element i of an array of dtype dt, exactly as fp32; and its store, rounded to nearest even.
+static inline float rn_ld(mo_dtype dt, const void *p, size_t i) {
+    if (dt == MO_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return dt == MO_F16 ? mo_f16_to_f32(h) : mo_bf16_to_f32(h);
+}
+static inline void rn_st(mo_dtype dt, void *p, size_t i, float f) {
+    if (dt == MO_F32) ((float *)p)[i] = f;
+    else ((uint16_t *)p)[i] = dt == MO_F16 ? mo_f32_to_f16(f) : mo_f32_to_bf16(f);
+}
+// f rounded to dt and back (identity for fp32).
+static inline float rn_round(mo_dtype dt, float f) {
+    if (dt == MO_F32) return f;
+    return dt == MO_F16 ? mo_f16_to_f32(mo_f32_to_f16(f)) : mo_bf16_to_f32(mo_f32_to_bf16(f));
+}
+#endif
+
+// ---- cpu references ----
+mo_status conv_forward_cpu(mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s);
+mo_status conv_backward_data_cpu(mo_dtype dt, void *din, const void *dout, const void *w, const mo_conv_shape *s);
+mo_status conv_backward_filter_cpu(mo_dtype dt, float *dw, const void *dout, const void *in, const mo_conv_shape *s);
+mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean, float *run_var,
+                                const void *in, const float *gamma, const float *beta, int M, int C, float momentum,
+                                int relu);
+// dout already masked (the dispatcher applies the ReLU mask first, into scratch)
+mo_status batchnorm_backward_cpu(mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
+                                 const void *in, const float *gamma, const float *mean, const float *rstd, int M,
+                                 int C);
+mo_status maxpool_forward_cpu(mo_dtype dt, void *out, const void *in, int N, int H, int W, int C, int R, int stride,
+                              int pad);
+mo_status maxpool_backward_cpu(mo_dtype dt, void *din, const void *dout, const void *in, const void *out, int N,
+                               int H, int W, int C, int R, int stride, int pad);
+mo_status avgpool_forward_cpu(mo_dtype dt, void *out, const void *in, int N, int HW, int C);
+mo_status avgpool_backward_cpu(mo_dtype dt, void *din, const void *dout, int N, int HW, int C);
+mo_status relu_forward_cpu(mo_dtype dt, void *out, const void *in, size_t n);
+mo_status relu_backward_cpu(mo_dtype dt, void *din, const void *dout, const void *out, size_t n);
+
+// ---- cuda (conv_cuda.c, batchnorm_cuda.c: cuDNN; pool.cu: own kernels) ----
+mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s);
+mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
+                                  const mo_conv_shape *s);
+// scratch: mo_conv_backward_filter_scratch_bytes (the gradient, in dt, before it is added to dw)
+mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
+                                    const mo_conv_shape *s, void *scratch);
+mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
+                                 float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
+                                 float momentum, int relu);
+mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
+                                  const void *in, const float *gamma, const float *mean, const float *rstd, int M,
+                                  int C);
+mo_status maxpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int H, int W, int C, int R,
+                               int stride, int pad);
+mo_status maxpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *in,
+                                const void *out, int N, int H, int W, int C, int R, int stride, int pad);
+mo_status avgpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int HW, int C);
+mo_status avgpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, int N, int HW, int C);
+mo_status relu_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, size_t n); // out may alias in
+mo_status relu_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *out, size_t n);
+// dw (n) fp32 += float(g (n) of dt)
+mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
+// The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.
+mo_status mo_dnn_handle(mo_ctx *c, void **handle);
+// Frees the cuDNN handle and plan cache of c (mo_ctx_destroy calls it; no-op when none was made).
+void mo_dnn_destroy(mo_ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,554 @@
+// CPU-backend checks of the ResNet ops (conv.h, batchnorm.h, pool.h):
+//   - hand-computed small cases of every op;
+//   - every backward against its forward by central finite differences of L = sum(out * G) (in double);
+//     the convolutions also by the adjoint identities <conv(x, w), G> = <x, bwd_data(G, w)> = <w, bwd_filter(G, x)>;
+//   - batch norm's running statistics (PyTorch's momentum, unbiased variance), left alone with run_mean NULL;
+//     the fused ReLU's backward = the plain backward of the masked gradient; dgamma, dbeta, dw accumulate;
+//   - fp16 / bf16 (ops_mixed.h's convention): every 16-bit output == round(fp32 reference on the same
+//     exactly converted inputs), fp32 outputs bit-identical (16-bit dw: dw += round(g));
+//   - bad shapes and dtypes refused; scratch given back; dry workspace peaks equal cpu peaks.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/batchnorm.h"
+#include "kernels/conv.h"
+#include "kernels/conv_table.h"
+#include "kernels/pool.h"
+#include "strategies/alloc.h"
+#include "tests/testlib.h"
+
+static mo_allocator *ha;
+static mo_ctx *hc;
+static test_rng rng;
+
+#include "tests/mixed_host.h" // hnew, fnew, hnew16, frand_dt, to_f32 (on rng)
+
+static float *frand(size_t n, float lo, float hi) {
+    float *f = fnew(n);
+    test_fill_uniform(&rng, f, n, lo, hi);
+    return f;
+}
+static float *fdup(const float *x, size_t n) { float *p = fnew(n); memcpy(p, x, n * sizeof(float)); return p; }
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+// ---------------------------------------------------------------------------------------------
+static void test_conv_hand(void) {
+    printf("conv: hand-computed\n");
+    // 3x3 image 1..9, one channel, a 3x3 filter of ones, pad 1: each output is the sum of its neighbourhood
+    float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w[9], out[9], want[9] = {12, 21, 16, 27, 45, 33, 24, 39, 28};
+    for (int i = 0; i < 9; i++) w[i] = 1;
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, 1, 3, 3, 1, 1, 3, 3, 1, 1);
+    CHECK(s.P == 3 && s.Q == 3);
+    CHECK_OK(mo_conv_forward(hc, MO_F32, out, x, w, &s));
+    CHECK(memcmp(out, want, sizeof want) == 0);
+    // stride 2: the corners of the above
+    mo_conv_shape_init(&s, 1, 3, 3, 1, 1, 3, 3, 2, 1);
+    CHECK(s.P == 2 && s.Q == 2);
+    CHECK_OK(mo_conv_forward(hc, MO_F32, out, x, w, &s));
+    CHECK(out[0] == 12 && out[1] == 16 && out[2] == 24 && out[3] == 28);
+    // two channels, two filters, 1x1: out[k] = sum_c x[c] w[k][c]
+    float x2[2] = {2, 3}, w2[4] = {1, 10, -1, 100}, o2[2];
+    mo_conv_shape_init(&s, 1, 1, 1, 2, 2, 1, 1, 1, 0);
+    CHECK_OK(mo_conv_forward(hc, MO_F32, o2, x2, w2, &s));
+    CHECK(o2[0] == 32 && o2[1] == 298);
+    // backward data of the 1x1: din[c] = sum_k dout[k] w[k][c]; filter: dw[k][c] += dout[k] x[c]
+    float dy[2] = {1, 2}, dx[2], dw[4] = {1, 1, 1, 1};
+    CHECK_OK(mo_conv_backward_data(hc, MO_F32, dx, dy, w2, &s));
+    CHECK(dx[0] == -1 && dx[1] == 210);
+    CHECK_OK(mo_conv_backward_filter(hc, MO_F32, dw, dy, x2, &s));
+    CHECK(dw[0] == 3 && dw[1] == 4 && dw[2] == 5 && dw[3] == 7);
+    // backward data of the 3x3 ones filter, stride 1 pad 1, dout one at the centre: din is all ones
+    float dyc[9] = {0, 0, 0, 0, 1, 0, 0, 0, 0}, dxc[9];
+    mo_conv_shape_init(&s, 1, 3, 3, 1, 1, 3, 3, 1, 1);
+    CHECK_OK(mo_conv_backward_data(hc, MO_F32, dxc, dyc, w, &s));
+    int ones = 1;
+    for (int i = 0; i < 9; i++) ones &= dxc[i] == 1.0f;
+    CHECK(ones);
+}
+
+// L(x, w) = sum out * G in double
+static double conv_loss(const float *x, const float *w, const float *G, const mo_conv_shape *s, float *out) {
+    CHECK_OK(mo_conv_forward(hc, MO_F32, out, x, w, s));
+    return dot(out, G, (size_t)s->N * s->P * s->Q * s->K);
+}
+
+static void test_conv_grad(int N, int H, int W, int C, int K, int R, int S, int st, int pad) {
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, N, H, W, C, K, R, S, st, pad);
+    const size_t nx = (size_t)N * H * W * C, nw = (size_t)K * R * S * C, no = (size_t)N * s.P * s.Q * K;
+    float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *G = frand(no, -1, 1), *out = fnew(no);
+    float *dx = fnew(nx), *dw0 = frand(nw, -1, 1), *dw = fdup(dw0, nw);
+    CHECK_OK(mo_conv_backward_data(hc, MO_F32, dx, G, w, &s));
+    CHECK_OK(mo_conv_backward_filter(hc, MO_F32, dw, G, x, &s));
+    for (size_t i = 0; i < nw; i++) dw[i] -= dw0[i]; // the gradient itself (dw accumulated onto dw0)
+    const double L = conv_loss(x, w, G, &s, out);
+    const double a1 = dot(x, dx, nx), a2 = dot(w, dw, nw);
+    CHECK_MSG(fabs(a1 - L) <= 1e-4 * fmax(1, fabs(L)) && fabs(a2 - L) <= 1e-4 * fmax(1, fabs(L)),
+              "conv %dx%d s%d p%d: adjoint <x,dx> %.6f <w,dw> %.6f vs L %.6f", R, S, st, pad, a1, a2, L);
+    // central differences at a sample of inputs and weights (L is linear in each: the difference is exact
+    // up to fp32 rounding of the forward)
+    const float eps = 0.25f;
+    int bad = 0;
+    for (int t = 0; t < 12; t++) {
+        size_t i = test_rng_u64(&rng) % nx, j = test_rng_u64(&rng) % nw;
+        float xi = x[i];
+        x[i] = xi + eps;
+        double lp = conv_loss(x, w, G, &s, out);
+        x[i] = xi - eps;
+        double lm = conv_loss(x, w, G, &s, out);
+        x[i] = xi;
+        double fd = (lp - lm) / (2 * eps);
+        if (fabs(fd - dx[i]) > 1e-3 * fmax(1, fabs(fd))) bad++;
+        float wj = w[j];
+        w[j] = wj + eps;
+        lp = conv_loss(x, w, G, &s, out);
+        w[j] = wj - eps;
+        lm = conv_loss(x, w, G, &s, out);
+        w[j] = wj;
+        fd = (lp - lm) / (2 * eps);
+        if (fabs(fd - dw[j]) > 1e-3 * fmax(1, fabs(fd))) bad++;
+    }
+    CHECK_MSG(bad == 0, "conv N%d H%d W%d C%d K%d %dx%d s%d p%d: %d finite differences off", N, H, W, C, K, R, S, st,
+              pad, bad);
+    printf("  conv N%d %dx%dx%d K%d %dx%d s%d p%d (P %d Q %d): adjoint %.2e %.2e, fd %s\n", N, H, W, C, K, R, S, st,
+           pad, s.P, s.Q, fabs(a1 - L), fabs(a2 - L), bad ? "OFF" : "ok");
+    free(x); free(w); free(G); free(out); free(dx); free(dw0); free(dw);
+}
+
+// 16-bit: every dt output == round(fp32 output on the converted inputs); dw += round(g)
+static void test_conv_mixed(mo_dtype dt, int N, int H, int W, int C, int K, int R, int st, int pad) {
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, N, H, W, C, K, R, R, st, pad);
+    const size_t nx = (size_t)N * H * W * C, nw = (size_t)K * R * R * C, no = (size_t)N * s.P * s.Q * K;
+    uint16_t *x, *w, *g;
+    float *xf = frand_dt(dt, nx, -1, 1, &x), *wf = frand_dt(dt, nw, -1, 1, &w), *gf = frand_dt(dt, no, -1, 1, &g);
+    float *of = fnew(no), *dxf = fnew(nx), *dwf = calloc(nw, sizeof(float));
+    uint16_t *o = hnew16(no), *dx = hnew16(nx), *want = hnew16(no > nx ? no : nx);
+    float *dw0 = frand(nw, -1, 1), *dw = fdup(dw0, nw);
+    CHECK_OK(mo_conv_forward(hc, MO_F32, of, xf, wf, &s));
+    CHECK_OK(mo_conv_forward(hc, dt, o, x, w, &s));
+    mo_convert_from_f32(dt, want, of, no);
+    CHECK_MSG(memcmp(o, want, no * 2) == 0, "%s conv forward != round(fp32)", mo_dtype_name(dt));
+    CHECK_OK(mo_conv_backward_data(hc, MO_F32, dxf, gf, wf, &s));
+    CHECK_OK(mo_conv_backward_data(hc, dt, dx, g, w, &s));
+    mo_convert_from_f32(dt, want, dxf, nx);
+    CHECK_MSG(memcmp(dx, want, nx * 2) == 0, "%s conv backward data != round(fp32)", mo_dtype_name(dt));
+    CHECK_OK(mo_conv_backward_filter(hc, MO_F32, dwf, gf, xf, &s));
+    CHECK_OK(mo_conv_backward_filter(hc, dt, dw, g, x, &s));
+    size_t bad = 0;
+    for (size_t i = 0; i < nw; i++) {
+        uint16_t h = dt == MO_F16 ? mo_f32_to_f16(dwf[i]) : mo_f32_to_bf16(dwf[i]);
+        float r = dt == MO_F16 ? mo_f16_to_f32(h) : mo_bf16_to_f32(h);
+        bad += dw[i] != dw0[i] + r;
+    }
+    CHECK_MSG(bad == 0, "%s conv backward filter: %zu of %zu dw != dw0 + round(g)", mo_dtype_name(dt), bad, nw);
+    float *o32 = to_f32(dt, o, no);
+    double rel = test_rel_error(o32, of, no);
+    free(o32);
+    printf("  %-5s conv %dx%d s%d: outputs == round(fp32) (forward rel %.1e from unrounded)\n", mo_dtype_name(dt), R,
+           R, st, rel);
+    free(x); free(w); free(g); free(xf); free(wf); free(gf); free(of); free(dxf); free(dwf); free(o); free(dx);
+    free(want); free(dw0); free(dw);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_bn_hand(void) {
+    printf("batchnorm: hand-computed\n");
+    float x[4] = {1, 2, 3, 4}, g = 2, b = 0.5f, out[4], mean, rstd, rm = 0, rv = 1;
+    CHECK_OK(mo_batchnorm_forward(hc, MO_F32, out, &mean, &rstd, &rm, &rv, x, &g, &b, 4, 1, 0.1f, 0));
+    const double r = 1 / sqrt(1.25 + 1e-5);
+    CHECK(mean == 2.5f && fabs(rstd - r) < 1e-6);
+    for (int i = 0; i < 4; i++) CHECK(fabs(out[i] - (2 * (x[i] - 2.5) * r + 0.5)) < 1e-5);
+    CHECK(fabs(rm - 0.25f) < 1e-7);
+    CHECK(fabs(rv - (0.9 + 0.1 * 5.0 / 3.0)) < 1e-6); // unbiased variance 5/3
+    // ReLU fused: the two negative outputs become 0; NULL running statistics are not touched
+    float out2[4];
+    CHECK_OK(mo_batchnorm_forward(hc, MO_F32, out2, &mean, &rstd, NULL, NULL, x, &g, &b, 4, 1, 0.1f, 1));
+    CHECK(out2[0] == 0 && out2[1] == 0 && out2[2] == out[2] && out2[3] == out[3]);
+    // backward of a constant dout: dx = 0, dbeta += 4, dgamma += sum xhat = 0
+    float dy[4] = {1, 1, 1, 1}, dx[4], dg = 1, db = 1;
+    CHECK_OK(mo_batchnorm_backward(hc, MO_F32, dx, &dg, &db, dy, x, out, &g, &mean, &rstd, 4, 1, 0));
+    CHECK(db == 5 && fabs(dg - 1) < 1e-6);
+    for (int i = 0; i < 4; i++) CHECK(fabs(dx[i]) < 1e-6);
+    float bad_rm = 0;
+    CHECK(mo_batchnorm_forward(hc, MO_F32, out, &mean, &rstd, &bad_rm, NULL, x, &g, &b, 4, 1, 0.1f, 0) ==
+          MO_ERR_INVALID);
+}
+
+static double bn_loss(const float *x, const float *gm, const float *bt, const float *G, int M, int C, int relu,
+                      float *out, float *mean, float *rstd) {
+    CHECK_OK(mo_batchnorm_forward(hc, MO_F32, out, mean, rstd, NULL, NULL, x, gm, bt, M, C, 0.1f, relu));
+    return dot(out, G, (size_t)M * C);
+}
+
+static void test_bn_grad(int M, int C) {
+    const size_t n = (size_t)M * C;
+    float *x = frand(n, -2, 3), *gm = frand(C, 0.5f, 1.5f), *bt = frand(C, -0.5f, 0.5f), *G = frand(n, -1, 1);
+    float *out = fnew(n), *mean = fnew(C), *rstd = fnew(C), *dx = fnew(n), *dg = fnew(C), *db = fnew(C);
+    memset(dg, 0, C * sizeof(float));
+    memset(db, 0, C * sizeof(float));
+    bn_loss(x, gm, bt, G, M, C, 0, out, mean, rstd);
+    CHECK_OK(mo_batchnorm_backward(hc, MO_F32, dx, dg, db, G, x, out, gm, mean, rstd, M, C, 0));
+    const float eps = 1e-2f;
+    float *o2 = fnew(n), *m2 = fnew(C), *r2 = fnew(C);
+    int bad = 0;
+    for (int t = 0; t < 16; t++) {
+        size_t i = test_rng_u64(&rng) % n;
+        int ch = (int)(test_rng_u64(&rng) % C);
+        float v = x[i];
+        x[i] = v + eps;
+        double lp = bn_loss(x, gm, bt, G, M, C, 0, o2, m2, r2);
+        x[i] = v - eps;
+        double lm = bn_loss(x, gm, bt, G, M, C, 0, o2, m2, r2);
+        x[i] = v;
+        double fd = (lp - lm) / (2 * eps);
+        if (fabs(fd - dx[i]) > 2e-3 * fmax(1, fabs(fd))) bad++;
+        v = gm[ch];
+        gm[ch] = v + eps;
+        lp = bn_loss(x, gm, bt, G, M, C, 0, o2, m2, r2);
+        gm[ch] = v - eps;
+        lm = bn_loss(x, gm, bt, G, M, C, 0, o2, m2, r2);
+        gm[ch] = v;
+        fd = (lp - lm) / (2 * eps);
+        if (fabs(fd - dg[ch]) > 2e-3 * fmax(1, fabs(fd))) bad++;
+        v = bt[ch];
+        bt[ch] = v + eps;
+        lp = bn_loss(x, gm, bt, G, M, C, 0, o2, m2, r2);
+        bt[ch] = v - eps;
+        lm = bn_loss(x, gm, bt, G, M, C, 0, o2, m2, r2);
+        bt[ch] = v;
+        fd = (lp - lm) / (2 * eps);
+        if (fabs(fd - db[ch]) > 2e-3 * fmax(1, fabs(fd))) bad++;
+    }
+    CHECK_MSG(bad == 0, "batchnorm M %d C %d: %d finite differences off", M, C, bad);
+    // the mean of a normalized channel is beta, its biased variance gamma^2 (1 - eps rstd^2)
+    double worst = 0;
+    for (int ch = 0; ch < C; ch++) {
+        double s = 0;
+        for (int i = 0; i < M; i++) s += out[(size_t)i * C + ch];
+        worst = fmax(worst, fabs(s / M - bt[ch]));
+    }
+    CHECK_MSG(worst < 1e-5, "batchnorm: normalized channel mean off beta by %.2e", worst);
+    // ReLU fused: its backward equals the plain backward of dout masked where out <= 0
+    float *outr = fnew(n), *dxr = fnew(n), *dgr = fnew(C), *dbr = fnew(C), *Gm = fnew(n), *dxm = fnew(n);
+    float *dgm = fnew(C), *dbm = fnew(C);
+    for (int ch = 0; ch < C; ch++) dgr[ch] = dgm[ch] = 0.5f, dbr[ch] = dbm[ch] = -0.25f;
+    bn_loss(x, gm, bt, G, M, C, 1, outr, mean, rstd);
+    int relu_ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        relu_ok &= outr[i] == (out[i] > 0 ? out[i] : 0);
+        Gm[i] = outr[i] > 0 ? G[i] : 0;
+    }
+    CHECK_MSG(relu_ok, "batchnorm relu: out != max(0, plain out)");
+    CHECK_OK(mo_batchnorm_backward(hc, MO_F32, dxr, dgr, dbr, G, x, outr, gm, mean, rstd, M, C, 1));
+    CHECK_OK(mo_batchnorm_backward(hc, MO_F32, dxm, dgm, dbm, Gm, x, outr, gm, mean, rstd, M, C, 0));
+    CHECK(memcmp(dxr, dxm, n * 4) == 0 && memcmp(dgr, dgm, C * 4) == 0 && memcmp(dbr, dbm, C * 4) == 0);
+    printf("  batchnorm M %d C %d: fd %s, relu backward == masked plain backward\n", M, C, bad ? "OFF" : "ok");
+    free(x); free(gm); free(bt); free(G); free(out); free(mean); free(rstd); free(dx); free(dg); free(db);
+    free(o2); free(m2); free(r2); free(outr); free(dxr); free(dgr); free(dbr); free(Gm); free(dxm); free(dgm);
+    free(dbm);
+}
+
+static void test_bn_mixed(mo_dtype dt, int M, int C, int relu) {
+    const size_t n = (size_t)M * C;
+    uint16_t *x, *dy;
+    float *xf = frand_dt(dt, n, -2, 3, &x), *dyf = frand_dt(dt, n, -1, 1, &dy);
+    float *gm = frand(C, 0.5f, 1.5f), *bt = frand(C, -0.5f, 0.5f);
+    float *of = fnew(n), *mf = fnew(C), *rf = fnew(C), *m = fnew(C), *r = fnew(C);
+    float *rmf = frand(C, -1, 1), *rvf = frand(C, 0.5f, 2), *rm = fdup(rmf, C), *rv = fdup(rvf, C);
+    uint16_t *o = hnew16(n), *want = hnew16(n), *dx = hnew16(n);
+    CHECK_OK(mo_batchnorm_forward(hc, MO_F32, of, mf, rf, rmf, rvf, xf, gm, bt, M, C, 0.1f, relu));
+    CHECK_OK(mo_batchnorm_forward(hc, dt, o, m, r, rm, rv, x, gm, bt, M, C, 0.1f, relu));
+    mo_convert_from_f32(dt, want, of, n);
+    CHECK_MSG(memcmp(o, want, n * 2) == 0, "%s batchnorm forward != round(fp32)", mo_dtype_name(dt));
+    CHECK(memcmp(m, mf, C * 4) == 0 && memcmp(r, rf, C * 4) == 0 && memcmp(rm, rmf, C * 4) == 0 &&
+          memcmp(rv, rvf, C * 4) == 0);
+    // backward: the fp32 reference takes the 16-bit forward's output (the mask it sees)
+    float *o16f = to_f32(dt, o, n), *dxf = fnew(n), *dgf = frand(C, -1, 1), *dbf = frand(C, -1, 1);
+    float *dg = fdup(dgf, C), *db = fdup(dbf, C);
+    CHECK_OK(mo_batchnorm_backward(hc, MO_F32, dxf, dgf, dbf, dyf, xf, o16f, gm, mf, rf, M, C, relu));
+    CHECK_OK(mo_batchnorm_backward(hc, dt, dx, dg, db, dy, x, o, gm, m, r, M, C, relu));
+    mo_convert_from_f32(dt, want, dxf, n);
+    CHECK_MSG(memcmp(dx, want, n * 2) == 0, "%s batchnorm backward != round(fp32)", mo_dtype_name(dt));
+    CHECK(memcmp(dg, dgf, C * 4) == 0 && memcmp(db, dbf, C * 4) == 0);
+    printf("  %-5s batchnorm M %d C %d relu %d: == round(fp32), statistics bit-identical\n", mo_dtype_name(dt), M, C,
+           relu);
+    free(x); free(dy); free(xf); free(dyf); free(gm); free(bt); free(of); free(mf); free(rf); free(m); free(r);
+    free(rmf); free(rvf); free(rm); free(rv); free(o); free(want); free(dx); free(o16f); free(dxf); free(dgf);
+    free(dbf); free(dg); free(db);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_pool_hand(void) {
+    printf("pools and relu: hand-computed\n");
+    // 4x4 image 0..15, window 3, stride 2, pad 1 (ResNet's stem pool): P = Q = 2
+    float x[16], out[4], dy[4] = {1, 2, 3, 4}, dx[16];
+    for (int i = 0; i < 16; i++) x[i] = (float)i;
+    CHECK(mo_pool_out_dim(4, 3, 2, 1) == 2 && mo_pool_out_dim(112, 3, 2, 1) == 56);
+    CHECK_OK(mo_maxpool_forward(hc, MO_F32, out, x, 1, 4, 4, 1, 3, 2, 1));
+    CHECK(out[0] == 5 && out[1] == 7 && out[2] == 13 && out[3] == 15);
+    CHECK_OK(mo_maxpool_backward(hc, MO_F32, dx, dy, x, out, 1, 4, 4, 1, 3, 2, 1));
+    float want[16] = {0};
+    want[5] = 1, want[7] = 2, want[13] = 3, want[15] = 4;
+    CHECK(memcmp(dx, want, sizeof want) == 0);
+    // ties: a constant image sends each window's gradient to its first position; overlaps sum
+    for (int i = 0; i < 16; i++) x[i] = 1;
+    CHECK_OK(mo_maxpool_forward(hc, MO_F32, out, x, 1, 4, 4, 1, 3, 2, 1));
+    CHECK_OK(mo_maxpool_backward(hc, MO_F32, dx, dy, x, out, 1, 4, 4, 1, 3, 2, 1));
+    // windows start at (-1,-1), (-1,1), (1,-1), (1,1): first inside positions (0,0), (0,1), (1,0), (1,1)
+    memset(want, 0, sizeof want);
+    want[0] = 1, want[1] = 2, want[4] = 3, want[5] = 4;
+    CHECK(memcmp(dx, want, sizeof want) == 0);
+    // global average: N 1, HW 4, C 2
+    float a[8] = {1, 10, 2, 20, 3, 30, 6, 40}, ao[2], ad[8], ag[2] = {4, 8};
+    CHECK_OK(mo_avgpool_forward(hc, MO_F32, ao, a, 1, 4, 2));
+    CHECK(ao[0] == 3 && ao[1] == 25);
+    CHECK_OK(mo_avgpool_backward(hc, MO_F32, ad, ag, 1, 4, 2));
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= ad[2 * i] == 1 && ad[2 * i + 1] == 2;
+    CHECK(ok);
+    // relu forward (out of place, then in place) and backward, in place
+    float ri[4] = {-1, 0, 2, -0.5f}, rf[4];
+    CHECK_OK(mo_relu_forward(hc, MO_F32, rf, ri, 4));
+    CHECK(rf[0] == 0 && rf[1] == 0 && rf[2] == 2 && rf[3] == 0);
+    CHECK_OK(mo_relu_forward(hc, MO_F32, ri, ri, 4));
+    CHECK(memcmp(ri, rf, sizeof rf) == 0);
+    float rn[2] = {NAN, -INFINITY}, rno[2];
+    CHECK_OK(mo_relu_forward(hc, MO_F32, rno, rn, 2)); // NaN kept, as torch.relu
+    CHECK(isnan(rno[0]) && rno[1] == 0);
+    float ro[4] = {-1, 0, 2, 3}, rd[4] = {5, 6, 7, 8};
+    CHECK_OK(mo_relu_backward(hc, MO_F32, rd, rd, ro, 4));
+    CHECK(rd[0] == 0 && rd[1] == 0 && rd[2] == 7 && rd[3] == 8);
+}
+
+static double pool_loss(const float *x, const float *G, int N, int H, int W, int C, int R, int st, int pad, float *out) {
+    CHECK_OK(mo_maxpool_forward(hc, MO_F32, out, x, N, H, W, C, R, st, pad));
+    const int P = mo_pool_out_dim(H, R, st, pad), Q = mo_pool_out_dim(W, R, st, pad);
+    return dot(out, G, (size_t)N * P * Q * C);
+}
+
+static void test_pool_grad(int N, int H, int W, int C, int R, int st, int pad) {
+    const size_t nx = (size_t)N * H * W * C;
+    const int P = mo_pool_out_dim(H, R, st, pad), Q = mo_pool_out_dim(W, R, st, pad);
+    const size_t no = (size_t)N * P * Q * C;
+    // distinct values 0.01 apart (a shuffled ramp), so a step of 1e-3 never changes a window's argmax
+    float *x = fnew(nx), *G = frand(no, -1, 1), *out = fnew(no), *dx = fnew(nx);
+    for (size_t i = 0; i < nx; i++) x[i] = 0.01f * (float)i - 0.005f * (float)nx;
+    for (size_t i = nx - 1; i > 0; i--) {
+        size_t j = test_rng_u64(&rng) % (i + 1);
+        float t = x[i]; x[i] = x[j]; x[j] = t;
+    }
+    pool_loss(x, G, N, H, W, C, R, st, pad, out);
+    CHECK_OK(mo_maxpool_backward(hc, MO_F32, dx, G, x, out, N, H, W, C, R, st, pad));
+    const float eps = 1e-3f;
+    float *o2 = fnew(no);
+    int bad = 0;
+    for (size_t i = 0; i < nx; i++) {
+        float v = x[i];
+        x[i] = v + eps;
+        double lp = pool_loss(x, G, N, H, W, C, R, st, pad, o2);
+        x[i] = v - eps;
+        double lm = pool_loss(x, G, N, H, W, C, R, st, pad, o2);
+        x[i] = v;
+        double fd = (lp - lm) / (2 * eps);
+        if (fabs(fd - dx[i]) > 1e-2 * fmax(1, fabs(fd))) bad++;
+    }
+    CHECK_MSG(bad == 0, "maxpool %dx%d s%d p%d: %d of %zu finite differences off", R, R, st, pad, bad, nx);
+    // average pool: dL/dx = G / HW by the same differences
+    float *ao = fnew((size_t)N * C), *ag = frand((size_t)N * C, -1, 1), *ad = fnew(nx);
+    CHECK_OK(mo_avgpool_backward(hc, MO_F32, ad, ag, N, H * W, C));
+    int abad = 0;
+    for (int t = 0; t < 8; t++) {
+        size_t i = test_rng_u64(&rng) % nx;
+        float v = x[i];
+        x[i] = v + 0.5f;
+        CHECK_OK(mo_avgpool_forward(hc, MO_F32, ao, x, N, H * W, C));
+        double lp = dot(ao, ag, (size_t)N * C);
+        x[i] = v - 0.5f;
+        CHECK_OK(mo_avgpool_forward(hc, MO_F32, ao, x, N, H * W, C));
+        double lm = dot(ao, ag, (size_t)N * C);
+        x[i] = v;
+        if (fabs((lp - lm) - ad[i]) > 1e-4 * fmax(1, fabs(ad[i])) * H * W) abad++;
+    }
+    CHECK_MSG(abad == 0, "avgpool: %d finite differences off", abad);
+    printf("  maxpool N%d %dx%dx%d %dx%d s%d p%d: fd %s; avgpool fd %s\n", N, H, W, C, R, R, st, pad,
+           bad ? "OFF" : "ok", abad ? "OFF" : "ok");
+    free(x); free(G); free(out); free(dx); free(o2); free(ao); free(ag); free(ad);
+}
+
+static void test_pool_mixed(mo_dtype dt) {
+    enum { N = 2, H = 9, W = 7, C = 5, R = 3, ST = 2, PAD = 1 };
+    const int P = mo_pool_out_dim(H, R, ST, PAD), Q = mo_pool_out_dim(W, R, ST, PAD);
+    const size_t nx = (size_t)N * H * W * C, no = (size_t)N * P * Q * C;
+    uint16_t *x, *g, *o = hnew16(no), *dx = hnew16(nx), *want = hnew16(nx);
+    float *xf = frand_dt(dt, nx, -1, 1, &x), *gf = frand_dt(dt, no, -1, 1, &g), *of = fnew(no), *dxf = fnew(nx);
+    CHECK_OK(mo_maxpool_forward(hc, MO_F32, of, xf, N, H, W, C, R, ST, PAD));
+    CHECK_OK(mo_maxpool_forward(hc, dt, o, x, N, H, W, C, R, ST, PAD));
+    mo_convert_from_f32(dt, want, of, no);
+    CHECK_MSG(memcmp(o, want, no * 2) == 0, "%s maxpool forward != fp32", mo_dtype_name(dt));
+    CHECK_OK(mo_maxpool_backward(hc, MO_F32, dxf, gf, xf, of, N, H, W, C, R, ST, PAD));
+    CHECK_OK(mo_maxpool_backward(hc, dt, dx, g, x, o, N, H, W, C, R, ST, PAD));
+    mo_convert_from_f32(dt, want, dxf, nx);
+    CHECK_MSG(memcmp(dx, want, nx * 2) == 0, "%s maxpool backward != round(fp32)", mo_dtype_name(dt));
+    uint16_t *ao = hnew16(N * C), *ad = hnew16(nx);
+    float *aof = fnew(N * C), *adf = fnew(nx);
+    CHECK_OK(mo_avgpool_forward(hc, MO_F32, aof, xf, N, H * W, C));
+    CHECK_OK(mo_avgpool_forward(hc, dt, ao, x, N, H * W, C));
+    mo_convert_from_f32(dt, want, aof, N * C);
+    CHECK_MSG(memcmp(ao, want, N * C * 2) == 0, "%s avgpool forward != round(fp32)", mo_dtype_name(dt));
+    CHECK_OK(mo_avgpool_backward(hc, MO_F32, adf, gf, N, H * W, C)); // gf's first N*C as dout
+    CHECK_OK(mo_avgpool_backward(hc, dt, ad, g, N, H * W, C));
+    mo_convert_from_f32(dt, want, adf, nx);
+    CHECK_MSG(memcmp(ad, want, nx * 2) == 0, "%s avgpool backward != round(fp32)", mo_dtype_name(dt));
+    uint16_t *rd = hnew16(no);
+    float *rdf = fnew(no);
+    CHECK_OK(mo_relu_backward(hc, MO_F32, rdf, gf, xf, no));
+    CHECK_OK(mo_relu_backward(hc, dt, rd, g, x, no));
+    mo_convert_from_f32(dt, want, rdf, no);
+    CHECK_MSG(memcmp(rd, want, no * 2) == 0, "%s relu backward != fp32", mo_dtype_name(dt));
+    CHECK_OK(mo_relu_forward(hc, MO_F32, rdf, gf, no));
+    CHECK_OK(mo_relu_forward(hc, dt, rd, g, no));
+    mo_convert_from_f32(dt, want, rdf, no);
+    CHECK_MSG(memcmp(rd, want, no * 2) == 0, "%s relu forward != fp32", mo_dtype_name(dt));
+    printf("  %-5s maxpool, avgpool, relu forward and backward: == round(fp32)\n", mo_dtype_name(dt));
+    free(x); free(g); free(o); free(dx); free(want); free(xf); free(gf); free(of); free(dxf); free(ao); free(ad);
+    free(aof); free(adf); free(rd); free(rdf);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_bad_input(void) {
+    printf("bad input\n");
+    float b[64] = {0};
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, 1, 2, 2, 1, 1, 3, 3, 1, 0); // filter larger than the image
+    CHECK(s.P == 0);
+    CHECK(mo_conv_forward(hc, MO_F32, b, b, b, &s) == MO_ERR_INVALID);
+    mo_conv_shape_init(&s, 1, 2, 2, 1, 1, 1, 1, 0, 0); // stride 0
+    CHECK(mo_conv_backward_data(hc, MO_F32, b, b, b, &s) == MO_ERR_INVALID);
+    mo_conv_shape_init(&s, 1, 2, 2, 1, 1, 1, 1, 1, 0);
+    CHECK(mo_conv_backward_filter(hc, (mo_dtype)7, b, b, b, &s) == MO_ERR_INVALID);
+    mo_conv_shape_init(&s, 1 << 20, 64, 64, 64, 1, 1, 1, 1, 0); // 2^38 input elements
+    CHECK(mo_conv_forward(hc, MO_F32, b, b, b, &s) == MO_ERR_INVALID);
+    CHECK(mo_batchnorm_forward(hc, MO_F32, b, b, b, NULL, NULL, b, b, b, 0, 4, 0.1f, 0) == MO_ERR_INVALID);
+    CHECK(mo_batchnorm_backward(hc, MO_F16, b, b, b, b, b, NULL, b, b, b, 4, 4, 1) == MO_ERR_INVALID);
+    CHECK(mo_maxpool_forward(hc, MO_F32, b, b, 1, 4, 4, 1, 3, 2, 2) == MO_ERR_INVALID); // pad > window / 2
+    CHECK(mo_maxpool_backward(hc, MO_F32, b, b, b, b, 1, 2, 2, 1, 3, 1, 0) == MO_ERR_INVALID);
+    CHECK(mo_avgpool_forward(hc, MO_BF16, b, b, 1, 0, 4) == MO_ERR_INVALID);
+    CHECK(mo_relu_backward(hc, (mo_dtype)9, b, b, b, 4) == MO_ERR_INVALID);
+    CHECK(mo_relu_forward(hc, (mo_dtype)9, b, b, 4) == MO_ERR_INVALID);
+}
+
+// Scratch from the allocator on every backend, given back; the dry workspace peak equals the cpu one.
+static uint64_t run_scratch(mo_backend_kind be, int which, uint64_t *leak) {
+    mo_allocator *a = NULL;
+    mo_ctx *c = NULL;
+    *leak = 1;
+    CHECK_OK(mo_allocator_create(&a, MO_ALLOC_CACHING, be, 0, NULL));
+    if (!a) return 0;
+    CHECK_OK(mo_ctx_create(&c, be, a));
+    if (!c) { mo_allocator_destroy(a); return 0; }
+    enum { M = 2 * 6 * 6, C = 40 };
+    void *f[5] = {0};
+    for (int i = 0; i < 5; i++) CHECK_OK(mo_alloc(a, (size_t)M * C * sizeof(float), MO_CAT_ACTIVATION, &f[i]));
+    if (be == MO_BACKEND_CPU)
+        for (int i = 0; i < 5; i++) memset(f[i], 0x3c, (size_t)M * C * sizeof(float)); // 1.0 in fp16 pairs
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, 2, 6, 6, C, 8, 3, 3, 1, 1);
+    mo_alloc_stats s0, s1;
+    mo_allocator_stats(a, &s0);
+    mo_allocator_reset_peaks(a);
+    if (which == 0) CHECK_OK(mo_conv_backward_filter(c, MO_F16, f[0], f[1], f[2], &s));
+    else CHECK_OK(mo_batchnorm_backward(c, MO_BF16, f[0], f[1], f[2], f[3], f[4], f[4], f[1], f[2], f[3], M, C, 1));
+    mo_allocator_stats(a, &s1);
+    uint64_t rise = s1.peak_by_cat[MO_CAT_WORKSPACE] - s0.allocated_by_cat[MO_CAT_WORKSPACE];
+    *leak = s1.allocated_bytes - s0.allocated_bytes;
+    for (int i = 0; i < 5; i++) mo_free(a, f[i]);
+    mo_ctx_destroy(c);
+    mo_allocator_destroy(a);
+    return rise;
+}
+
+static void test_scratch_contract(void) {
+    printf("scratch contract\n");
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, 2, 6, 6, 40, 8, 3, 3, 1, 1);
+    size_t want[2] = {mo_conv_backward_filter_scratch_bytes(MO_F16, &s),
+                      mo_batchnorm_backward_scratch_bytes(MO_BF16, 72, 40, 1)};
+    const char *name[2] = {"conv_backward_filter f16", "batchnorm_backward bf16 relu"};
+    for (int w = 0; w < 2; w++) {
+        uint64_t lc = 1, ld = 1;
+        uint64_t cpu = run_scratch(MO_BACKEND_CPU, w, &lc), dry = run_scratch(MO_BACKEND_DRY, w, &ld);
+        CHECK_MSG(lc == 0 && ld == 0, "%s: scratch not given back", name[w]);
+        CHECK_MSG(cpu >= want[w] && want[w] > 0, "%s: workspace peak rose %llu < scratch %zu", name[w],
+                  (unsigned long long)cpu, want[w]);
+        CHECK_MSG(cpu == dry, "%s: dry workspace peak %llu != cpu %llu", name[w], (unsigned long long)dry,
+                  (unsigned long long)cpu);
+    }
+    CHECK_EQ_U64(mo_conv_backward_filter_scratch_bytes(MO_F32, &s), (size_t)8 * 3 * 3 * 40 * 4);
+    CHECK_EQ_U64(mo_batchnorm_backward_scratch_bytes(MO_F32, 72, 40, 0), 0);
+    CHECK_EQ_U64(mo_conv_workspace_bytes(), MO_GEMM_WORKSPACE_BYTES);
+}
+
+// The stored engine choices: terminated, every line for a real device and version, keys compared field
+// by field (one field changed is another key).
+static void test_conv_table(void) {
+    printf("conv table: %d stored choices\n", mo_conv_table_n);
+    CHECK(mo_conv_table_n >= 0 && mo_conv_table[mo_conv_table_n].device == NULL);
+    for (int i = 0; i < mo_conv_table_n; i++)
+        CHECK(mo_conv_table[i].device && mo_conv_table[i].cudnn_version > 0 && mo_conv_table[i].key.ws_bytes > 0);
+    mo_conv_key a = {MO_CONV_BWD_FILTER, MO_BF16, 0, 128, 56, 56, 64, 64, 3, 3, 1, 1, 256, 256, 256, 0, 32u << 20};
+    mo_conv_key b = a;
+    CHECK(mo_conv_key_eq(&a, &b));
+    b.al_w = 128;
+    CHECK(!mo_conv_key_eq(&a, &b));
+    b = a, b.pad = 0;
+    CHECK(!mo_conv_key_eq(&a, &b));
+    b = a, b.tf32 = 1;
+    CHECK(!mo_conv_key_eq(&a, &b));
+}
+
+int main(void) {
+    test_rng_seed(&rng, 1616);
+    CHECK_OK(mo_allocator_create(&ha, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
+    CHECK_OK(mo_ctx_create(&hc, MO_BACKEND_CPU, ha));
+    if (!hc) return test_finish();
+    test_conv_hand();
+    printf("conv: gradients\n");
+    test_conv_grad(2, 5, 6, 3, 4, 3, 3, 1, 1);
+    test_conv_grad(1, 7, 5, 2, 3, 3, 3, 2, 1);  // odd size, stride 2
+    test_conv_grad(2, 6, 6, 4, 5, 1, 1, 2, 0);  // the bottleneck's downsampling 1x1
+    test_conv_grad(1, 11, 9, 3, 4, 7, 7, 2, 3); // the stem's 7x7
+    test_conv_grad(1, 4, 5, 2, 3, 2, 3, 1, 0);  // R != S
+    for (int k = 0; k < 2; k++) {
+        const mo_dtype dt = k ? MO_BF16 : MO_F16;
+        test_conv_mixed(dt, 2, 6, 5, 8, 6, 3, 1, 1);
+        test_conv_mixed(dt, 1, 9, 9, 3, 4, 7, 2, 3);
+    }
+    test_bn_hand();
+    printf("batchnorm: gradients\n");
+    test_bn_grad(6, 3);
+    test_bn_grad(50, 7);
+    for (int k = 0; k < 2; k++) {
+        const mo_dtype dt = k ? MO_BF16 : MO_F16;
+        test_bn_mixed(dt, 40, 12, 0);
+        test_bn_mixed(dt, 40, 12, 1);
+    }
+    test_pool_hand();
+    printf("pools: gradients\n");
+    test_pool_grad(1, 6, 6, 2, 3, 2, 1);
+    test_pool_grad(2, 7, 5, 3, 3, 2, 1);
+    test_pool_grad(1, 5, 5, 1, 2, 1, 0);
+    test_pool_mixed(MO_F16);
+    test_pool_mixed(MO_BF16);
+    test_bad_input();
+    test_scratch_contract();
+    test_conv_table();
+    mo_ctx_destroy(hc);
+    mo_allocator_destroy(ha);
+    return test_finish();
+}
