@@ -133,6 +133,7 @@ const mo_preset *mo_model_preset(const mo_model_ops *ops, const char *name);
 // The built-in tables.
 extern const mo_model_ops mo_gpt_model;
 extern const mo_model_ops mo_mlp_model;
+extern const mo_model_ops mo_resnet_model;
 
 #ifdef __cplusplus
 }
