@@ -146,6 +146,12 @@ mo_status mo_resnet_set_batch(void *p, const float *images, const int *targets) 
 }
 
 // Images uniform in [-1, 1), classes uniform: the same seed gives the same batch everywhere.
+void mo_resnet_synthetic_images(uint64_t seed, int B, int S, int K, float *img, int *y) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 5;
+    for (size_t i = 0; i < (size_t)B * S * S * 3; i++) img[i] = (float)(2 * uniform01(&s) - 1);
+    for (int b = 0; b < B; b++) y[b] = (int)(splitmix(&s) % (uint64_t)K);
+}
+
 mo_status mo_resnet_set_synthetic_batch(void *p, uint64_t seed) {
     resnet *m = p;
     size_t img = (size_t)m->c.B * m->a.S * m->a.S * 3;
@@ -154,9 +160,7 @@ mo_status mo_resnet_set_synthetic_batch(void *p, uint64_t seed) {
     mo_status st = MO_OK;
     if (!x || !y) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
     if (st == MO_OK) {
-        uint64_t s = seed * 0x9e3779b97f4a7c15ull + 5;
-        for (size_t i = 0; i < img; i++) x[i] = (float)(2 * uniform01(&s) - 1);
-        for (int b = 0; b < m->c.B; b++) y[b] = (int)(splitmix(&s) % (uint64_t)m->a.K);
+        mo_resnet_synthetic_images(seed, m->c.B, m->a.S, m->a.K, x, y);
         st = mo_resnet_set_batch(m, x, y);
     }
     free(x);
