@@ -334,13 +334,13 @@ static void test_finite_differences(void) {
         double worst = 0;
         float *q = malloc(n * sizeof(float));
         double *v = malloc(n * sizeof(double));
-        uint64_t seed = 77;
         for (int t = 0; t < 5; t++) {
             // The stem's conv alone, in the bottleneck net: the loss along it is kinked within +-h (max-pool
             // argmax and ReLU switches of its 16x16 maps: h 1e-3, 3e-4, 1e-4 give -0.045, 0.030, 0.155 for a
             // g.v of 0.152), so it is checked in the basic net only; the whole array and the first half cover
             // the stem here.
             if (d == 1 && t == 1) continue;
+            uint64_t seed = 77 + (uint64_t)t;
             size_t i0 = (size_t)(slice[t][0] * n), i1 = (size_t)(slice[t][1] * n);
             double norm = 0, gv = 0;
             for (size_t i = 0; i < n; i++) {
@@ -357,7 +357,7 @@ static void test_finite_differences(void) {
             for (size_t i = 0; i < n; i++) q[i] = (float)(p[i] - h * v[i]);
             CHECK_OK(mo_resnet_write(m, q));
             CHECK_OK(mo_resnet_forward_backward(m, &lm));
-            double fd = (lp - lm) / (2 * h), e = fabs(fd - gv) / fmax(fabs(fd), fabs(gv));
+            double fd = (lp - lm) / (2 * h), e = fabs(fd - gv) / fmax(fmax(fabs(fd), fabs(gv)), 1e-2); // 1e-2: fp32's noise floor at h
             checked++;
             good += e < 5e-2;
             worst = fmax(worst, e);
