@@ -43,6 +43,13 @@ double mo_conv_flops(const mo_conv_shape *s) {
     return 2.0 * s->N * s->P * s->Q * (double)s->K * s->R * s->S * s->C;
 }
 
+#ifndef MEMOPT_HAVE_CUDA
+void mo_conv_cache_stats(const mo_ctx *c, long *hits, long *misses) {
+    (void)c;
+    *hits = *misses = 0;
+}
+#endif
+
 // ---- cpu references ----
 static float *to_f32(mo_dtype dt, const void *p, size_t n) {
     float *f = malloc((n ? n : 1) * sizeof *f);

@@ -48,6 +48,10 @@ size_t mo_conv_workspace_bytes(void);
 // Scratch of mo_conv_backward_filter: K*R*S*C elements of dt in 16 bits, 0 in fp32.
 size_t mo_conv_backward_filter_scratch_bytes(mo_dtype dt, const mo_conv_shape *s);
 
+// Plan cache statistics of c (for tests): convolutions that found their execution plan cached, plans built
+// (0, 0 on cpu and dry, and before the first cuDNN convolution).
+void mo_conv_cache_stats(const mo_ctx *c, long *hits, long *misses);
+
 // FLOPs of one convolution (forward, or either backward): 2 N P Q K R S C.
 double mo_conv_flops(const mo_conv_shape *s);
 

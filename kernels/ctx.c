@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #include "cuda_check.h"
 #include "lt_gemm.h"
+#include "resnet_ops_impl.h"
 #endif
 
 double mo_host_ms(void) {
@@ -45,6 +46,7 @@ static mo_status ctx_cuda_init(mo_ctx *c) {
 
 static void ctx_cuda_fini(mo_ctx *c) {
     mo_lt_cache_destroy(c); // host objects only: nothing in flight refers to them
+    mo_dnn_destroy(c);      // waits for the stream first (cudnnDestroy)
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     if (c->cublaslt) cublasLtDestroy((cublasLtHandle_t)c->cublaslt);
     if (c->stream) {
@@ -93,6 +95,9 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->gemm_tune = gu && strcmp(gu, "1") == 0;
     const char *ce = getenv("MEMOPT_CE");
     c->ce_loop = ce && strcmp(ce, "loop") == 0;
+    const char *ct = getenv("MEMOPT_CONV_TABLE"), *cu = getenv("MEMOPT_CONV_TUNE");
+    c->conv_table = !(ct && strcmp(ct, "0") == 0);
+    c->conv_tune = cu && strcmp(cu, "1") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
     if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
     mo_status st = MO_OK;

@@ -19,6 +19,7 @@ extern "C" {
 
 typedef struct mo_profiler mo_profiler;
 typedef struct mo_lt_cache mo_lt_cache; // lt_gemm_cuda.c
+typedef struct mo_dnn_cache mo_dnn_cache; // conv_cuda.c
 struct mo_cost_trace;                    // cost.h
 
 typedef struct mo_ctx {
@@ -70,6 +71,12 @@ typedef struct mo_ctx {
     int prof_cat;                 // the mo_prof_cat of the last mo_prof_begin (profiling on or off): the
                                   // trace's per-op category, for --profile's predicted time beside measured
     int cost_region;              // mo_cost_region the model is in (cost.h)
+    mo_dnn_cache *dnn;            // the cuDNN handle and its execution plans per convolution (conv_cuda.c):
+                                  // lazily, at the first cuDNN op; cuda only
+    int conv_tune;                // MEMOPT_CONV_TUNE=1: every new convolution plan times its deterministic
+                                  // candidates that fit the workspace and prints a table line (conv_cuda.c)
+    int conv_table;               // convolutions take the stored engine choices (conv_table.h) where one
+                                  // matches (1, the default); MEMOPT_CONV_TABLE=0 sets 0
 } mo_ctx;
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):

@@ -31,14 +31,27 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#define CUDNN_CHECK(call)                                                        \
-    do {                                                                         \
-        cudnnStatus_t s_ = (call);                                               \
-        if (s_ != CUDNN_STATUS_SUCCESS) {                                        \
-            char cudnn_last_[256];                                               \
-            cudnnGetLastErrorString(cudnn_last_, sizeof cudnn_last_);            \
-            return MO_FAIL(MO_ERR_CUDNN, "%s: %s %s", #call, cudnnGetErrorString(s_), cudnn_last_); \
-        }                                                                        \
+// cuDNN: the status's own string and cudnnGetLastErrorString (which says which descriptor or attribute
+// was refused, and why). CUDNN_CHECK_GOTO sets st and jumps to a cleanup label instead of returning.
+static inline mo_status mo_cudnn_status_(cudnnStatus_t s, const char *call, const char *file, int line) {
+    char last[512];
+    last[0] = '\0';
+    cudnnGetLastErrorString(last, sizeof last);
+    return mo_fail_at(s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ? MO_ERR_OOM : MO_ERR_CUDNN, file,
+                      line, "%s: %s %s", call, cudnnGetErrorString(s), last);
+}
+#define CUDNN_CHECK(call)                                                              \
+    do {                                                                               \
+        cudnnStatus_t s_ = (call);                                                     \
+        if (s_ != CUDNN_STATUS_SUCCESS) return mo_cudnn_status_(s_, #call, __FILE__, __LINE__); \
+    } while (0)
+#define CUDNN_CHECK_GOTO(st, call, label)                                              \
+    do {                                                                               \
+        cudnnStatus_t s_ = (call);                                                     \
+        if (s_ != CUDNN_STATUS_SUCCESS) {                                              \
+            (st) = mo_cudnn_status_(s_, #call, __FILE__, __LINE__);                    \
+            goto label;                                                                \
+        }                                                                              \
     } while (0)
 
 #ifdef __cplusplus

@@ -11,6 +11,8 @@ static const mo_knob knobs[] = {
     {"MEMOPT_ATTN_GEMM", "strided|batched: how the materialized attention's GEMMs get their operands"},
     {"MEMOPT_ATTN_SCORES", "cublas|own: the fp32 score GEMMs' engine"},
     {"MEMOPT_CE", "loop: the fp32 cross-entropy on the kernel that reads each row twice"},
+    {"MEMOPT_CONV_TABLE", "0: the stored cuDNN convolution engine choices ignored"},
+    {"MEMOPT_CONV_TUNE", "1: every new convolution plan times its deterministic candidates that fit"},
     {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},
     {"MEMOPT_FUSE_EPILOGUES", "1|0: the GEMM epilogue fusions forced on or off (default: 16-bit only)"},
     {"MEMOPT_GEMM_TABLE", "0: the stored cuBLASLt choices ignored"},

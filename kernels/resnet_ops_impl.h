@@ -77,6 +77,8 @@ mo_status relu_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout
 mo_status relu_forward_inplace_cuda(mo_ctx *c, mo_dtype dt, void *x, size_t n);
 // dw (n) fp32 += float(g (n) of dt)
 mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
+// The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.
+mo_status mo_dnn_handle(mo_ctx *c, void **handle);
 // Frees the cuDNN handle and plan cache of c (mo_ctx_destroy calls it; no-op when none was made).
 void mo_dnn_destroy(mo_ctx *c);
 

@@ -15,7 +15,9 @@
 #   "bench" times make bench; "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
 #   (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
 #   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log); "mlp" the
-#   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them
+#   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them; "resnetops" the
+#   ResNet ops' GPU test (gpu_resnet_ops: cuDNN convolutions and batch norm, own pools, against the cpu
+#   references per precision; per-op median times at ResNet-50 layer1's shape, batch 128)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -105,6 +107,12 @@ if has attnab; then
         --steps 10 --warmup 3 --csv "$csv" | grep -E "step:" | sed "s/^/$prec attention $v rep $rep: /"
     done
   done; done
+fi
+if has resnetops; then
+  [ -x $B/gpu_resnet_ops ] || cmake --build $B -j 16 --target gpu_resnet_ops 2>&1 | grep -E "error|FAILED" | head -20
+  (cd $B && timeout 600 ./gpu_resnet_ops) >"$R/gpu_resnet_ops.log" 2>&1
+  echo "gpu_resnet_ops exit $?: $(tail -1 "$R/gpu_resnet_ops.log")"
+  cat "$R/gpu_resnet_ops.log"
 fi
 if has tune; then
   # MEMOPT_GEMM_TUNE=1 (lt_gemm_cuda.c): each new cuBLASLt plan times the heuristic's top candidates and

@@ -1,0 +1,521 @@
+// Convolutions on cuDNN 9's backend graph API (conv.h), with a per-context cache of execution plans.
+//
+// One graph per convolution: three tensor descriptors (dims N, C, H, W with NHWC strides; the filter
+// K, C, R, S with KRSC strides), a convolution descriptor (cross-correlation, fp32 compute), one operation
+// (CONVOLUTION_FORWARD / BACKWARD_DATA / BACKWARD_FILTER), the operation graph. Engines come from the
+// heuristics (mode A, then the fallback list); a candidate is kept only when
+//   - its engine carries no CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC (a checkpointed step must give the bits
+//     of an unchecked one, and two runs the same bits);
+//   - in fp32 without ctx->tf32, no CUDNN_NUMERICAL_NOTE_TENSOR_CORE / DOWN_CONVERT_INPUTS (TF32 is
+//     what a tensor-core engine does with fp32 data; PyTorch filters the same notes for allow_tf32);
+//   - its execution plan finalizes and its workspace fits the fixed budget (the context's GEMM workspace,
+//     taken from the suite's allocator: cuDNN and cuBLASLt run in stream order on one stream, so they
+//     share it and a convolution allocates nothing).
+// The first kept candidate runs, unless the stored table (conv_table.h) names another for this key,
+// device and cuDNN version; MEMOPT_CONV_TUNE=1 times the first CONV_TUNE_MAX kept candidates of every
+// new plan that can be rerun without changing its result and prints a table line.
+// Plans are cached by key (conv_table.h's mo_conv_key: kind, dtype, TF32, shape, pointer alignment
+// classes, beta, workspace); a repeated convolution costs one variant pack and cudnnBackendExecute.
+// Not thread-safe: a context is used by one thread at a time (ctx.h).
+#include "conv.h"
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "conv_table.h"
+#include "cuda_check.h"
+#include "resnet_ops_impl.h"
+
+#define DNN_SLOTS 256    // ResNet-152 has ~60 distinct convolution keys per precision (x3 kinds)
+#define DNN_MAX_CAND 64  // heuristic results looked at per mode
+#define DNN_KEEP 8       // descriptors a plan holds (tensors, convolution, operation, graph, engine config)
+#define CONV_TUNE_MAX 8  // kept candidates timed by MEMOPT_CONV_TUNE=1
+#define CONV_TUNE_WARM 2
+#define CONV_TUNE_REPS 7 // median of
+#define CONV_TUNE_MIN_GAIN 0.01
+
+enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
+
+typedef struct dnn_plan {
+    mo_conv_key key;
+    cudnnBackendDescriptor_t plan;
+    cudnnBackendDescriptor_t keep[DNN_KEEP]; // what the plan was built from, released with it
+    int nkeep;
+    int64_t ws;
+    long engine; // the engine's global index
+    int rank;    // its place among the kept candidates
+} dnn_plan;
+
+struct mo_dnn_cache {
+    cudnnHandle_t h;
+    int n, victim;
+    long hits, misses, table_used, table_missing;
+    char device[256];
+    dnn_plan slot[DNN_SLOTS];
+};
+
+static void plan_release(dnn_plan *p) {
+    if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
+    for (int i = p->nkeep - 1; i >= 0; i--)
+        if (p->keep[i]) cudnnBackendDestroyDescriptor(p->keep[i]);
+    p->plan = NULL;
+    p->nkeep = 0;
+}
+
+static mo_status dnn_get(mo_ctx *c, mo_dnn_cache **out) {
+    if (!c->dnn) {
+        mo_dnn_cache *d = calloc(1, sizeof *d);
+        if (!d) return MO_FAIL(MO_ERR_OOM, "host out of memory for the cuDNN plan cache");
+        c->dnn = d;
+        CUDNN_CHECK(cudnnCreate(&d->h));
+        CUDNN_CHECK(cudnnSetStream(d->h, (cudaStream_t)c->stream));
+        int dev = 0;
+        struct cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        snprintf(d->device, sizeof d->device, "%s", prop.name);
+    }
+    if (!c->dnn->h) return MO_FAIL(MO_ERR_CUDNN, "the cuDNN handle could not be created earlier");
+    *out = c->dnn;
+    return MO_OK;
+}
+
+mo_status mo_dnn_handle(mo_ctx *c, void **handle) {
+    mo_dnn_cache *d;
+    MO_TRY(dnn_get(c, &d));
+    *handle = d->h;
+    return MO_OK;
+}
+
+void mo_dnn_destroy(mo_ctx *c) {
+    mo_dnn_cache *d = c->dnn;
+    if (!d) return;
+    if (c->stream) cudaStreamSynchronize((cudaStream_t)c->stream); // nothing in flight uses a plan
+    for (int i = 0; i < d->n; i++) plan_release(&d->slot[i]);
+    if (d->h) cudnnDestroy(d->h);
+    free(d);
+    c->dnn = NULL;
+}
+
+void mo_conv_cache_stats(const mo_ctx *c, long *hits, long *misses) {
+    *hits = c->dnn ? c->dnn->hits : 0;
+    *misses = c->dnn ? c->dnn->misses : 0;
+}
+
+static uint32_t ptr_alignment(const void *p) {
+    uintptr_t v = (uintptr_t)p;
+    uint32_t a = 256;
+    while (a > 2 && (v % a) != 0) a >>= 1;
+    return a;
+}
+
+static cudnnDataType_t dnn_type(mo_dtype dt) {
+    return dt == MO_F16 ? CUDNN_DATA_HALF : dt == MO_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+static const char *kind_name(int kind) {
+    return kind == MO_CONV_FWD ? "forward" : kind == MO_CONV_BWD_DATA ? "backward data" : "backward filter";
+}
+
+// A new descriptor, held by p (released with it).
+static mo_status new_desc(dnn_plan *p, cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t *out) {
+    if (p->nkeep == DNN_KEEP) return MO_FAIL(MO_ERR_INTERNAL, "conv plan: more than %d descriptors", DNN_KEEP);
+    CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &p->keep[p->nkeep]));
+    *out = p->keep[p->nkeep++];
+    return MO_OK;
+}
+
+static mo_status make_tensor(dnn_plan *p, cudnnBackendDescriptor_t *out, int64_t uid, cudnnDataType_t ty, int64_t n,
+                             int64_t ch, int64_t h, int64_t w, int64_t align) {
+    cudnnBackendDescriptor_t t = NULL;
+    MO_TRY(new_desc(p, CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t));
+    const int64_t dim[4] = {n, ch, h, w}, str[4] = {h * w * ch, 1, w * ch, ch}; // NHWC (KRSC) in memory
+    CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ty));
+    CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim));
+    CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str));
+    CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+    CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+    CUDNN_CHECK(cudnnBackendFinalize(t));
+    *out = t;
+    return MO_OK;
+}
+
+// The operation graph of key into p->keep; *graph is its last descriptor.
+static mo_status build_graph(mo_dnn_cache *d, const mo_conv_key *k, dnn_plan *p, cudnnBackendDescriptor_t *graph) {
+    const cudnnDataType_t ty = dnn_type((mo_dtype)k->dt);
+    const int P = (k->H + 2 * k->pad - k->R) / k->stride + 1, Q = (k->W + 2 * k->pad - k->S) / k->stride + 1;
+    cudnnBackendDescriptor_t x = NULL, w = NULL, y = NULL, conv = NULL, op = NULL, g = NULL;
+    MO_TRY(make_tensor(p, &x, UID_X, ty, k->N, k->C, k->H, k->W, k->al_x));
+    MO_TRY(make_tensor(p, &w, UID_W, ty, k->K, k->C, k->R, k->S, k->al_w));
+    MO_TRY(make_tensor(p, &y, UID_Y, ty, k->N, k->K, P, Q, k->al_y));
+    MO_TRY(new_desc(p, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv));
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    const int64_t sd = 2, dil[2] = {1, 1}, str[2] = {k->stride, k->stride}, pad[2] = {k->pad, k->pad};
+    CUDNN_CHECK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+    CUDNN_CHECK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+    CUDNN_CHECK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd));
+    CUDNN_CHECK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil));
+    CUDNN_CHECK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str));
+    CUDNN_CHECK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
+    CUDNN_CHECK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
+    CUDNN_CHECK(cudnnBackendFinalize(conv));
+    const float alpha = 1.0f, beta = k->beta_one ? 1.0f : 0.0f;
+    const cudnnBackendDescriptorType_t opt[3] = {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                                                 CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                                                 CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR};
+    MO_TRY(new_desc(p, opt[k->kind], &op));
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    if (k->kind == MO_CONV_FWD) {
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, D, 1, &x));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, D, 1, &w));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, D, 1, &y));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, D, 1, &conv));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
+    } else if (k->kind == MO_CONV_BWD_DATA) {
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, D, 1, &x));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, D, 1, &w));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, D, 1, &y));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, D, 1, &conv));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
+    } else {
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, D, 1, &x));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, D, 1, &w));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, D, 1, &y));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, D, 1, &conv));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
+        CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
+    }
+    CUDNN_CHECK(cudnnBackendFinalize(op));
+    MO_TRY(new_desc(p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g));
+    CUDNN_CHECK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, D, 1, &op));
+    CUDNN_CHECK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &d->h));
+    CUDNN_CHECK(cudnnBackendFinalize(g));
+    *graph = g;
+    return MO_OK;
+}
+
+// Why candidates were dropped (for the error when none is kept, and the tuning lines).
+typedef struct cand_count { int seen, nondet, tf32, unsupported, too_big, kept; } cand_count;
+
+// Whether cfg's engine may run (deterministic; TF32 only when allowed); its global index.
+static mo_status engine_ok(const mo_conv_key *k, cudnnBackendDescriptor_t cfg, int *ok, long *gidx, cand_count *cc) {
+    *ok = 0;
+    cudnnBackendDescriptor_t eng = NULL;
+    mo_status st = MO_OK;
+    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng));
+    int64_t n = 0, gi = -1;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    CUDNN_CHECK_GOTO(st, cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                                  &n, &eng), done);
+    CUDNN_CHECK_GOTO(st, cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &gi),
+                     done);
+    n = 0;
+    CUDNN_CHECK_GOTO(st, cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                                  CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes), done);
+    *gidx = (long)gi;
+    int nondet = 0, tc = 0;
+    for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
+        if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) nondet = 1;
+        if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) tc = 1;
+    }
+    if (nondet) cc->nondet++;
+    else if (k->dt == MO_F32 && !k->tf32 && tc) cc->tf32++;
+    else *ok = 1;
+done:
+    cudnnBackendDestroyDescriptor(eng);
+    return st;
+}
+
+// An execution plan for cfg; *plan NULL (no error) when cuDNN refuses it or its workspace exceeds the budget.
+static mo_status try_plan(mo_dnn_cache *d, const mo_conv_key *k, cudnnBackendDescriptor_t cfg,
+                          cudnnBackendDescriptor_t *plan, int64_t *ws, cand_count *cc) {
+    *plan = NULL;
+    cudnnBackendDescriptor_t p;
+    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p));
+    mo_status st = MO_OK;
+    CUDNN_CHECK_GOTO(st, cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &d->h),
+                     fail);
+    CUDNN_CHECK_GOTO(st, cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg), fail);
+    if (cudnnBackendFinalize(p) != CUDNN_STATUS_SUCCESS) { // this engine cannot run this graph: not a candidate
+        cc->unsupported++;
+        goto fail;
+    }
+    int64_t n = 0, w = 0;
+    CUDNN_CHECK_GOTO(st, cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                                  &n, &w), fail);
+    if (w < 0 || (uint64_t)w > (uint64_t)k->ws_bytes) {
+        cc->too_big++;
+        goto fail;
+    }
+    *plan = p;
+    *ws = w;
+    return MO_OK;
+fail:
+    cudnnBackendDestroyDescriptor(p);
+    return st;
+}
+
+static mo_status run_plan(mo_ctx *c, mo_dnn_cache *d, cudnnBackendDescriptor_t plan, void *ptr[3]) {
+    cudnnBackendDescriptor_t vp;
+    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
+    const int64_t uid[3] = {UID_X, UID_W, UID_Y};
+    void *ws = c->gemm_ws;
+    mo_status st = MO_OK;
+    CUDNN_CHECK_GOTO(st, cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uid),
+                     done);
+    CUDNN_CHECK_GOTO(st, cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3,
+                                                  ptr), done);
+    CUDNN_CHECK_GOTO(st, cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
+                     done);
+    CUDNN_CHECK_GOTO(st, cudnnBackendFinalize(vp), done);
+    CUDNN_CHECK_GOTO(st, cudnnBackendExecute(d->h, plan, vp), done);
+done:
+    cudnnBackendDestroyDescriptor(vp);
+    return st;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+// Median ms of plan on ptr (-1 when it fails at execution: not a candidate).
+static mo_status time_plan(mo_ctx *c, mo_dnn_cache *d, cudnnBackendDescriptor_t plan, void *ptr[3], float *ms) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    const cudaError_t ce1 = cudaEventCreate(&e1);
+    if (ce1 != cudaSuccess) {
+        cudaEventDestroy(e0);
+        CUDA_CHECK(ce1);
+    }
+    float t[CONV_TUNE_REPS];
+    *ms = -1.0f;
+    mo_status st = MO_OK;
+    for (int r = 0; r < CONV_TUNE_WARM + CONV_TUNE_REPS; r++) {
+        cudaError_t ce = cudaEventRecord(e0, s);
+        if (run_plan(c, d, plan, ptr) != MO_OK) { mo_clear_error(); break; }
+        if (ce == cudaSuccess) ce = cudaEventRecord(e1, s);
+        if (ce == cudaSuccess) ce = cudaEventSynchronize(e1);
+        if (ce == cudaSuccess && r >= CONV_TUNE_WARM) ce = cudaEventElapsedTime(&t[r - CONV_TUNE_WARM], e0, e1);
+        if (ce != cudaSuccess) {
+            st = MO_FAIL(MO_ERR_CUDA, "conv tuning: %s", cudaGetErrorString(ce));
+            break;
+        }
+        if (r == CONV_TUNE_WARM + CONV_TUNE_REPS - 1) {
+            qsort(t, CONV_TUNE_REPS, sizeof t[0], cmp_float);
+            *ms = t[CONV_TUNE_REPS / 2];
+        }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return st;
+}
+
+static const mo_conv_choice *table_find(const mo_ctx *c, const mo_dnn_cache *d, const mo_conv_key *k) {
+    if (!c->conv_table) return NULL;
+    const long ver = (long)cudnnGetVersion();
+    for (int i = 0; i < mo_conv_table_n; i++) {
+        const mo_conv_choice *t = &mo_conv_table[i];
+        if (t->cudnn_version == ver && strcmp(t->device, d->device) == 0 && mo_conv_key_eq(&t->key, k)) return t;
+    }
+    return NULL;
+}
+
+// Builds p for key: the graph, then the heuristics' candidates in order until the one to run is found.
+// ptr: the operands (for tuning, which reruns the convolution on them).
+static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dnn_plan *p, void *ptr[3]) {
+    cudnnBackendDescriptor_t graph = NULL;
+    MO_TRY(build_graph(d, k, p, &graph));
+    const mo_conv_choice *want = table_find(c, d, k);
+    const int rerunnable = !k->beta_one;
+    const int tune = c->conv_tune && rerunnable && !want;
+    int need = want ? want->rank + 1 : tune ? CONV_TUNE_MAX : 1; // kept candidates to look at
+    if (need > CONV_TUNE_MAX) need = CONV_TUNE_MAX;
+    cudnnBackendDescriptor_t kept_plan[CONV_TUNE_MAX + 1], kept_cfg[CONV_TUNE_MAX + 1];
+    long kept_eng[CONV_TUNE_MAX + 1];
+    int64_t kept_ws[CONV_TUNE_MAX + 1];
+    int nk = 0;
+    cand_count cc = {0};
+    mo_status st = MO_OK;
+    const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    for (int m = 0; m < 2 && nk < need; m++) {
+        cudnnBackendDescriptor_t heur = NULL, cfg[DNN_MAX_CAND] = {0};
+        int64_t count = 0, got = 0;
+        CUDNN_CHECK_GOTO(st, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur), mode_done);
+        CUDNN_CHECK_GOTO(st, cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph), mode_done);
+        CUDNN_CHECK_GOTO(st, cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
+                                                      &modes[m]), mode_done);
+        if (cudnnBackendFinalize(heur) != CUDNN_STATUS_SUCCESS) goto mode_done; // no list in this mode
+        CUDNN_CHECK_GOTO(st, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL), mode_done);
+        if (count > DNN_MAX_CAND) count = DNN_MAX_CAND;
+        for (int64_t i = 0; i < count; i++)
+            CUDNN_CHECK_GOTO(st, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[i]), mode_done);
+        if (count > 0)
+            CUDNN_CHECK_GOTO(st, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg), mode_done);
+        for (int64_t i = 0; i < got && nk < need; i++) {
+            cc.seen++;
+            int ok = 0;
+            long gi = -1;
+            MO_TRY_GOTO(st, engine_ok(k, cfg[i], &ok, &gi, &cc), mode_done);
+            if (!ok) continue;
+            int dup = 0; // the fallback list repeats engines of mode A
+            for (int j = 0; j < nk; j++) dup |= kept_eng[j] == gi;
+            if (dup) continue;
+            cudnnBackendDescriptor_t pl = NULL;
+            int64_t ws = 0;
+            MO_TRY_GOTO(st, try_plan(d, k, cfg[i], &pl, &ws, &cc), mode_done);
+            if (!pl) continue;
+            kept_plan[nk] = pl;
+            kept_cfg[nk] = cfg[i];
+            cfg[i] = NULL; // held by the kept list now
+            kept_eng[nk] = gi;
+            kept_ws[nk] = ws;
+            nk++;
+            cc.kept++;
+        }
+    mode_done:
+        for (int64_t i = 0; i < count; i++)
+            if (cfg[i]) cudnnBackendDestroyDescriptor(cfg[i]);
+        if (heur) cudnnBackendDestroyDescriptor(heur);
+        if (st != MO_OK) goto done;
+    }
+    if (nk == 0) {
+        st = MO_FAIL(MO_ERR_UNSUPPORTED,
+                     "conv %s (%s%s, N %d H %d W %d C %d K %d %dx%d stride %d pad %d): no deterministic cuDNN engine "
+                     "fits the %zu-byte workspace (%d candidates: %d nondeterministic, %d TF32 not allowed, %d refused "
+                     "the graph, %d needed more workspace)",
+                     kind_name(k->kind), mo_dtype_name((mo_dtype)k->dt), k->tf32 ? " tf32" : "", k->N, k->H, k->W,
+                     k->C, k->K, k->R, k->S, k->stride, k->pad, k->ws_bytes, cc.seen, cc.nondet, cc.tf32,
+                     cc.unsupported, cc.too_big);
+        goto done;
+    }
+    int pick = 0;
+    if (want) {
+        if (nk > want->rank && kept_eng[want->rank] == want->engine) {
+            pick = want->rank;
+            d->table_used++;
+        } else {
+            d->table_missing++;
+        }
+    } else if (tune) {
+        float t0 = -1, tb = -1;
+        for (int i = 0; i < nk; i++) {
+            float ms;
+            MO_TRY_GOTO(st, time_plan(c, d, kept_plan[i], ptr, &ms), done);
+            if (i == 0) t0 = ms;
+            if (ms > 0 && (tb < 0 || ms < tb)) tb = ms, pick = i;
+        }
+        if (t0 > 0 && pick > 0 && (t0 - tb) / t0 >= CONV_TUNE_MIN_GAIN)
+            fprintf(stderr,
+                    "conv-tune: {\"%s\", %ld, {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %u, %u, %u, %d, %zu}, "
+                    "%ld, %d, %.4ff, %.4ff}, // %s %.1f%% faster (of %d kept)\n",
+                    d->device, (long)cudnnGetVersion(), k->kind, k->dt, k->tf32, k->N, k->H, k->W, k->C, k->K, k->R,
+                    k->S, k->stride, k->pad, k->al_x, k->al_w, k->al_y, k->beta_one, k->ws_bytes, kept_eng[pick],
+                    pick, t0, tb, kind_name(k->kind), 100.0 * (t0 - tb) / t0, nk);
+        else {
+            fprintf(stderr, "conv-tune: // %s %s%s N %d H %d W %d C %d K %d %dx%d s%d p%d: the first stays (engine %ld "
+                            "%.4f ms; best #%d of %d %.4f ms)\n",
+                    kind_name(k->kind), mo_dtype_name((mo_dtype)k->dt), k->tf32 ? " tf32" : "", k->N, k->H, k->W, k->C,
+                    k->K, k->R, k->S, k->stride, k->pad, kept_eng[0], t0, pick, nk, tb);
+            pick = 0;
+        }
+    }
+    p->plan = kept_plan[pick];
+    kept_plan[pick] = NULL;
+    p->keep[p->nkeep++] = kept_cfg[pick]; // build_graph used 6 of DNN_KEEP
+    kept_cfg[pick] = NULL;
+    p->ws = kept_ws[pick];
+    p->engine = kept_eng[pick];
+    p->rank = pick;
+done:
+    for (int i = 0; i < nk; i++) {
+        if (kept_plan[i]) cudnnBackendDestroyDescriptor(kept_plan[i]);
+        if (kept_cfg[i]) cudnnBackendDestroyDescriptor(kept_cfg[i]);
+    }
+    return st;
+}
+
+static mo_status plan_get(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, void *ptr[3], dnn_plan **out) {
+    for (int i = 0; i < d->n; i++)
+        if (mo_conv_key_eq(&d->slot[i].key, k)) {
+            d->hits++;
+            *out = &d->slot[i];
+            return MO_OK;
+        }
+    dnn_plan fresh;
+    memset(&fresh, 0, sizeof fresh);
+    fresh.key = *k;
+    mo_status st = plan_build(c, d, k, &fresh, ptr);
+    if (st != MO_OK) {
+        plan_release(&fresh);
+        return st;
+    }
+    d->misses++;
+    dnn_plan *slot;
+    if (d->n < DNN_SLOTS) {
+        slot = &d->slot[d->n++];
+    } else {
+        // the evicted plan may still be in flight: wait for the stream before destroying it
+        CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
+        slot = &d->slot[d->victim];
+        d->victim = (d->victim + 1) % DNN_SLOTS;
+        plan_release(slot);
+    }
+    *slot = fresh;
+    *out = slot;
+    return MO_OK;
+}
+
+static mo_conv_key make_key(const mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape *s, const void *x,
+                            const void *w, const void *y, int beta_one) {
+    mo_conv_key k;
+    memset(&k, 0, sizeof k);
+    k.kind = kind;
+    k.dt = (int)dt;
+    k.tf32 = dt == MO_F32 && c->tf32;
+    k.N = s->N, k.H = s->H, k.W = s->W, k.C = s->C, k.K = s->K, k.R = s->R, k.S = s->S;
+    k.stride = s->stride, k.pad = s->pad;
+    k.al_x = ptr_alignment(x), k.al_w = ptr_alignment(w), k.al_y = ptr_alignment(y);
+    k.beta_one = beta_one;
+    k.ws_bytes = c->gemm_ws_bytes;
+    return k;
+}
+
+static mo_status conv_run(mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape *s, void *x, void *w, void *y,
+                          int beta_one) {
+    mo_dnn_cache *d;
+    MO_TRY(dnn_get(c, &d));
+    const mo_conv_key k = make_key(c, kind, dt, s, x, w, y, beta_one);
+    void *ptr[3] = {x, w, y};
+    dnn_plan *p = NULL;
+    MO_TRY(plan_get(c, d, &k, ptr, &p));
+    return run_plan(c, d, p->plan, ptr);
+}
+
+mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {
+    return conv_run(c, MO_CONV_FWD, dt, s, (void *)in, (void *)w, out, 0);
+}
+
+mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
+                                  const mo_conv_shape *s) {
+    return conv_run(c, MO_CONV_BWD_DATA, dt, s, din, (void *)w, (void *)dout, 0);
+}
+
+// fp32: dw += in place (beta 1). 16 bits: the gradient into scratch (dt), then dw += float(scratch).
+mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
+                                    const mo_conv_shape *s, void *scratch) {
+    if (dt == MO_F32) return conv_run(c, MO_CONV_BWD_FILTER, dt, s, (void *)in, dw, (void *)dout, 1);
+    MO_TRY(conv_run(c, MO_CONV_BWD_FILTER, dt, s, (void *)in, scratch, (void *)dout, 0));
+    return accumulate_f32_from_cuda(c, dt, dw, scratch, (size_t)s->K * s->R * s->S * s->C);
+}

@@ -1,0 +1,221 @@
+// The ResNet's own elementwise and pooling kernels (pool.h), NHWC, channel fastest so that consecutive
+// threads touch consecutive addresses: max pool forward and backward, global average pool forward and
+// backward, ReLU backward, the batch norm's in-place ReLU, and the fp32 accumulation of a 16-bit filter
+// gradient. Every kernel is a gather (each output element summed by one thread in a fixed order), so
+// results are deterministic, and they do the cpu references' float operations in the same order:
+// the fp32 results equal the references' bit for bit (divisions are __fdiv_rn: --use_fast_math would
+// otherwise approximate them).
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+#include "mixed_dev.cuh"
+#include "pool.h"
+#include "resnet_ops_impl.h"
+
+struct rn_f32 {
+    typedef float S;
+    static __device__ __forceinline__ float to_f(float b) { return b; }
+    static __device__ __forceinline__ float from_f(float f) { return f; }
+};
+struct rn_f16 {
+    typedef uint16_t S;
+    static __device__ __forceinline__ float to_f(uint16_t b) { return mx_f16::to_f(b); }
+    static __device__ __forceinline__ uint16_t from_f(float f) { return mx_f16::from_f(f); }
+};
+struct rn_bf16 {
+    typedef uint16_t S;
+    static __device__ __forceinline__ float to_f(uint16_t b) { return mx_bf16::to_f(b); }
+    static __device__ __forceinline__ uint16_t from_f(float f) { return mx_bf16::from_f(f); }
+};
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+// out (N,P,Q,C): one thread per output element
+template <class D>
+__global__ void maxpool_fwd_kernel(typename D::S *out, const typename D::S *in, int N, int H, int W, int C, int R,
+                                   int st, int pad, int P, int Q) {
+    const size_t n_out = (size_t)N * P * Q * C;
+    GRID_STRIDE(i, n_out) {
+        const int ch = (int)(i % C);
+        size_t t = i / C;
+        const int q = (int)(t % Q);
+        t /= Q;
+        const int p = (int)(t % P);
+        const int n = (int)(t / P);
+        float m = -INFINITY;
+        for (int r = 0; r < R; r++) {
+            const int h = p * st - pad + r;
+            if (h < 0 || h >= H) continue;
+            for (int s = 0; s < R; s++) {
+                const int w = q * st - pad + s;
+                if (w < 0 || w >= W) continue;
+                const float v = D::to_f(in[(((size_t)n * H + h) * W + w) * C + ch]);
+                if (v > m) m = v;
+            }
+        }
+        out[i] = D::from_f(m);
+    }
+}
+
+// din (N,H,W,C): one thread per input element; the windows containing it in output order, each one's
+// gradient taken when this position is the window's first equal to its output (the reference's argmax)
+template <class D>
+__global__ void maxpool_bwd_kernel(typename D::S *din, const typename D::S *dout, const typename D::S *in,
+                                   const typename D::S *out, int N, int H, int W, int C, int R, int st, int pad, int P,
+                                   int Q) {
+    const size_t n_in = (size_t)N * H * W * C;
+    GRID_STRIDE(i, n_in) {
+        const int ch = (int)(i % C);
+        size_t t = i / C;
+        const int w = (int)(t % W);
+        t /= W;
+        const int h = (int)(t % H);
+        const int n = (int)(t / H);
+        // p with p*st - pad <= h <= p*st - pad + R - 1
+        int p0 = h + pad - R + 1;
+        p0 = p0 <= 0 ? 0 : (p0 + st - 1) / st;
+        int p1 = (h + pad) / st;
+        if (p1 > P - 1) p1 = P - 1;
+        int q0 = w + pad - R + 1;
+        q0 = q0 <= 0 ? 0 : (q0 + st - 1) / st;
+        int q1 = (w + pad) / st;
+        if (q1 > Q - 1) q1 = Q - 1;
+        float acc = 0.0f;
+        for (int p = p0; p <= p1; p++)
+            for (int q = q0; q <= q1; q++) {
+                const size_t o = (((size_t)n * P + p) * Q + q) * C + ch;
+                const float m = D::to_f(out[o]);
+                int at_h = -1, at_w = -1;
+                for (int r = 0; r < R && at_h < 0; r++) {
+                    const int hh = p * st - pad + r;
+                    if (hh < 0 || hh >= H) continue;
+                    for (int s = 0; s < R; s++) {
+                        const int ww = q * st - pad + s;
+                        if (ww < 0 || ww >= W) continue;
+                        if (D::to_f(in[(((size_t)n * H + hh) * W + ww) * C + ch]) == m) {
+                            at_h = hh, at_w = ww;
+                            break;
+                        }
+                    }
+                }
+                if (at_h == h && at_w == w) acc += D::to_f(dout[o]);
+            }
+        din[i] = D::from_f(acc);
+    }
+}
+
+// out (N,C): one thread per (n, c), the HW positions summed in order
+template <class D>
+__global__ void avgpool_fwd_kernel(typename D::S *out, const typename D::S *in, int N, int HW, int C) {
+    GRID_STRIDE(i, (size_t)N * C) {
+        const size_t n = i / C, ch = i % C;
+        float s = 0.0f;
+        for (int k = 0; k < HW; k++) s += D::to_f(in[(n * HW + k) * C + ch]);
+        out[i] = D::from_f(__fdiv_rn(s, (float)HW));
+    }
+}
+
+template <class D>
+__global__ void avgpool_bwd_kernel(typename D::S *din, const typename D::S *dout, int N, int HW, int C) {
+    GRID_STRIDE(i, (size_t)N * HW * C) {
+        const size_t ch = i % C, n = i / ((size_t)HW * C);
+        din[i] = D::from_f(__fdiv_rn(D::to_f(dout[n * C + ch]), (float)HW));
+    }
+}
+
+// din may alias dout: each element read, then written, by one thread (no __restrict__)
+template <class D>
+__global__ void relu_bwd_kernel(typename D::S *din, const typename D::S *dout, const typename D::S *out, size_t n) {
+    GRID_STRIDE(i, n) din[i] = D::to_f(out[i]) > 0.0f ? dout[i] : D::from_f(0.0f);
+}
+
+template <class D> __global__ void relu_inplace_kernel(typename D::S *x, size_t n) {
+    GRID_STRIDE(i, n) {
+        if (!(D::to_f(x[i]) > 0.0f)) x[i] = D::from_f(0.0f);
+    }
+}
+
+template <class D> __global__ void acc_f32_kernel(float *dw, const typename D::S *g, size_t n) {
+    GRID_STRIDE(i, n) dw[i] += D::to_f(g[i]);
+}
+
+#define DISPATCH(dt, LAUNCH)                 \
+    do {                                     \
+        if ((dt) == MO_F32) LAUNCH(rn_f32);  \
+        else if ((dt) == MO_F16) LAUNCH(rn_f16); \
+        else LAUNCH(rn_bf16);                \
+    } while (0)
+
+static cudaStream_t S(mo_ctx *c) { return (cudaStream_t)c->stream; }
+
+extern "C" mo_status maxpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int H, int W, int C,
+                                          int R, int stride, int pad) {
+    const int P = mo_pool_out_dim(H, R, stride, pad), Q = mo_pool_out_dim(W, R, stride, pad);
+    const size_t n = (size_t)N * P * Q * C;
+#define L(T) maxpool_fwd_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)out, (const T::S *)in, N, H, W, C, R, stride, pad, P, Q)
+    DISPATCH(dt, L);
+#undef L
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status maxpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *in,
+                                           const void *out, int N, int H, int W, int C, int R, int stride, int pad) {
+    const int P = mo_pool_out_dim(H, R, stride, pad), Q = mo_pool_out_dim(W, R, stride, pad);
+    const size_t n = (size_t)N * H * W * C;
+#define L(T)                                                                                                    \
+    maxpool_bwd_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, \
+                                                               (const T::S *)out, N, H, W, C, R, stride, pad, P, Q)
+    DISPATCH(dt, L);
+#undef L
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status avgpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int HW, int C) {
+    const size_t n = (size_t)N * C;
+#define L(T) avgpool_fwd_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)out, (const T::S *)in, N, HW, C)
+    DISPATCH(dt, L);
+#undef L
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status avgpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, int N, int HW, int C) {
+    const size_t n = (size_t)N * HW * C;
+#define L(T) avgpool_bwd_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)din, (const T::S *)dout, N, HW, C)
+    DISPATCH(dt, L);
+#undef L
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status relu_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *out, size_t n) {
+    if (n == 0) return MO_OK;
+#define L(T) relu_bwd_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)out, n)
+    DISPATCH(dt, L);
+#undef L
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status relu_forward_inplace_cuda(mo_ctx *c, mo_dtype dt, void *x, size_t n) {
+    if (n == 0) return MO_OK;
+#define L(T) relu_inplace_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)x, n)
+    DISPATCH(dt, L);
+#undef L
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n) {
+    if (n == 0) return MO_OK;
+#define L(T) acc_f32_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>(dw, (const T::S *)g, n)
+    DISPATCH(dt, L);
+#undef L
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}

@@ -1,0 +1,354 @@
+// GPU test of the ResNet ops (conv.h on cuDNN's graph API, batchnorm.h on cuDNN, pool.h's own kernels):
+// every op on cuda against its cpu reference on fresh random data (seed printed), per precision (fp32,
+// tf32, bf16, fp16), at ResNet-50's layer shapes (batch 2) and odd sizes; every cuda op runs twice on the
+// same inputs and must give the same bits (determinism: checkpointing recomputes must equal the first
+// forward). Then per-op median times of the cuDNN calls at one ResNet-50 layer shape, batch 128.
+//
+// Tolerances (relative L2 error against the cpu reference) and why:
+//   fp32 convolutions 2e-5: fp32 FMA accumulation in another order (~1e-6 expected); a TF32 engine that
+//     slipped through the filter would give ~5e-4 and fail.
+//   tf32 convolutions 5e-3: 10-bit mantissa products (~5e-4 expected).
+//   16-bit outputs (convolutions, batch norm, pools): bf16 1e-2, fp16 2e-3 (the suite's 16-bit bounds,
+//     docs/DESIGN.md): both sides round an fp32 value once, cuDNN's accumulation order differs.
+//   batch norm fp32: outputs and din 1e-4, mean / rstd / running statistics 1e-5, dgamma / dbeta 1e-4
+//     (cuDNN's reductions run in another order over M rows).
+//   pools and ReLU backward: the same float operations in the same order: bit-identical expected,
+//     checked at 1e-6 and the bit equality printed.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/batchnorm.h"
+#include "kernels/conv.h"
+#include "kernels/pool.h"
+#include "strategies/alloc.h"
+#include "tests/testlib.h"
+
+static mo_allocator *ga, *ha;
+static mo_ctx *gc, *hc;
+static test_rng rng;
+
+typedef struct prec { const char *name; mo_dtype dt; int tf32; } prec;
+static const prec precs[4] = {{"fp32", MO_F32, 0}, {"tf32", MO_F32, 1}, {"bf16", MO_BF16, 0}, {"fp16", MO_F16, 0}};
+
+static double tol_conv(const prec *p) {
+    return p->dt == MO_BF16 ? 1e-2 : p->dt == MO_F16 ? 2e-3 : p->tf32 ? 5e-3 : 2e-5;
+}
+static double tol_act(mo_dtype dt, double f32) { return dt == MO_BF16 ? 1e-2 : dt == MO_F16 ? 2e-3 : f32; }
+
+static void *hnew(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { fprintf(stderr, "out of host memory (%zu bytes)\n", bytes); exit(1); }
+    return p;
+}
+static float *fnew(size_t n) { return hnew(n * sizeof(float)); }
+static float *frand(size_t n, float lo, float hi) { float *p = fnew(n); test_fill_uniform(&rng, p, n, lo, hi); return p; }
+// n random elements of dt (host bytes)
+static void *hrand(mo_dtype dt, size_t n, float lo, float hi) {
+    float *f = frand(n, lo, hi);
+    if (dt == MO_F32) return f;
+    void *h = hnew(n * 2);
+    mo_convert_from_f32(dt, h, f, n);
+    free(f);
+    return h;
+}
+static float *as_f32(mo_dtype dt, const void *x, size_t n) {
+    float *f = fnew(n);
+    mo_convert_to_f32(dt, f, x, n);
+    return f;
+}
+static void *dnew(size_t bytes) {
+    void *p = NULL;
+    if (!CHECK_OK(mo_alloc(ga, bytes ? bytes : 1, MO_CAT_ACTIVATION, &p))) exit(test_finish());
+    return p;
+}
+static void dfree(void *p) { CHECK_OK(mo_free(ga, p)); }
+static void up(void *d, const void *h, size_t bytes) { CHECK_OK(mo_memcpy_h2d(gc, d, h, bytes)); }
+static void down(void *h, const void *d, size_t bytes) { CHECK_OK(mo_memcpy_d2h(gc, h, d, bytes)); }
+static void *dup_d(const void *h, size_t bytes) { void *d = dnew(bytes); up(d, h, bytes); return d; }
+static void poison(void *d, size_t bytes) {
+    unsigned char *h = hnew(bytes);
+    memset(h, 0xff, bytes); // NaN in fp32, fp16 and bf16
+    up(d, h, bytes);
+    free(h);
+}
+
+// got against want (both dt, n elements) as fp32; the two cuda runs' bits
+static void check(const char *pname, mo_dtype dt, const void *got, const void *got2, const void *want, size_t n,
+                  double tol, const char *what) {
+    float *g = as_f32(dt, got, n), *w = as_f32(dt, want, n);
+    const size_t e = mo_dtype_size(dt);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp((const char *)got + i * e, (const char *)want + i * e, e) != 0;
+    double rel = test_rel_error(g, w, n);
+    printf("  %-4s %-44s rel err %.2e (tol %.0e), %zu of %zu differ in bits%s\n", pname, what, rel, tol, diff, n,
+           memcmp(got, got2, n * e) ? ", NOT DETERMINISTIC" : "");
+    CHECK_MSG(rel <= tol, "%s %s: rel err %.3e > %.1e", pname, what, rel, tol);
+    CHECK_MSG(memcmp(got, got2, n * e) == 0, "%s %s: two cuda runs on the same inputs differ", pname, what);
+    free(g);
+    free(w);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, int st, int pad, const char *label) {
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, N, H, W, C, K, R, R, st, pad);
+    const mo_dtype dt = pr->dt;
+    const size_t e = mo_dtype_size(dt), nx = (size_t)N * H * W * C, nw = (size_t)K * R * R * C,
+                 ny = (size_t)N * s.P * s.Q * K;
+    printf("conv %s %s: N %d %dx%dx%d -> K %d %dx%d s%d p%d (%dx%d)\n", pr->name, label, N, H, W, C, K, R, R, st, pad,
+           s.P, s.Q);
+    void *x = hrand(dt, nx, -1, 1), *w = hrand(dt, nw, -1, 1), *dy = hrand(dt, ny, -1, 1);
+    float *dw0 = frand(nw, -1, 1);
+    void *y_ref = hnew(ny * e), *dx_ref = hnew(nx * e);
+    float *dw_ref = fnew(nw);
+    memcpy(dw_ref, dw0, nw * 4);
+    CHECK_OK(mo_conv_forward(hc, dt, y_ref, x, w, &s));
+    CHECK_OK(mo_conv_backward_data(hc, dt, dx_ref, dy, w, &s));
+    CHECK_OK(mo_conv_backward_filter(hc, dt, dw_ref, dy, x, &s));
+    void *d_x = dup_d(x, nx * e), *d_w = dup_d(w, nw * e), *d_dy = dup_d(dy, ny * e);
+    void *d_y = dnew(ny * e), *d_dx = dnew(nx * e);
+    float *d_dw = dnew(nw * 4);
+    void *y[2] = {hnew(ny * e), hnew(ny * e)}, *dx[2] = {hnew(nx * e), hnew(nx * e)};
+    float *dw[2] = {fnew(nw), fnew(nw)};
+    gc->tf32 = pr->tf32;
+    int ok = 1;
+    for (int run = 0; run < 2 && ok; run++) {
+        poison(d_y, ny * e);
+        poison(d_dx, nx * e);
+        up(d_dw, dw0, nw * 4);
+        ok &= CHECK_OK(mo_conv_forward(gc, dt, d_y, d_x, d_w, &s));
+        ok &= CHECK_OK(mo_conv_backward_data(gc, dt, d_dx, d_dy, d_w, &s));
+        ok &= CHECK_OK(mo_conv_backward_filter(gc, dt, d_dw, d_dy, d_x, &s));
+        down(y[run], d_y, ny * e);
+        down(dx[run], d_dx, nx * e);
+        down(dw[run], d_dw, nw * 4);
+    }
+    gc->tf32 = 0;
+    if (ok) {
+        check(pr->name, dt, y[0], y[1], y_ref, ny, tol_conv(pr), "forward");
+        check(pr->name, dt, dx[0], dx[1], dx_ref, nx, tol_conv(pr), "backward data");
+        // the gradient added to dw0 (fp32 in every precision)
+        for (size_t i = 0; i < nw; i++) dw[0][i] -= dw0[i], dw[1][i] -= dw0[i], dw_ref[i] -= dw0[i];
+        check(pr->name, MO_F32, dw[0], dw[1], dw_ref, nw, tol_conv(pr), "backward filter (dw += ...)");
+    }
+    dfree(d_x); dfree(d_w); dfree(d_dy); dfree(d_y); dfree(d_dx); dfree(d_dw);
+    free(x); free(w); free(dy); free(dw0); free(y_ref); free(dx_ref); free(dw_ref);
+    for (int k = 0; k < 2; k++) { free(y[k]); free(dx[k]); free(dw[k]); }
+}
+
+static void gpu_bn(mo_dtype dt, int M, int C, int relu) {
+    const size_t e = mo_dtype_size(dt), n = (size_t)M * C;
+    const char *pn = mo_dtype_name(dt);
+    printf("batchnorm %s M %d C %d relu %d\n", pn, M, C, relu);
+    void *x = hrand(dt, n, -2, 3), *dy = hrand(dt, n, -1, 1);
+    float *g = frand(C, 0.5f, 1.5f), *b = frand(C, -0.5f, 0.5f), *rm0 = frand(C, -1, 1), *rv0 = frand(C, 0.5f, 2);
+    float *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1);
+    void *y_ref = hnew(n * e), *dx_ref = hnew(n * e);
+    float *m_ref = fnew(C), *r_ref = fnew(C), *rm_ref = fnew(C), *rv_ref = fnew(C), *dg_ref = fnew(C), *db_ref = fnew(C);
+    memcpy(rm_ref, rm0, C * 4), memcpy(rv_ref, rv0, C * 4), memcpy(dg_ref, dg0, C * 4), memcpy(db_ref, db0, C * 4);
+    CHECK_OK(mo_batchnorm_forward(hc, dt, y_ref, m_ref, r_ref, rm_ref, rv_ref, x, g, b, M, C, 0.1f, relu));
+    void *d_x = dup_d(x, n * e), *d_dy = dup_d(dy, n * e), *d_y = dnew(n * e), *d_dx = dnew(n * e);
+    float *d_g = dup_d(g, C * 4), *d_b = dup_d(b, C * 4), *d_m = dnew(C * 4), *d_r = dnew(C * 4);
+    float *d_rm = dnew(C * 4), *d_rv = dnew(C * 4), *d_dg = dnew(C * 4), *d_db = dnew(C * 4);
+    void *y[2] = {hnew(n * e), hnew(n * e)}, *dx[2] = {hnew(n * e), hnew(n * e)};
+    float *st[2][6];
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 6; j++) st[k][j] = fnew(C);
+    int ok = 1;
+    for (int run = 0; run < 2 && ok; run++) {
+        poison(d_y, n * e), poison(d_dx, n * e), poison(d_m, C * 4), poison(d_r, C * 4);
+        up(d_rm, rm0, C * 4), up(d_rv, rv0, C * 4), up(d_dg, dg0, C * 4), up(d_db, db0, C * 4);
+        ok &= CHECK_OK(mo_batchnorm_forward(gc, dt, d_y, d_m, d_r, d_rm, d_rv, d_x, d_g, d_b, M, C, 0.1f, relu));
+        ok &= CHECK_OK(mo_batchnorm_backward(gc, dt, d_dx, d_dg, d_db, d_dy, d_x, d_y, d_g, d_m, d_r, M, C, relu));
+        down(y[run], d_y, n * e), down(dx[run], d_dx, n * e);
+        float *dd[6] = {d_m, d_r, d_rm, d_rv, d_dg, d_db};
+        for (int j = 0; j < 6; j++) down(st[run][j], dd[j], C * 4);
+    }
+    if (ok) {
+        // the reference's backward from the cuda forward's output (its ReLU mask) and statistics' inputs
+        CHECK_OK(mo_batchnorm_backward(hc, dt, dx_ref, dg_ref, db_ref, dy, x, y[0], g, m_ref, r_ref, M, C, relu));
+        check(pn, dt, y[0], y[1], y_ref, n, tol_act(dt, 1e-4), "forward out");
+        check(pn, MO_F32, st[0][0], st[1][0], m_ref, C, 1e-5, "forward mean");
+        check(pn, MO_F32, st[0][1], st[1][1], r_ref, C, 1e-5, "forward rstd");
+        check(pn, MO_F32, st[0][2], st[1][2], rm_ref, C, 1e-5, "running mean (momentum 0.1)");
+        check(pn, MO_F32, st[0][3], st[1][3], rv_ref, C, 1e-5, "running var (unbiased)");
+        check(pn, dt, dx[0], dx[1], dx_ref, n, tol_act(dt, 1e-4), "backward din");
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < C; i++) st[k][4][i] -= dg0[i], st[k][5][i] -= db0[i];
+        for (int i = 0; i < C; i++) dg_ref[i] -= dg0[i], db_ref[i] -= db0[i];
+        check(pn, MO_F32, st[0][4], st[1][4], dg_ref, C, 1e-4, "backward dgamma (+=)");
+        check(pn, MO_F32, st[0][5], st[1][5], db_ref, C, 1e-4, "backward dbeta (+=)");
+        // NULL running statistics: a recompute leaves them alone and gives the same output
+        up(d_rm, rm0, C * 4);
+        CHECK_OK(mo_batchnorm_forward(gc, dt, d_y, d_m, d_r, NULL, NULL, d_x, d_g, d_b, M, C, 0.1f, relu));
+        void *y3 = hnew(n * e);
+        float *rm3 = fnew(C);
+        down(y3, d_y, n * e), down(rm3, d_rm, C * 4);
+        CHECK_MSG(memcmp(y3, y[0], n * e) == 0 && memcmp(rm3, rm0, C * 4) == 0,
+                  "%s batchnorm with NULL running statistics: output differs or the statistics moved", pn);
+        free(y3), free(rm3);
+    }
+    dfree(d_x); dfree(d_dy); dfree(d_y); dfree(d_dx); dfree(d_g); dfree(d_b); dfree(d_m); dfree(d_r);
+    dfree(d_rm); dfree(d_rv); dfree(d_dg); dfree(d_db);
+    free(x); free(dy); free(g); free(b); free(rm0); free(rv0); free(dg0); free(db0); free(y_ref); free(dx_ref);
+    free(m_ref); free(r_ref); free(rm_ref); free(rv_ref); free(dg_ref); free(db_ref);
+    for (int k = 0; k < 2; k++) {
+        free(y[k]), free(dx[k]);
+        for (int j = 0; j < 6; j++) free(st[k][j]);
+    }
+}
+
+static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int pad) {
+    const char *pn = mo_dtype_name(dt);
+    const int P = mo_pool_out_dim(H, R, st, pad), Q = mo_pool_out_dim(W, R, st, pad);
+    const size_t e = mo_dtype_size(dt), nx = (size_t)N * H * W * C, ny = (size_t)N * P * Q * C, na = (size_t)N * C;
+    printf("pools %s N %d %dx%dx%d window %d s%d p%d\n", pn, N, H, W, C, R, st, pad);
+    void *x = hrand(dt, nx, -1, 1), *dy = hrand(dt, ny, -1, 1), *da = hrand(dt, na, -1, 1), *dr = hrand(dt, nx, -1, 1);
+    void *y_ref = hnew(ny * e), *dx_ref = hnew(nx * e), *a_ref = hnew(na * e), *dxa_ref = hnew(nx * e),
+         *dxr_ref = hnew(nx * e);
+    CHECK_OK(mo_maxpool_forward(hc, dt, y_ref, x, N, H, W, C, R, st, pad));
+    CHECK_OK(mo_maxpool_backward(hc, dt, dx_ref, dy, x, y_ref, N, H, W, C, R, st, pad));
+    CHECK_OK(mo_avgpool_forward(hc, dt, a_ref, x, N, H * W, C));
+    CHECK_OK(mo_avgpool_backward(hc, dt, dxa_ref, da, N, H * W, C));
+    CHECK_OK(mo_relu_backward(hc, dt, dxr_ref, dr, x, nx));
+    void *d_x = dup_d(x, nx * e), *d_dy = dup_d(dy, ny * e), *d_da = dup_d(da, na * e), *d_dr = dnew(nx * e);
+    void *d_y = dnew(ny * e), *d_dx = dnew(nx * e), *d_a = dnew(na * e);
+    void *o[2][5];
+    for (int k = 0; k < 2; k++) {
+        o[k][0] = hnew(ny * e), o[k][1] = hnew(nx * e), o[k][2] = hnew(na * e), o[k][3] = hnew(nx * e);
+        o[k][4] = hnew(nx * e);
+    }
+    int ok = 1;
+    for (int run = 0; run < 2 && ok; run++) {
+        poison(d_y, ny * e), poison(d_dx, nx * e), poison(d_a, na * e);
+        ok &= CHECK_OK(mo_maxpool_forward(gc, dt, d_y, d_x, N, H, W, C, R, st, pad));
+        ok &= CHECK_OK(mo_maxpool_backward(gc, dt, d_dx, d_dy, d_x, d_y, N, H, W, C, R, st, pad));
+        down(o[run][0], d_y, ny * e), down(o[run][1], d_dx, nx * e);
+        ok &= CHECK_OK(mo_avgpool_forward(gc, dt, d_a, d_x, N, H * W, C));
+        ok &= CHECK_OK(mo_avgpool_backward(gc, dt, d_dx, d_da, N, H * W, C));
+        down(o[run][2], d_a, na * e), down(o[run][3], d_dx, nx * e);
+        up(d_dr, dr, nx * e);
+        ok &= CHECK_OK(mo_relu_backward(gc, dt, d_dr, d_dr, d_x, nx)); // in place
+        down(o[run][4], d_dr, nx * e);
+    }
+    if (ok) {
+        check(pn, dt, o[0][0], o[1][0], y_ref, ny, 1e-6, "maxpool forward");
+        check(pn, dt, o[0][1], o[1][1], dx_ref, nx, 1e-6, "maxpool backward");
+        check(pn, dt, o[0][2], o[1][2], a_ref, na, 1e-6, "avgpool forward");
+        check(pn, dt, o[0][3], o[1][3], dxa_ref, nx, 1e-6, "avgpool backward");
+        check(pn, dt, o[0][4], o[1][4], dxr_ref, nx, 1e-6, "relu backward (in place)");
+    }
+    dfree(d_x); dfree(d_dy); dfree(d_da); dfree(d_dr); dfree(d_y); dfree(d_dx); dfree(d_a);
+    free(x); free(dy); free(da); free(dr); free(y_ref); free(dx_ref); free(a_ref); free(dxa_ref); free(dxr_ref);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 5; j++) free(o[k][j]);
+}
+
+// ---------------------------------------------------------------------------------------------
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+#define TREPS 10
+// median ms of one op (a switch over which) on the device buffers
+static double time_op(int which, const prec *pr, const mo_conv_shape *s, void *x, void *w, void *y, float *dw,
+                      float *bn[6], int relu) {
+    const mo_dtype dt = pr->dt;
+    const int M = s->N * s->H * s->W;
+    double t[TREPS];
+    mo_timer tm;
+    if (!CHECK_OK(mo_timer_init(gc, &tm))) return -1;
+    gc->tf32 = pr->tf32;
+    for (int r = -2; r < TREPS; r++) {
+        double ms = 0;
+        CHECK_OK(mo_timer_start(gc, &tm));
+        mo_status st = MO_OK;
+        switch (which) {
+        case 0: st = mo_conv_forward(gc, dt, y, x, w, s); break;
+        case 1: st = mo_conv_backward_data(gc, dt, x, y, w, s); break;
+        case 2: st = mo_conv_backward_filter(gc, dt, dw, y, x, s); break;
+        case 3: st = mo_batchnorm_forward(gc, dt, y, bn[0], bn[1], bn[2], bn[3], x, bn[4], bn[5], M, s->C, 0.1f, relu); break;
+        case 4: st = mo_batchnorm_backward(gc, dt, w, bn[2], bn[3], y, x, x, bn[4], bn[0], bn[1], M, s->C, relu); break;
+        }
+        if (!CHECK_OK(st)) { mo_timer_destroy(&tm); gc->tf32 = 0; return -1; }
+        CHECK_OK(mo_timer_stop(gc, &tm, &ms));
+        if (r >= 0) t[r] = ms;
+    }
+    gc->tf32 = 0;
+    mo_timer_destroy(&tm);
+    qsort(t, TREPS, sizeof t[0], cmp_d);
+    return 0.5 * (t[TREPS / 2 - 1] + t[TREPS / 2]);
+}
+
+// ResNet-50 layer1's 3x3 convolution (56x56, 64 -> 64, batch 128) and its batch norm
+static void timing(void) {
+    if (test_reduced("resnet ops timing")) return;
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, 128, 56, 56, 64, 64, 3, 3, 1, 1);
+    const size_t n = (size_t)128 * 56 * 56 * 64, nw = 64 * 9 * 64;
+    printf("timing: ResNet-50 layer1 conv 3x3 64->64 at 56x56, batch 128 (%.1f GFLOP each), its batch norm (M %d, C 64); "
+           "median of %d\n", mo_conv_flops(&s) * 1e-9, 128 * 56 * 56, TREPS);
+    void *x = dnew(n * 4), *y = dnew(n * 4), *w = dnew(n * 4);
+    float *dw = dnew(nw * 4), *bn[6];
+    for (int j = 0; j < 6; j++) bn[j] = dnew(64 * 4);
+    CHECK_OK(mo_memset_zero(gc, x, n * 4));
+    CHECK_OK(mo_memset_zero(gc, y, n * 4));
+    CHECK_OK(mo_memset_zero(gc, w, n * 4));
+    CHECK_OK(mo_memset_zero(gc, dw, nw * 4));
+    for (int j = 0; j < 6; j++) CHECK_OK(mo_memset_zero(gc, bn[j], 64 * 4));
+    for (int k = 0; k < 4; k++) {
+        const prec *pr = &precs[k];
+        const double f = time_op(0, pr, &s, x, w, y, dw, bn, 0), bd = time_op(1, pr, &s, x, w, y, dw, bn, 0),
+                     bf = time_op(2, pr, &s, x, w, y, dw, bn, 0), nf = time_op(3, pr, &s, x, w, y, dw, bn, 1),
+                     nb = time_op(4, pr, &s, x, w, y, dw, bn, 1);
+        const double g = mo_conv_flops(&s) * 1e-9;
+        printf("  %-4s conv fwd %.3f ms (%.0f TFLOP/s), bwd data %.3f (%.0f), bwd filter %.3f (%.0f); "
+               "bn+relu fwd %.3f ms, bwd %.3f ms\n",
+               pr->name, f, g / f, bd, g / bd, bf, g / bf, nf, nb);
+    }
+    long hits, misses;
+    mo_conv_cache_stats(gc, &hits, &misses);
+    printf("  conv plan cache: %ld hits, %ld plans built\n", hits, misses);
+    dfree(x); dfree(y); dfree(w); dfree(dw);
+    for (int j = 0; j < 6; j++) dfree(bn[j]);
+}
+
+int main(void) {
+    test_require_gpu();
+    const uint64_t seed = test_seed_from_time();
+    test_rng_seed(&rng, seed);
+    printf("seed %llu\n", (unsigned long long)seed);
+    CHECK_OK(mo_allocator_create(&ga, MO_ALLOC_CACHING, MO_BACKEND_CUDA, 0, NULL));
+    CHECK_OK(mo_allocator_create(&ha, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
+    if (!ga || !ha) return test_finish();
+    CHECK_OK(mo_ctx_create(&gc, MO_BACKEND_CUDA, ga));
+    CHECK_OK(mo_ctx_create(&hc, MO_BACKEND_CPU, ha));
+    if (!gc || !hc) return test_finish();
+    for (int k = 0; k < 4; k++) {
+        const prec *p = &precs[k];
+        gpu_conv(p, 2, 224, 224, 3, 64, 7, 2, 3, "ResNet-50 stem 7x7");
+        gpu_conv(p, 2, 56, 56, 64, 64, 3, 1, 1, "layer1 3x3");
+        gpu_conv(p, 2, 56, 56, 64, 256, 1, 1, 0, "layer1 1x1 expand");
+        gpu_conv(p, 2, 28, 28, 128, 128, 3, 2, 1, "layer2 3x3 stride 2 (v1.5)");
+        gpu_conv(p, 2, 56, 56, 256, 512, 1, 2, 0, "layer2 downsample 1x1 s2");
+        gpu_conv(p, 2, 7, 7, 512, 512, 3, 1, 1, "layer4 3x3");
+        gpu_conv(p, 3, 13, 11, 5, 7, 3, 2, 1, "odd sizes");
+        gpu_conv(p, 1, 9, 7, 3, 10, 1, 1, 0, "odd 1x1");
+    }
+    const mo_dtype dts[3] = {MO_F32, MO_BF16, MO_F16};
+    for (int k = 0; k < 3; k++) {
+        gpu_bn(dts[k], 2 * 56 * 56, 64, 1);
+        gpu_bn(dts[k], 2 * 7 * 7, 2048, 0);
+        gpu_bn(dts[k], 37, 5, 1);
+        gpu_pool(dts[k], 2, 112, 112, 64, 3, 2, 1);
+        gpu_pool(dts[k], 3, 9, 7, 5, 3, 2, 1);
+        gpu_pool(dts[k], 1, 6, 5, 3, 2, 1, 0);
+    }
+    timing();
+    mo_ctx_destroy(gc);
+    mo_ctx_destroy(hc);
+    mo_allocator_destroy(ga);
+    mo_allocator_destroy(ha);
+    return test_finish();
+}
