@@ -29,6 +29,9 @@ static mo_status rn_validate(const mo_run_config *r) {
     if (r->ckpt.kind == MO_CKPT_EVERY && r->ckpt.every > L)
         return MO_FAIL(MO_ERR_INVALID, "--ckpt every:%d: more than the %d residual blocks of resnet%d", r->ckpt.every, L,
                        r->layers);
+    if (r->ckpt.kind == MO_CKPT_SEGMENTS && r->ckpt.every > L)
+        return MO_FAIL(MO_ERR_INVALID, "--ckpt segments:%d: more than the %d residual blocks of resnet%d", r->ckpt.every, L,
+                       r->layers);
     MO_TRY(mo_run_config_check_accum(r));
     // Batch norm in training needs more than one value per channel (PyTorch refuses it too).
     int N = r->batch / r->accum, P = r->input;
@@ -173,5 +176,7 @@ const mo_model_ops mo_resnet_model = {
     .set_synthetic_batch = mo_resnet_set_synthetic_batch,
     .step = mo_resnet_step,
     .info = mo_resnet_info,
-    .split = NULL, // tp/pp refused with the reason (the comment at the top)
+    .split = NULL,
+    .no_split_reason = "a ResNet has no attention heads to split over --tp and no channel split is built; no pipeline "
+                       "split of its stages is built for --pp",
 };
