@@ -235,9 +235,12 @@ static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_
     mo_conv_shape sh;
     unit_shape(u, s->N, &sh);
     size_t M = (size_t)s->N * u->P * u->P;
+    // The ReLU's mask in place on dout (ours, read by nothing else after), then the plain BN backward: the
+    // fused relu=1 path would take an (M, cout) scratch for the masked copy.
+    if (relu) OP(MO_PROF_ELEMENTWISE, mo_relu_backward(x, DT, (void *)dout, dout, bn_out, M * u->cout));
     MO_TRY(act_alloc(m, M * u->cout, &s->dc));
-    OP(MO_PROF_NORM, mo_batchnorm_backward(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout, ua->c, bn_out,
-                                           m->params + u->g_off, ua->mean, ua->rstd, (int)M, u->cout, relu));
+    OP(MO_PROF_NORM, mo_batchnorm_backward(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout, ua->c, NULL,
+                                           m->params + u->g_off, ua->mean, ua->rstd, (int)M, u->cout, 0));
     act_free(m, &ua->c); act_free(m, &ua->mean); act_free(m, &ua->rstd);
     if (free_dout) act_free(m, free_dout);
     OP(MO_PROF_GEMM, mo_conv_backward_filter(x, DT, m->grads + u->w_off, s->dc, in, &sh));
