@@ -14,6 +14,7 @@
 #include "batchnorm.h"
 
 #include <cudnn.h>
+#include <stdio.h>
 #include "cuda_check.h"
 #include "resnet_ops_impl.h"
 
@@ -35,6 +36,15 @@ static mo_status bn_desc_make(bn_desc *d, mo_dtype dt, int M, int C) {
     return MO_OK;
 }
 
+// A failure names the op and its shape before cuDNN's message.
+static mo_status bn_context(mo_status st, const char *what, mo_dtype dt, int M, int C) {
+    if (st == MO_OK) return st;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", mo_errmsg());
+    return MO_FAIL(st, "batchnorm %s (%s, M %d C %d, NHWC (M, C, 1, 1) spatial): %s", what, mo_dtype_name(dt), M, C,
+                   why);
+}
+
 mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
                                  float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
                                  float momentum, int relu) {
@@ -48,10 +58,10 @@ mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean,
                                                                     &zero, d.x, in, d.x, out, d.p, gamma, beta,
                                                                     (double)momentum, run_mean, run_var, MO_BN_EPS,
                                                                     mean, rstd), done);
-    if (st == MO_OK && relu) st = relu_forward_inplace_cuda(c, dt, out, (size_t)M * C);
+    if (st == MO_OK && relu) st = relu_forward_cuda(c, dt, out, out, (size_t)M * C);
 done:
     bn_desc_free(&d);
-    return st;
+    return bn_context(st, "forward", dt, M, C);
 }
 
 // dgamma, dbeta accumulate: betaParamDiff 1. dout is already masked by the ReLU (batchnorm.c).
@@ -69,5 +79,5 @@ mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgam
                                                              dgamma, dbeta, MO_BN_EPS, mean, rstd), done);
 done:
     bn_desc_free(&d);
-    return st;
+    return bn_context(st, "backward", dt, M, C);
 }

@@ -35,7 +35,6 @@ mo_status mo_conv_shape_check(const mo_conv_shape *s, const char *op) {
 size_t mo_conv_workspace_bytes(void) { return MO_GEMM_WORKSPACE_BYTES; }
 
 size_t mo_conv_backward_filter_scratch_bytes(mo_dtype dt, const mo_conv_shape *s) {
-    if (dt == MO_F32) return 0;
     return (size_t)s->K * s->R * s->S * s->C * mo_dtype_size(dt);
 }
 
@@ -211,9 +210,9 @@ mo_status mo_conv_backward_filter(mo_ctx *c, mo_dtype dt, float *dw, const void 
     MO_TRY(resnet_check_dtype(dt, "conv_backward_filter"));
     MO_TRY(mo_conv_shape_check(s, "conv_backward_filter"));
     const double nw = (double)s->K * s->R * s->S * s->C, e = (double)mo_dtype_size(dt);
-    // dout and in read, the fp32 dw read and written; in 16 bits the staged gradient written and read
+    // dout and in read, the staged gradient written and read, the fp32 dw read and written
     const double bytes = e * ((double)s->N * s->H * s->W * s->C + (double)s->N * s->P * s->Q * s->K) + 8 * nw +
-                         (dt == MO_F32 ? 0 : 2 * e * nw);
+                         2 * e * nw;
     mo_cost_record(c, "conv_bwd_filter", MO_COST_CONV, mo_conv_flops(s), bytes);
     const size_t sb = mo_conv_backward_filter_scratch_bytes(dt, s);
     void *scratch = NULL;

@@ -8,9 +8,15 @@
 // ctx->tf32. dw is fp32 and accumulates (+=); in 16 bits the gradient of the 16-bit weight copy is
 // rounded to dt first and then added in fp32 (dw += float(round_dt(g))), as PyTorch autocast does.
 // Workspace: the context's GEMM workspace (c->gemm_ws, mo_conv_workspace_bytes(): a fixed budget; cuDNN
-// engines that need more are not used), so a convolution allocates nothing but, in 16 bits, the backward
-// filter's staging buffer (mo_conv_backward_filter_scratch_bytes), taken on every backend.
-// Deterministic: only cuDNN engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC run.
+// engines that need more are not used), so a convolution allocates nothing but the backward filter's
+// staging buffer (mo_conv_backward_filter_scratch_bytes), taken on every backend: cuDNN writes the
+// gradient there (beta 0, which every engine takes; beta 1 in place is not guaranteed) and a kernel adds
+// it to dw.
+// Deterministic: only cuDNN engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC run. The engine is chosen
+// per shape and per alignment class of the three pointers (largest power of two <= 256 dividing them): a
+// recompute gives the first forward's bits when its buffers have the same classes, which allocator bases
+// (256-byte aligned) and views at 256-byte multiples always have. MEMOPT_CONV_LOG=1 prints each new
+// plan's engine, its numerical notes and why the other candidates were dropped.
 #ifndef MEMOPT_CONV_H
 #define MEMOPT_CONV_H
 
@@ -45,7 +51,7 @@ mo_status mo_conv_backward_filter(mo_ctx *c, mo_dtype dt, float *dw, const void 
 
 // The fixed cuDNN workspace budget per context (bytes): the GEMM workspace, MO_GEMM_WORKSPACE_BYTES.
 size_t mo_conv_workspace_bytes(void);
-// Scratch of mo_conv_backward_filter: K*R*S*C elements of dt in 16 bits, 0 in fp32.
+// Scratch of mo_conv_backward_filter: K*R*S*C elements of dt (the staged gradient).
 size_t mo_conv_backward_filter_scratch_bytes(mo_dtype dt, const mo_conv_shape *s);
 
 // Plan cache statistics of c (for tests): convolutions that found their execution plan cached, plans built

@@ -204,7 +204,8 @@ static mo_status build_graph(mo_dnn_cache *d, const mo_conv_key *k, dnn_plan *p,
 typedef struct cand_count { int seen, nondet, tf32, unsupported, too_big, kept; } cand_count;
 
 // Whether cfg's engine may run (deterministic; TF32 only when allowed); its global index.
-static mo_status engine_ok(const mo_conv_key *k, cudnnBackendDescriptor_t cfg, int *ok, long *gidx, cand_count *cc) {
+static mo_status engine_ok(const mo_conv_key *k, cudnnBackendDescriptor_t cfg, int *ok, long *gidx, cand_count *cc,
+                           char *notes_txt, size_t notes_len) {
     *ok = 0;
     cudnnBackendDescriptor_t eng = NULL;
     mo_status st = MO_OK;
@@ -220,7 +221,14 @@ static mo_status engine_ok(const mo_conv_key *k, cudnnBackendDescriptor_t cfg, i
                                                   CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes), done);
     *gidx = (long)gi;
     int nondet = 0, tc = 0;
+    static const char *nn[CUDNN_NUMERICAL_NOTE_TYPE_COUNT] = {"tensor_core", "down_convert", "reduced_reduction",
+                                                              "fft", "nondeterministic", "winograd", "winograd4x4",
+                                                              "winograd6x6", "winograd13x13", "strict_nan"};
+    size_t used = 0;
+    notes_txt[0] = '\0';
     for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
+        if ((unsigned)notes[i] < CUDNN_NUMERICAL_NOTE_TYPE_COUNT && used + 24 < notes_len)
+            used += (size_t)snprintf(notes_txt + used, notes_len - used, "%s%s", used ? "," : "", nn[notes[i]]);
         if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) nondet = 1;
         if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) tc = 1;
     }
@@ -342,6 +350,7 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
     cudnnBackendDescriptor_t kept_plan[CONV_TUNE_MAX + 1], kept_cfg[CONV_TUNE_MAX + 1];
     long kept_eng[CONV_TUNE_MAX + 1];
     int64_t kept_ws[CONV_TUNE_MAX + 1];
+    char kept_notes[CONV_TUNE_MAX + 1][256];
     int nk = 0;
     cand_count cc = {0};
     mo_status st = MO_OK;
@@ -367,7 +376,12 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
             cc.seen++;
             int ok = 0;
             long gi = -1;
-            MO_TRY_GOTO(st, engine_ok(k, cfg[i], &ok, &gi, &cc), mode_done);
+            char notes[256];
+            if (engine_ok(k, cfg[i], &ok, &gi, &cc, notes, sizeof notes) != MO_OK) { // its notes cannot be read: not a candidate
+                mo_clear_error();
+                cc.unsupported++;
+                continue;
+            }
             if (!ok) continue;
             int dup = 0; // the fallback list repeats engines of mode A
             for (int j = 0; j < nk; j++) dup |= kept_eng[j] == gi;
@@ -381,6 +395,7 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
             cfg[i] = NULL; // held by the kept list now
             kept_eng[nk] = gi;
             kept_ws[nk] = ws;
+            snprintf(kept_notes[nk], sizeof kept_notes[nk], "%s", notes[0] ? notes : "none");
             nk++;
             cc.kept++;
         }
@@ -431,6 +446,13 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
             pick = 0;
         }
     }
+    if (getenv("MEMOPT_CONV_LOG")) // which engine each new plan runs, and why the others were dropped
+        fprintf(stderr, "conv-plan: %s %s%s N %d H %d W %d C %d K %d %dx%d s%d p%d: engine %ld (notes %s), workspace "
+                        "%lld B, kept #%d of %d; %d seen: %d nondeterministic, %d TF32 not allowed, %d refused, %d "
+                        "over the budget%s\n",
+                kind_name(k->kind), mo_dtype_name((mo_dtype)k->dt), k->tf32 ? " tf32" : "", k->N, k->H, k->W, k->C,
+                k->K, k->R, k->S, k->stride, k->pad, kept_eng[pick], kept_notes[pick], (long long)kept_ws[pick], pick,
+                nk, cc.seen, cc.nondet, cc.tf32, cc.unsupported, cc.too_big, want ? " (stored choice)" : "");
     p->plan = kept_plan[pick];
     kept_plan[pick] = NULL;
     p->keep[p->nkeep++] = kept_cfg[pick]; // build_graph used 6 of DNN_KEEP
@@ -499,8 +521,16 @@ static mo_status conv_run(mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape 
     const mo_conv_key k = make_key(c, kind, dt, s, x, w, y, beta_one);
     void *ptr[3] = {x, w, y};
     dnn_plan *p = NULL;
-    MO_TRY(plan_get(c, d, &k, ptr, &p));
-    return run_plan(c, d, p->plan, ptr);
+    mo_status st = plan_get(c, d, &k, ptr, &p);
+    if (st == MO_OK) st = run_plan(c, d, p->plan, ptr);
+    if (st != MO_OK && st != MO_ERR_UNSUPPORTED) { // say which convolution (the no-engine message already does)
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mo_errmsg());
+        return MO_FAIL(st, "conv %s (%s%s, N %d H %d W %d C %d K %d %dx%d stride %d pad %d%s): %s", kind_name(kind),
+                       mo_dtype_name(dt), k.tf32 ? " tf32" : "", s->N, s->H, s->W, s->C, s->K, s->R, s->S, s->stride,
+                       s->pad, p ? ", executing the plan" : ", building the plan", why);
+    }
+    return st;
 }
 
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {
@@ -512,10 +542,10 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
     return conv_run(c, MO_CONV_BWD_DATA, dt, s, din, (void *)w, (void *)dout, 0);
 }
 
-// fp32: dw += in place (beta 1). 16 bits: the gradient into scratch (dt), then dw += float(scratch).
+// The gradient into scratch (dt, beta 0), then dw += float(scratch): the same path in every precision (an
+// in-place beta 1 for fp32 would save the pass but not every deterministic engine is known to take it).
 mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                     const mo_conv_shape *s, void *scratch) {
-    if (dt == MO_F32) return conv_run(c, MO_CONV_BWD_FILTER, dt, s, (void *)in, dw, (void *)dout, 1);
     MO_TRY(conv_run(c, MO_CONV_BWD_FILTER, dt, s, (void *)in, scratch, (void *)dout, 0));
     return accumulate_f32_from_cuda(c, dt, dw, scratch, (size_t)s->K * s->R * s->S * s->C);
 }

@@ -83,6 +83,14 @@ mo_status avgpool_backward_cpu(mo_dtype dt, void *din, const void *dout, int N, 
     return MO_OK;
 }
 
+mo_status relu_forward_cpu(mo_dtype dt, void *out, const void *in, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = rn_ld(dt, in, i);
+        rn_st(dt, out, i, v > 0.0f ? v : 0.0f);
+    }
+    return MO_OK;
+}
+
 mo_status relu_backward_cpu(mo_dtype dt, void *din, const void *dout, const void *out, size_t n) {
     for (size_t i = 0; i < n; i++) rn_st(dt, din, i, rn_ld(dt, out, i) > 0.0f ? rn_ld(dt, dout, i) : 0.0f);
     return MO_OK;
@@ -161,6 +169,17 @@ mo_status mo_avgpool_backward(mo_ctx *c, mo_dtype dt, void *din, const void *dou
     case MO_BACKEND_DRY: return MO_OK;
     }
     return MO_FAIL(MO_ERR_INTERNAL, "avgpool_backward: unknown backend %d", (int)c->backend);
+}
+
+mo_status mo_relu_forward(mo_ctx *c, mo_dtype dt, void *out, const void *in, size_t n) {
+    MO_TRY(resnet_check_dtype(dt, "relu_forward"));
+    mo_cost_record(c, "relu_fwd", MO_COST_MEMORY, (double)n, (double)mo_dtype_size(dt) * 2.0 * n);
+    switch (c->backend) {
+    case MO_BACKEND_CPU: return relu_forward_cpu(dt, out, in, n);
+    case MO_BACKEND_CUDA: POOL_CUDA(relu_forward_cuda(c, dt, out, in, n));
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "relu_forward: unknown backend %d", (int)c->backend);
 }
 
 mo_status mo_relu_backward(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *out, size_t n) {

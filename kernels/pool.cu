@@ -132,10 +132,9 @@ __global__ void relu_bwd_kernel(typename D::S *din, const typename D::S *dout, c
     GRID_STRIDE(i, n) din[i] = D::to_f(out[i]) > 0.0f ? dout[i] : D::from_f(0.0f);
 }
 
-template <class D> __global__ void relu_inplace_kernel(typename D::S *x, size_t n) {
-    GRID_STRIDE(i, n) {
-        if (!(D::to_f(x[i]) > 0.0f)) x[i] = D::from_f(0.0f);
-    }
+// out may alias in (no __restrict__)
+template <class D> __global__ void relu_fwd_kernel(typename D::S *out, const typename D::S *in, size_t n) {
+    GRID_STRIDE(i, n) out[i] = D::to_f(in[i]) > 0.0f ? in[i] : D::from_f(0.0f);
 }
 
 template <class D> __global__ void acc_f32_kernel(float *dw, const typename D::S *g, size_t n) {
@@ -202,9 +201,9 @@ extern "C" mo_status relu_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const
     return MO_OK;
 }
 
-extern "C" mo_status relu_forward_inplace_cuda(mo_ctx *c, mo_dtype dt, void *x, size_t n) {
+extern "C" mo_status relu_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, size_t n) {
     if (n == 0) return MO_OK;
-#define L(T) relu_inplace_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)x, n)
+#define L(T) relu_fwd_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)out, (const T::S *)in, n)
     DISPATCH(dt, L);
 #undef L
     CUDA_CHECK_LAUNCH();

@@ -51,13 +51,14 @@ mo_status maxpool_backward_cpu(mo_dtype dt, void *din, const void *dout, const v
                                int H, int W, int C, int R, int stride, int pad);
 mo_status avgpool_forward_cpu(mo_dtype dt, void *out, const void *in, int N, int HW, int C);
 mo_status avgpool_backward_cpu(mo_dtype dt, void *din, const void *dout, int N, int HW, int C);
+mo_status relu_forward_cpu(mo_dtype dt, void *out, const void *in, size_t n);
 mo_status relu_backward_cpu(mo_dtype dt, void *din, const void *dout, const void *out, size_t n);
 
 // ---- cuda (conv_cuda.c, batchnorm_cuda.c: cuDNN; pool.cu: own kernels) ----
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s);
 mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                   const mo_conv_shape *s);
-// scratch: mo_conv_backward_filter_scratch_bytes (the 16-bit gradient before it is added to dw)
+// scratch: mo_conv_backward_filter_scratch_bytes (the gradient, in dt, before it is added to dw)
 mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                     const mo_conv_shape *s, void *scratch);
 mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
@@ -72,9 +73,8 @@ mo_status maxpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *d
                                 const void *out, int N, int H, int W, int C, int R, int stride, int pad);
 mo_status avgpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int HW, int C);
 mo_status avgpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, int N, int HW, int C);
+mo_status relu_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, size_t n); // out may alias in
 mo_status relu_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *out, size_t n);
-// x (n) = max(0, x), in place (the batch norm's fused ReLU where cuDNN does not fuse it)
-mo_status relu_forward_inplace_cuda(mo_ctx *c, mo_dtype dt, void *x, size_t n);
 // dw (n) fp32 += float(g (n) of dt)
 mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
 // The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.

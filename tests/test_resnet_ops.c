@@ -13,6 +13,7 @@
 
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
+#include "kernels/conv_table.h"
 #include "kernels/pool.h"
 #include "strategies/alloc.h"
 #include "tests/testlib.h"
@@ -311,7 +312,12 @@ static void test_pool_hand(void) {
     int ok = 1;
     for (int i = 0; i < 4; i++) ok &= ad[2 * i] == 1 && ad[2 * i + 1] == 2;
     CHECK(ok);
-    // relu backward, in place
+    // relu forward (out of place, then in place) and backward, in place
+    float ri[4] = {-1, 0, 2, -0.5f}, rf[4];
+    CHECK_OK(mo_relu_forward(hc, MO_F32, rf, ri, 4));
+    CHECK(rf[0] == 0 && rf[1] == 0 && rf[2] == 2 && rf[3] == 0);
+    CHECK_OK(mo_relu_forward(hc, MO_F32, ri, ri, 4));
+    CHECK(memcmp(ri, rf, sizeof rf) == 0);
     float ro[4] = {-1, 0, 2, 3}, rd[4] = {5, 6, 7, 8};
     CHECK_OK(mo_relu_backward(hc, MO_F32, rd, rd, ro, 4));
     CHECK(rd[0] == 0 && rd[1] == 0 && rd[2] == 7 && rd[3] == 8);
@@ -402,7 +408,11 @@ static void test_pool_mixed(mo_dtype dt) {
     CHECK_OK(mo_relu_backward(hc, dt, rd, g, x, no));
     mo_convert_from_f32(dt, want, rdf, no);
     CHECK_MSG(memcmp(rd, want, no * 2) == 0, "%s relu backward != fp32", mo_dtype_name(dt));
-    printf("  %-5s maxpool, avgpool, relu backward: == round(fp32)\n", mo_dtype_name(dt));
+    CHECK_OK(mo_relu_forward(hc, MO_F32, rdf, gf, no));
+    CHECK_OK(mo_relu_forward(hc, dt, rd, g, no));
+    mo_convert_from_f32(dt, want, rdf, no);
+    CHECK_MSG(memcmp(rd, want, no * 2) == 0, "%s relu forward != fp32", mo_dtype_name(dt));
+    printf("  %-5s maxpool, avgpool, relu forward and backward: == round(fp32)\n", mo_dtype_name(dt));
     free(x); free(g); free(o); free(dx); free(want); free(xf); free(gf); free(of); free(dxf); free(ao); free(ad);
     free(aof); free(adf); free(rd); free(rdf);
 }
@@ -427,6 +437,7 @@ static void test_bad_input(void) {
     CHECK(mo_maxpool_backward(hc, MO_F32, b, b, b, b, 1, 2, 2, 1, 3, 1, 0) == MO_ERR_INVALID);
     CHECK(mo_avgpool_forward(hc, MO_BF16, b, b, 1, 0, 4) == MO_ERR_INVALID);
     CHECK(mo_relu_backward(hc, (mo_dtype)9, b, b, b, 4) == MO_ERR_INVALID);
+    CHECK(mo_relu_forward(hc, (mo_dtype)9, b, b, 4) == MO_ERR_INVALID);
 }
 
 // Scratch from the allocator on every backend, given back; the dry workspace peak equals the cpu one.
@@ -475,9 +486,27 @@ static void test_scratch_contract(void) {
         CHECK_MSG(cpu == dry, "%s: dry workspace peak %llu != cpu %llu", name[w], (unsigned long long)dry,
                   (unsigned long long)cpu);
     }
-    CHECK_EQ_U64(mo_conv_backward_filter_scratch_bytes(MO_F32, &s), 0);
+    CHECK_EQ_U64(mo_conv_backward_filter_scratch_bytes(MO_F32, &s), (size_t)8 * 3 * 3 * 40 * 4);
     CHECK_EQ_U64(mo_batchnorm_backward_scratch_bytes(MO_F32, 72, 40, 0), 0);
     CHECK_EQ_U64(mo_conv_workspace_bytes(), MO_GEMM_WORKSPACE_BYTES);
+}
+
+// The stored engine choices: terminated, every line for a real device and version, keys compared field
+// by field (one field changed is another key).
+static void test_conv_table(void) {
+    printf("conv table: %d stored choices\n", mo_conv_table_n);
+    CHECK(mo_conv_table_n >= 0 && mo_conv_table[mo_conv_table_n].device == NULL);
+    for (int i = 0; i < mo_conv_table_n; i++)
+        CHECK(mo_conv_table[i].device && mo_conv_table[i].cudnn_version > 0 && mo_conv_table[i].key.ws_bytes > 0);
+    mo_conv_key a = {MO_CONV_BWD_FILTER, MO_BF16, 0, 128, 56, 56, 64, 64, 3, 3, 1, 1, 256, 256, 256, 0, 32u << 20};
+    mo_conv_key b = a;
+    CHECK(mo_conv_key_eq(&a, &b));
+    b.al_w = 128;
+    CHECK(!mo_conv_key_eq(&a, &b));
+    b = a, b.pad = 0;
+    CHECK(!mo_conv_key_eq(&a, &b));
+    b = a, b.tf32 = 1;
+    CHECK(!mo_conv_key_eq(&a, &b));
 }
 
 int main(void) {
@@ -515,6 +544,7 @@ int main(void) {
     test_pool_mixed(MO_BF16);
     test_bad_input();
     test_scratch_contract();
+    test_conv_table();
     mo_ctx_destroy(hc);
     mo_allocator_destroy(ha);
     return test_finish();

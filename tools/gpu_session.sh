@@ -112,7 +112,7 @@ if has attnab; then
 fi
 if has resnetops; then
   [ -x $B/gpu_resnet_ops ] || cmake --build $B -j 16 --target gpu_resnet_ops 2>&1 | grep -E "error|FAILED" | head -20
-  (cd $B && timeout 600 ./gpu_resnet_ops) >"$R/gpu_resnet_ops.log" 2>&1
+  (cd $B && MEMOPT_CONV_LOG=1 timeout 600 ./gpu_resnet_ops) >"$R/gpu_resnet_ops.log" 2>&1
   echo "gpu_resnet_ops exit $?: $(tail -1 "$R/gpu_resnet_ops.log")"
   cat "$R/gpu_resnet_ops.log"
 fi
