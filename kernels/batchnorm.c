@@ -31,7 +31,7 @@ mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd
         for (int i = 0; i < M; i++) {
             const size_t j = (size_t)i * C + ch;
             float y = gamma[ch] * ((rn_ld(dt, in, j) - m) * r) + beta[ch];
-            if (relu && !(y > 0.0f)) y = 0.0f;
+            if (relu && y <= 0.0f) y = 0.0f; // NaN kept, as torch.relu
             rn_st(dt, out, j, y);
         }
     }

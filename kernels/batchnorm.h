@@ -17,7 +17,7 @@ extern "C" {
 
 #define MO_BN_EPS 1e-5
 
-// out (M,C) = gamma * (in - mean) * rstd + beta, then max(0, .) when relu != 0.
+// out (M,C) = gamma * (in - mean) * rstd + beta, then max(0, .) when relu != 0 (NaN kept, as torch.relu).
 // mean (C), rstd (C) = 1/sqrt(biased variance + eps) of the batch are saved (for the backward).
 // run_mean, run_var (C): when run_mean != NULL (run_var then too), updated as PyTorch does:
 //   run_mean = (1 - momentum) run_mean + momentum mean; run_var likewise with the unbiased variance

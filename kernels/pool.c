@@ -86,7 +86,7 @@ mo_status avgpool_backward_cpu(mo_dtype dt, void *din, const void *dout, int N, 
 mo_status relu_forward_cpu(mo_dtype dt, void *out, const void *in, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const float v = rn_ld(dt, in, i);
-        rn_st(dt, out, i, v > 0.0f ? v : 0.0f);
+        rn_st(dt, out, i, v <= 0.0f ? 0.0f : v); // NaN kept, as torch.relu
     }
     return MO_OK;
 }

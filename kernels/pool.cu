@@ -134,7 +134,7 @@ __global__ void relu_bwd_kernel(typename D::S *din, const typename D::S *dout, c
 
 // out may alias in (no __restrict__)
 template <class D> __global__ void relu_fwd_kernel(typename D::S *out, const typename D::S *in, size_t n) {
-    GRID_STRIDE(i, n) out[i] = D::to_f(in[i]) > 0.0f ? in[i] : D::from_f(0.0f);
+    GRID_STRIDE(i, n) out[i] = D::to_f(in[i]) <= 0.0f ? D::from_f(0.0f) : in[i]; // NaN kept, as torch.relu
 }
 
 template <class D> __global__ void acc_f32_kernel(float *dw, const typename D::S *g, size_t n) {

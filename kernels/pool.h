@@ -28,7 +28,8 @@ mo_status mo_maxpool_backward(mo_ctx *c, mo_dtype dt, void *din, const void *dou
 mo_status mo_avgpool_forward(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int HW, int C);
 // din (N,HW,C) = dout (N,C) / HW, overwritten.
 mo_status mo_avgpool_backward(mo_ctx *c, mo_dtype dt, void *din, const void *dout, int N, int HW, int C);
-// out (n) = max(0, in); out may alias in (the bottleneck's ReLU after the residual add).
+// out (n) = max(0, in), NaN kept (as torch.relu: an fp16 overflow stays visible to the loss scaler);
+// out may alias in (the bottleneck's ReLU after the residual add).
 mo_status mo_relu_forward(mo_ctx *c, mo_dtype dt, void *out, const void *in, size_t n);
 // din (n) = out > 0 ? dout : 0, from the ReLU's output; din may alias dout.
 mo_status mo_relu_backward(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *out, size_t n);

@@ -318,6 +318,9 @@ static void test_pool_hand(void) {
     CHECK(rf[0] == 0 && rf[1] == 0 && rf[2] == 2 && rf[3] == 0);
     CHECK_OK(mo_relu_forward(hc, MO_F32, ri, ri, 4));
     CHECK(memcmp(ri, rf, sizeof rf) == 0);
+    float rn[2] = {NAN, -INFINITY}, rno[2];
+    CHECK_OK(mo_relu_forward(hc, MO_F32, rno, rn, 2)); // NaN kept, as torch.relu
+    CHECK(isnan(rno[0]) && rno[1] == 0);
     float ro[4] = {-1, 0, 2, 3}, rd[4] = {5, 6, 7, 8};
     CHECK_OK(mo_relu_backward(hc, MO_F32, rd, rd, ro, 4));
     CHECK(rd[0] == 0 && rd[1] == 0 && rd[2] == 7 && rd[3] == 8);
