@@ -271,8 +271,7 @@ static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, i
     size_t n = (size_t)s->N * k->P * k->P * k->cout;
     OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->out, a->out, k->ds >= 0 ? a->ds.a : a->in, n));
     act_free(m, &a->ds.a);
-    // The ReLU in place: relu_backward(y, y, y) is y = y > 0 ? y : 0 (pool.h: din may alias dout).
-    OP(MO_PROF_ELEMENTWISE, mo_relu_backward(x, DT, a->out, a->out, a->out, n));
+    OP(MO_PROF_ELEMENTWISE, mo_relu_forward(x, DT, a->out, a->out, n)); // in place (pool.h: out may alias in)
     return MO_OK;
 }
 
