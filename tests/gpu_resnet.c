@@ -3,7 +3,7 @@
 // dry backend's peak equal to the measured one to the byte and the first loss close to the cpu's; one
 // forward/backward's gradients on cuda against the cpu's by relative L2 error per precision; on cuda,
 // checkpointing bit-identical to none (gradients, loss, BN running statistics); ResNet-50 at batch 32:
-// dry == measured peak.
+// dry == measured peak. 16 classes: the FC head's 16-bit rows stay 16-byte aligned for cuBLASLt.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +20,7 @@ static mo_config cfg;
 static void config_of(const char *backend, const char *const *kv, mo_run_config *rc) {
     mo_config_defaults(&cfg, MO_CMD_RUN);
     static const char *const base[] = {"--model", "resnet", "--layers", "10", "--hidden", "8", "--input", "32",
-                                       "--classes", "10", "--batch", "8", "--steps", "2", "--warmup", "1", NULL};
+                                       "--classes", "16", "--batch", "8", "--steps", "2", "--warmup", "1", NULL};
     for (int i = 0; base[i]; i += 2) CHECK_OK(mo_config_set(&cfg, base[i], base[i + 1]));
     CHECK_OK(mo_config_set(&cfg, "--backend", backend));
     for (int i = 0; kv && kv[i]; i += 2) CHECK_OK(mo_config_set(&cfg, kv[i], kv[i + 1]));
