@@ -407,6 +407,48 @@ static void test_cap(void) {
     CHECK_MSG(!strcmp(row.status, "oom"), "dry: %s", row.status);
 }
 
+// Out of memory at every allocation of a run (the k-th mo_alloc fails, k = 1..all, every
+// MEMOPT_TEST_FAULT_STRIDE-th under the sanitizers): the row is oom with the allocator's message (or, a
+// fault in the dry replay, ok without a prediction), nothing is left allocated, the next run is normal.
+static void test_alloc_faults(void) {
+    mo_run_config rc;
+    const char *kv[] = {"--layers", "14", "--precision", "bf16", "--ckpt", "segments:2", "--accum", "2", "--batch", "8",
+                        "--steps", "1", "--warmup", "1", NULL};
+    config_of(kv, &rc);
+    mo_run_env env;
+    CHECK_OK(mo_run_env_init(&env, &rc));
+    mo_csv_row row;
+    mo_alloc_fail_at(0);
+    CHECK_OK(mo_run_execute(&rc, &env, &row, NULL));
+    uint64_t n = mo_alloc_calls();
+    int64_t ref = row.peak_allocated_bytes;
+    CHECK(!strcmp(row.status, "ok"));
+    const char *e = getenv("MEMOPT_TEST_FAULT_STRIDE");
+    uint64_t stride = e && atoi(e) > 1 ? (uint64_t)atoi(e) : 1;
+    int tried = 0, good = 0;
+    for (uint64_t k = 1; k <= n; k += stride) {
+        mo_alloc_global g0, g1;
+        mo_alloc_global_stats(&g0);
+        mo_alloc_fail_at(k);
+        CHECK_OK(mo_run_execute(&rc, &env, &row, NULL));
+        mo_alloc_fail_at(0);
+        mo_alloc_global_stats(&g1);
+        int ok = (!strcmp(row.status, "oom") && strstr(row.detail, "injected fault")) ||
+                 (!strcmp(row.status, "ok") && row.predicted_peak_bytes == -1);
+        ok &= g1.allocated_bytes == g0.allocated_bytes && g1.reserved_bytes == g0.reserved_bytes &&
+              g1.live_allocators == g0.live_allocators;
+        tried++;
+        good += ok;
+        CHECK_MSG(ok, "fault at allocation %llu: row %s (%s), allocated %llu -> %llu", (unsigned long long)k, row.status,
+                  row.detail, (unsigned long long)g0.allocated_bytes, (unsigned long long)g1.allocated_bytes);
+        if (!ok) break;
+    }
+    CHECK_OK(mo_run_execute(&rc, &env, &row, NULL));
+    CHECK(!strcmp(row.status, "ok") && row.peak_allocated_bytes == ref);
+    printf("out of memory at allocation k of %llu (every %llu): %d/%d unwound cleanly\n", (unsigned long long)n,
+           (unsigned long long)stride, good, tried);
+}
+
 int main(void) {
     test_params();
     test_refusals();
@@ -417,5 +459,6 @@ int main(void) {
     test_cap();
     test_ckpt_saves();
     test_dry_equals_cpu();
+    test_alloc_faults();
     return test_finish();
 }
