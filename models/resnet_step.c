@@ -210,7 +210,7 @@ static void unit_free(resnet *m, unit_acts *ua) {
 
 // *out = BN(conv(in)) (ReLU'd when relu); running statistics updated when update.
 static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *in, int relu,
-                              int update, void **out) {
+                              int update, void **out, const char *out_name) {
     mo_ctx *x = m->ctx;
     mo_conv_shape sh;
     unit_shape(u, s->N, &sh);
@@ -219,7 +219,7 @@ static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_a
     OP(MO_PROF_GEMM, mo_conv_forward(x, DT, ua->c, in, Wt(m, u->w_off), &sh));
     MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->mean));
     MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->rstd));
-    MO_TRY(mo_step_act_alloc(m->ctx, DT, M * u->cout, out, "unit out"));
+    MO_TRY(mo_step_act_alloc(m->ctx, DT, M * u->cout, out, out_name)); // the trace's tensor name
     float *rm = update ? m->running + u->rs_off : NULL, *rv = update ? m->running + u->rs_off + u->cout : NULL;
     OP(MO_PROF_NORM, mo_batchnorm_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c, m->params + u->g_off,
                                           m->params + u->b_off, (int)M, u->cout, BN_MOMENTUM, relu));
@@ -245,7 +245,7 @@ static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_
     if (free_dout) act_free(m, free_dout);
     OP(MO_PROF_GEMM, mo_conv_backward_filter(x, DT, m->grads + u->w_off, s->dc, in, &sh));
     if (din) {
-        MO_TRY(mo_step_act_alloc(m->ctx, DT, (size_t)s->N * u->H * u->H * u->cin, din, "unit din"));
+        MO_TRY(mo_step_act_alloc(m->ctx, DT, (size_t)s->N * u->H * u->H * u->cin, din, "&s->dsc"));
         OP(MO_PROF_GEMM, mo_conv_backward_data(x, DT, *din, s->dc, Wt(m, u->w_off), &sh));
     }
     act_free(m, &s->dc);
@@ -261,11 +261,12 @@ static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, i
     mo_ctx *x = m->ctx;
     const rn_arch *ar = &m->a;
     const rn_block *k = &ar->blocks[l];
-    if (k->ds >= 0) MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, update, &a->ds.a));
+    if (k->ds >= 0) MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, update, &a->ds.a, "&a->ds.a"));
     const void *prev = a->in;
     for (int j = 0; j < k->nu; j++) {
         int last = j == k->nu - 1;
-        MO_TRY(unit_forward(m, s, &ar->units[k->u[j]], &a->u[j], prev, !last, update, last ? &a->out : &a->u[j].a));
+        MO_TRY(unit_forward(m, s, &ar->units[k->u[j]], &a->u[j], prev, !last, update, last ? &a->out : &a->u[j].a,
+                            last ? "&a->out" : "&a->u[j].a"));
         prev = a->u[j].a;
     }
     size_t n = (size_t)s->N * k->P * k->P * k->cout;
@@ -337,7 +338,7 @@ static mo_status forward(step_state *s) {
         MO_TRY(act_alloc(m, img, &s->xin));
         OP(MO_PROF_ELEMENTWISE, mo_cast_mixed(x, DT, s->xin, MO_F32, m->images + off * ar->S * ar->S * 3, img));
     }
-    MO_TRY(unit_forward(m, s, &ar->units[0], &s->stem, images_of(s), 1, 1, &s->stem.a));
+    MO_TRY(unit_forward(m, s, &ar->units[0], &s->stem, images_of(s), 1, 1, &s->stem.a, "&s->stem.a"));
     MO_TRY(act_alloc(m, (size_t)N * ar->pool_P * ar->pool_P * ar->W0, &s->pool));
     OP(MO_PROF_ELEMENTWISE, mo_maxpool_forward(x, DT, s->pool, s->stem.a, N, ar->pool_H, ar->pool_H, ar->W0, 3, 2, 1));
     for (int l = 0; l < L; l++) {
