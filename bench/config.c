@@ -820,8 +820,8 @@ mo_status mo_run_config_validate(const mo_run_config *r) {
     if (!(m->dims & MO_OPT_ATTN) && r->attn != MO_ATTN_MATERIALIZED)
         return MO_FAIL(MO_ERR_INVALID, "--attn %s: model %s has no attention", mo_attn_name(r->attn), m->name);
     if (!m->split && r->tp * r->pp > 1)
-        return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: model %s cannot be split over ranks yet (accepted: --tp 1 --pp 1)",
-                       r->tp, r->pp, m->name);
+        return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: model %s cannot be split over ranks yet (accepted: --tp 1 --pp 1)%s%s",
+                       r->tp, r->pp, m->name, m->no_split_reason ? ": " : "", m->no_split_reason ? m->no_split_reason : "");
     MO_TRY(m->validate(r));
     MO_TRY(mo_run_config_check_accum(r));
     MO_TRY(mo_run_config_check_every(r));

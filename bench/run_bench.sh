@@ -6,11 +6,12 @@
 #   On a GPU: the default sweep of GPT-2 124M (precision fp32,tf32,bf16 x attn materialized,fused x
 #   ckpt none,full,selective x accum 1,4: 36 rows, through Google Benchmark, and one capped row that
 #   runs out of memory) into sweep.csv, memopt claims into claims/, the allocation timelines of fp32
-#   ckpt none and full (trace-*.csv), and the allocator benchmarks. On the H200 the same set (without
+#   ckpt none and full (trace-*.csv), the allocator benchmarks, and a ResNet-50 part (batch 128, 224x224:
+#   fp32,tf32,bf16,fp16 x ckpt none,segments:4 into sweep-resnet50.csv; claims into claims-resnet50/). On the H200 the same set (without
 #   the timelines, a few seconds more) took 305 s with its figures; see docs/perf-notes.md.
 #   With no GPU: the same grid on the dry backend (exact memory, no times), a tiny CPU sweep (real
 #   numerics and times, of the CPU reference), claims and mincap on the dry backend, the timelines on
-#   dry, saying so.
+#   dry, saying so; the ResNet-50 grid on dry and a tiny ResNet on the CPU.
 #   Without gnuplot nothing stops: the measurements are the job; one line at the end says how to draw
 #   the figures later (this script's --plot mode).
 set -euo pipefail
@@ -43,6 +44,7 @@ fi
 
 BUILD="${1:-build}"
 M="$BUILD/memopt"
+RESNET=(--model resnet --preset resnet50 --batch 128 --precision fp32,tf32,bf16,fp16 --ckpt none,segments:4)
 GRID=(--preset gpt2-124m --precision fp32,tf32,bf16 --attn materialized,fused --ckpt none,full,selective --accum 1,4)
 dir="$BUILD/bench/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$dir"
@@ -58,6 +60,8 @@ if "$M" devices 2>/dev/null | grep -q '^GPU 0'; then
   for k in none full; do
     "$M" run --preset gpt2-124m --ckpt $k --steps 1 --warmup 1 --trace "$dir/trace-ckpt-$k.csv" | grep -E "trace:|peak allocated"
   done
+  "$M" sweep "${RESNET[@]}" --steps 10 --warmup 3 --csv "$dir/sweep-resnet50.csv"
+  "$M" claims --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --out-dir "$dir/claims-resnet50"
   [ -x "$BUILD/memopt_bench_alloc" ] && "$BUILD/memopt_bench_alloc" --benchmark_repetitions=3 \
       --benchmark_out="$dir/bench_alloc.json" --benchmark_out_format=json || true
 else
@@ -72,6 +76,9 @@ else
   for k in none full; do
     "$M" run --backend dry --preset gpt2-124m --ckpt $k --steps 1 --warmup 1 --trace "$dir/trace-ckpt-$k.csv" | grep -E "trace:"
   done
+  "$M" sweep --backend dry "${RESNET[@]}" --steps 1 --warmup 0 --csv "$dir/sweep-resnet50-dry.csv"
+  "$M" sweep --backend cpu --model resnet --preset resnet-tiny --precision fp32,bf16 --ckpt none,segments:2 --accum 1,2 \
+      --steps 5 --warmup 1 --csv "$dir/sweep-resnet-cpu.csv"
   [ -x "$BUILD/memopt_bench_alloc" ] && "$BUILD/memopt_bench_alloc" --benchmark_min_time=0.05 || true
 fi
 

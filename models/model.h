@@ -113,6 +113,7 @@ typedef struct mo_model_ops {
     void (*info)(void *m, mo_model_step_info *out);
 
     const mo_model_split_ops *split;
+    const char *no_split_reason; // split == NULL: why, for the --tp/--pp refusal (NULL: none given)
 } mo_model_ops;
 
 // The registry. Built-in models are there from the start; mo_model_register adds one (tests), a
@@ -133,6 +134,7 @@ const mo_preset *mo_model_preset(const mo_model_ops *ops, const char *name);
 // The built-in tables.
 extern const mo_model_ops mo_gpt_model;
 extern const mo_model_ops mo_mlp_model;
+extern const mo_model_ops mo_resnet_model;
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
-static const mo_model_ops *builtin[] = {&mo_gpt_model, &mo_mlp_model};
+static const mo_model_ops *builtin[] = {&mo_gpt_model, &mo_mlp_model, &mo_resnet_model};
 #define NBUILTIN ((int)(sizeof builtin / sizeof builtin[0]))
 
 static const mo_model_ops *extra[MO_MODELS_MAX];

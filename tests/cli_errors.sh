@@ -82,7 +82,7 @@ bad "--gpu" run --gpu h200
 bad "--resume" sweep --resume=yes
 bad "--grid" sweep --grid "$tmp/no-such-grid"
 bad "stray" run stray
-bad "--model: unknown value 'nosuch' (accepted: gpt, mlp)" run --model nosuch --backend dry
+bad "--model: unknown value 'nosuch' (accepted: gpt, mlp, resnet)" run --model nosuch --backend dry
 bad "compare" compare only-one.csv
 bad "--tolerance" compare a.csv b.csv --tolerance 2
 bad "plot" plot

@@ -218,7 +218,7 @@ static void test_bad_values(void) {
     expect_bad(MO_CMD_RUN, "--comm", "mpi", "--comm: unknown value 'mpi' (accepted: local, nccl)");
     expect_bad(MO_CMD_RUN, "--on-oom", "retry", "--on-oom: unknown value 'retry' (accepted: fail, shrink)");
     expect_bad(MO_CMD_RUN, "--backend", "tpu", "--backend");
-    expect_bad(MO_CMD_RUN, "--model", "bert", "--model: unknown value 'bert' (accepted: gpt, mlp)");
+    expect_bad(MO_CMD_RUN, "--model", "bert", "--model: unknown value 'bert' (accepted: gpt, mlp, resnet)");
     expect_bad(MO_CMD_RUN, "--preset", "gpt3", "--preset: unknown value 'gpt3' (accepted: gpt2-124m");
     expect_bad(MO_CMD_RUN, "--device-mem", "12", "--device-mem");
     expect_bad(MO_CMD_RUN, "--device-mem", "lots", "--device-mem");

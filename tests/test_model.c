@@ -112,7 +112,7 @@ static void test_registry(void) {
     CHECK(mo_model_find("toy") == &toy_model);
     CHECK(mo_model_register(&toy_model) == MO_ERR_INVALID && strstr(mo_errmsg(), "exists"));
     char names[128];
-    CHECK_MSG(!strcmp(mo_model_names(names, sizeof names), "gpt, mlp, toy"), "%s", names);
+    CHECK_MSG(!strcmp(mo_model_names(names, sizeof names), "gpt, mlp, resnet, toy"), "%s", names);
     CHECK(mo_preset_find("toy-m") == &toy_presets[1] && mo_preset_find("gpt2-350m") != NULL);
     CHECK(mo_model_preset(&toy_model, "gpt2-124m") == NULL);
 }
@@ -176,7 +176,7 @@ static void test_config_through_table(void) {
     CHECK_OK(mo_config_combination(&cfg, 0, &rc));
     CHECK(rc.layers == 4 && rc.hidden == 8 && rc.batch == 8);
     // What it refuses, with the reason.
-    expect_refused((const char *const[]){"--model", "nosuch", NULL}, "--model: unknown value 'nosuch' (accepted: gpt, mlp, toy)");
+    expect_refused((const char *const[]){"--model", "nosuch", NULL}, "--model: unknown value 'nosuch' (accepted: gpt, mlp, resnet, toy)");
     expect_refused((const char *const[]){"--model", "toy", "--heads", "4", NULL}, "--heads: not a flag of model toy");
     expect_refused((const char *const[]){"--model", "toy", "--seq", "4", NULL}, "--seq: not a flag of model toy");
     expect_refused((const char *const[]){"--model", "toy", "--attn", "fused", NULL}, "--attn: not a flag of model toy");

@@ -18,7 +18,10 @@
 #   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them; "attnimpl" the
 #   fused attention's TF32 kernels tested, then the tf32 / bf16 / T 2048 fused steps beside PyTorch;
 #   "resnetops" the ResNet ops' GPU test (gpu_resnet_ops: cuDNN convolutions and batch norm, own pools, against the cpu
-#   references per precision; per-op median times at ResNet-50 layer1's shape, batch 128)
+#   references per precision; per-op median times at ResNet-50 layer1's shape, batch 128); "resnet" the
+#   ResNet model's GPU test (gpu_resnet), its H200 rows at ResNet-50 batch 128 224x224 (h200-resnet50.csv),
+#   the PyTorch peer beside them (torch-resnet50.csv) and plan --validate on the rows; "resnetlite" only
+#   the fp32/bf16 x none/segments:4 rows of both, 5 steps after 2 warm-up (the checkpointing claim's ratios)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -114,6 +117,37 @@ if has resnetops; then
   (cd $B && MEMOPT_CONV_LOG=1 timeout 600 ./gpu_resnet_ops) >"$R/gpu_resnet_ops.log" 2>&1
   echo "gpu_resnet_ops exit $?: $(tail -1 "$R/gpu_resnet_ops.log")"
   cat "$R/gpu_resnet_ops.log"
+fi
+if has resnet; then
+  # the ResNet model (issue 16): its GPU test, then ResNet-50 batch 128 rows and the PyTorch peer's
+  [ -x $B/gpu_resnet ] || cmake --build $B -j 16 --target gpu_resnet 2>&1 | grep -E "error|FAILED" | head -20
+  (cd $B && timeout 600 ./gpu_resnet) >"$R/gpu_resnet.log" 2>&1
+  echo "gpu_resnet exit $?: $(tail -1 "$R/gpu_resnet.log")"
+  grep -vE "^PASS" "$R/gpu_resnet.log" | head -60
+  csv="$R/h200-resnet50.csv"
+  rr() { timeout 300 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --csv "$csv" "$@" 2>&1 \
+    | grep -E "step:|peak alloc|dry-backend|recompute|error|oom" || echo "(exit $?: run $*)"; }
+  for cfg in "fp32 none" "fp32 segments:4" "tf32 none" "bf16 none" "bf16 segments:4" "fp16 none"; do
+    set -- $cfg
+    echo "== memopt resnet50 b128 --precision $1 --ckpt $2"
+    rr --precision "$1" --ckpt "$2"
+  done
+  PR() { PYTHONUNBUFFERED=1 timeout 300 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 \
+    --csv "$R/torch-resnet50.csv" "$@" || echo "(peer exit $?: $*)"; }
+  PR --precision fp32,bf16 --ckpt none,segments:4
+  PR --precision tf32,fp16
+  $M plan --validate "$csv" --out-dir "$R" 2>&1 | tail -6
+fi
+if has resnetlite; then
+  csv="$R/h200-resnet50-lite.csv"
+  for cfg in "fp32 none" "fp32 segments:4" "bf16 none" "bf16 segments:4"; do
+    set -- $cfg
+    echo "== memopt resnet50 b128 --precision $1 --ckpt $2"
+    timeout 200 $M run --model resnet --preset resnet50 --batch 128 --steps 5 --warmup 2 --csv "$csv" --precision "$1" \
+      --ckpt "$2" 2>&1 | grep -E "step:|peak alloc|dry-backend|recompute|error|oom" || echo "(exit $?)"
+  done
+  PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 --steps 5 --warmup 2 \
+    --precision fp32,bf16 --ckpt none,segments:4 --csv "$R/torch-resnet50-lite.csv" || echo "(peer exit $?)"
 fi
 if has tune; then
   # MEMOPT_GEMM_TUNE=1 (lt_gemm_cuda.c): each new cuBLASLt plan times the heuristic's top candidates and

@@ -1,0 +1,523 @@
+// The ResNet's instance and training step (the layer list: resnet_arch.h; the table: resnet.c).
+// Every tensor from the run's allocator, every activation allocated when produced and freed after its
+// last reader, so the allocator's peak is the step's true peak on every backend (dry included).
+// What backward keeps of a block (as PyTorch's autograd keeps it): each unit's conv output (its BN's
+// input) and BN mean, rstd; each main unit's BN+ReLU output but the last (the next conv's input, and the
+// ReLU mask); the block's output (the final ReLU's mask, the next block's input). The last BN writes
+// into the output, the shortcut is added in place and the ReLU is applied in place (torchvision's
+// `out += identity; relu(out)`), so its pre-activation is not kept.
+// Checkpointing (models/ckpt_layout.h) over the residual blocks: a checkpointed segment keeps only its
+// input; backward re-runs its blocks' forward with the running statistics left alone (they move once
+// per micro-batch), then their backward. Stem and head are never recomputed.
+// Gradient accumulation: micro-batches of B/accum images, each with its own BN batch statistics.
+#include "models/resnet.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpt_ops.h"
+#include "step_ops.h"
+#include "kernels/batchnorm.h"
+#include "kernels/conv.h"
+#include "kernels/cost.h"
+#include "kernels/pool.h"
+#include "models/ckpt_layout.h"
+#include "models/model.h"
+#include "models/resnet_arch.h"
+#include "models/rng.h"
+
+#define BN_MOMENTUM 0.1f
+
+typedef struct rn_cfg {
+    int B, accum;
+    mo_ckpt_layout seg; // over the residual blocks
+    mo_dtype dt;
+    int loss_scaling;
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    uint64_t seed;
+} rn_cfg;
+
+typedef struct resnet {
+    rn_cfg c;
+    rn_arch a;
+    mo_ctx *ctx;
+    float *params;   // (n_params) fp32, the master copy when 16-bit
+    void *wparams;   // (n_params) dt: the weights the convs and the FC read (== params for fp32)
+    float *grads, *adam_m, *adam_v;
+    float *running;  // (n_running) BN running mean, var of each unit
+    float *images;   // (B,S,S,3) fp32
+    int *targets;    // (B)
+    float *losses;   // (B)
+    int step;
+    float loss_scale;
+    int scaler_clean, skipped_steps;
+    double last_loss, recompute_ms;
+} resnet;
+
+void mo_resnet_destroy(void *p) {
+    resnet *m = p;
+    if (!m) return;
+    mo_allocator *a = m->ctx->alloc;
+    mo_free(a, m->losses); mo_free(a, m->targets); mo_free(a, m->images);
+    mo_free(a, m->running);
+    mo_free(a, m->adam_v); mo_free(a, m->adam_m); mo_free(a, m->grads);
+    if (m->wparams != m->params) mo_free(a, m->wparams);
+    mo_free(a, m->params);
+    rn_arch_free(&m->a);
+    free(m);
+}
+
+static float normal(uint64_t *s) { return (float)(sqrt(-2 * log(uniform01(s))) * cos(6.283185307179586 * uniform01(s))); }
+
+// torchvision's initialization: conv weights kaiming_normal_(fan_out, relu): normal(0, sqrt(2 / (K R S))),
+// BN weight 1, bias 0; the FC as nn.Linear: uniform(-1/sqrt(C), 1/sqrt(C)) for weight and bias.
+static void init_params(const resnet *m, float *h) {
+    const rn_arch *a = &m->a;
+    uint64_t r = m->c.seed * 0x2545f4914f6cdd1dull + 17;
+    for (int i = 0; i < a->nunits; i++) {
+        const rn_unit *u = &a->units[i];
+        size_t nw = (size_t)u->cout * u->R * u->R * u->cin;
+        float sd = sqrtf(2.0f / (float)(u->cout * u->R * u->R));
+        for (size_t j = 0; j < nw; j++) h[u->w_off + j] = sd * normal(&r);
+        for (int j = 0; j < u->cout; j++) { h[u->g_off + j] = 1.0f; h[u->b_off + j] = 0.0f; }
+    }
+    float bound = 1.0f / sqrtf((float)a->Cf);
+    for (size_t j = 0; j < (size_t)a->K * a->Cf + a->K; j++) h[a->fc_w + j] = bound * (float)(2 * uniform01(&r) - 1);
+}
+
+mo_status mo_resnet_create(const mo_run_config *rc, mo_ctx *ctx, void **out) {
+    resnet *m = calloc(1, sizeof *m);
+    if (!m) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the model");
+    m->ctx = ctx;
+    mo_status st = rn_arch_build(rc, &m->a);
+    if (st != MO_OK) { free(m); return st; }
+    rn_cfg *c = &m->c;
+    c->B = rc->batch; c->accum = rc->accum;
+    c->seg = mo_ckpt_layout_of(rc->ckpt.kind, rc->ckpt.every, m->a.nblocks);
+    c->dt = rc->precision == MO_PREC_FP16 ? MO_F16 : rc->precision == MO_PREC_BF16 ? MO_BF16 : MO_F32;
+    c->loss_scaling = rc->precision == MO_PREC_FP16;
+    c->lr = (float)rc->lr; c->beta1 = 0.9f; c->beta2 = 0.95f; c->eps = 1e-8f; c->weight_decay = 0.0f; c->grad_clip = 1.0f;
+    c->seed = rc->seed;
+    size_t n = m->a.n_params, pb = n * sizeof(float), rb = m->a.n_running * sizeof(float);
+    size_t img = (size_t)c->B * m->a.S * m->a.S * 3;
+    mo_allocator *a = ctx->alloc;
+    int mixed = c->dt != MO_F32;
+    MO_TRY_GOTO(st, mo_alloc(a, pb, mixed ? MO_CAT_MASTER : MO_CAT_PARAM, (void **)&m->params), fail);
+    if (mixed) MO_TRY_GOTO(st, mo_alloc(a, n * mo_dtype_size(c->dt), MO_CAT_PARAM, &m->wparams), fail);
+    else m->wparams = m->params;
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, rb, MO_CAT_PARAM, (void **)&m->running), fail); // buffers, with the parameters
+    MO_TRY_GOTO(st, mo_alloc(a, img * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->images), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->targets), fail);
+    MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->losses), fail);
+    if (ctx->backend != MO_BACKEND_DRY) {
+        float *h = malloc(pb > rb ? pb : rb);
+        if (!h) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the initial parameters"); goto fail; }
+        init_params(m, h);
+        st = mo_memcpy_h2d(ctx, m->params, h, pb);
+        for (int i = 0; i < m->a.nunits; i++) { // running mean 0, var 1
+            const rn_unit *u = &m->a.units[i];
+            for (int j = 0; j < u->cout; j++) { h[u->rs_off + j] = 0.0f; h[u->rs_off + u->cout + j] = 1.0f; }
+        }
+        if (st == MO_OK) st = mo_memcpy_h2d(ctx, m->running, h, rb);
+        free(h);
+        if (st != MO_OK) goto fail;
+    }
+    if (mixed) MO_TRY_GOTO(st, mo_cast_mixed(ctx, c->dt, m->wparams, MO_F32, m->params, n), fail);
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_m, pb), fail);
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_v, pb), fail);
+    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->grads, pb), fail);
+    m->loss_scale = c->loss_scaling ? 65536.0f : 1.0f;
+    *out = m;
+    return MO_OK;
+fail:
+    mo_resnet_destroy(m);
+    return st;
+}
+
+mo_status mo_resnet_set_batch(void *p, const float *images, const int *targets) {
+    resnet *m = p;
+    size_t img = (size_t)m->c.B * m->a.S * m->a.S * 3;
+    MO_TRY(mo_memcpy_h2d(m->ctx, m->images, images, img * sizeof(float)));
+    return mo_memcpy_h2d(m->ctx, m->targets, targets, (size_t)m->c.B * sizeof(int));
+}
+
+// Images uniform in [-1, 1), classes uniform: the same seed gives the same batch everywhere.
+void mo_resnet_synthetic_images(uint64_t seed, int B, int S, int K, float *img, int *y) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 5;
+    for (size_t i = 0; i < (size_t)B * S * S * 3; i++) img[i] = (float)(2 * uniform01(&s) - 1);
+    for (int b = 0; b < B; b++) y[b] = (int)(splitmix(&s) % (uint64_t)K);
+}
+
+mo_status mo_resnet_set_synthetic_batch(void *p, uint64_t seed) {
+    resnet *m = p;
+    size_t img = (size_t)m->c.B * m->a.S * m->a.S * 3;
+    float *x = malloc(img * sizeof(float));
+    int *y = malloc((size_t)m->c.B * sizeof(int));
+    mo_status st = MO_OK;
+    if (!x || !y) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch");
+    if (st == MO_OK) {
+        mo_resnet_synthetic_images(seed, m->c.B, m->a.S, m->a.K, x, y);
+        st = mo_resnet_set_batch(m, x, y);
+    }
+    free(x);
+    free(y);
+    return st;
+}
+
+// ---------------------------------------------------------------- the step
+
+typedef struct unit_acts {
+    void *c;            // (N,P,P,cout) dt the conv's output, the BN's input
+    void *a;            // (N,P,P,cout) dt BN(+ReLU) output: a main unit's but the last; the shortcut's, briefly
+    float *mean, *rstd; // (cout) fp32 the BN's batch statistics
+} unit_acts;
+
+typedef struct block_acts {
+    void *in;           // (N,H,H,cin) dt, not owned: the previous block's out (block 0: the max pool's)
+    unit_acts u[3], ds;
+    void *out;          // (N,P,P,cout) dt
+} block_acts;
+
+typedef struct step_state {
+    resnet *m;
+    int N, micro;
+    void *xin;          // (N,S,S,3) dt the images cast (16-bit); NULL in fp32 (read in place)
+    unit_acts stem;
+    void *pool;         // (N,pool_P,pool_P,W0) dt
+    block_acts *acts;   // (nblocks)
+    void *pooled;       // (N,Cf) dt
+    void *logits;       // (N,K) dt; dlogits after the loss
+    void *g, *gi, *dc, *dsc; // backward: the gradient in flight (of a block's out), inside a block, a conv's
+                             // output gradient, the shortcut's input gradient
+    double recompute_ms;
+} step_state;
+
+#define DT (m->c.dt)
+
+static const void *Wt(const resnet *m, size_t off) { return (const char *)m->wparams + off * mo_dtype_size(DT); }
+
+static void unit_shape(const rn_unit *u, int N, mo_conv_shape *s) {
+    mo_conv_shape_init(s, N, u->H, u->H, u->cin, u->cout, u->R, u->R, u->stride, u->pad);
+}
+
+static void unit_free(resnet *m, unit_acts *ua) {
+    act_free(m, &ua->c); act_free(m, &ua->a); act_free(m, &ua->mean); act_free(m, &ua->rstd);
+}
+
+// *out = BN(conv(in)) (ReLU'd when relu); running statistics updated when update.
+static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *in, int relu,
+                              int update, void **out, const char *out_name) {
+    mo_ctx *x = m->ctx;
+    mo_conv_shape sh;
+    unit_shape(u, s->N, &sh);
+    size_t M = (size_t)s->N * u->P * u->P;
+    MO_TRY(act_alloc(m, M * u->cout, &ua->c));
+    OP(MO_PROF_GEMM, mo_conv_forward(x, DT, ua->c, in, Wt(m, u->w_off), &sh));
+    MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->mean));
+    MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->rstd));
+    MO_TRY(mo_step_act_alloc(m->ctx, DT, M * u->cout, out, out_name)); // the trace's tensor name
+    float *rm = update ? m->running + u->rs_off : NULL, *rv = update ? m->running + u->rs_off + u->cout : NULL;
+    OP(MO_PROF_NORM, mo_batchnorm_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c, m->params + u->g_off,
+                                          m->params + u->b_off, (int)M, u->cout, BN_MOMENTUM, relu));
+    return MO_OK;
+}
+
+// dout (N,P,P,cout of u): the gradient of the unit's BN output (relu: of its ReLU's, masked here by
+// bn_out). The BN's and the conv's weight gradients accumulate; *din (N,H,H,cin) gets the input gradient
+// (NULL: not wanted). in: the conv's input. free_dout: *free_dout (== dout) is freed after the BN.
+static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *dout,
+                               void **free_dout, const void *in, const void *bn_out, int relu, void **din) {
+    mo_ctx *x = m->ctx;
+    mo_conv_shape sh;
+    unit_shape(u, s->N, &sh);
+    size_t M = (size_t)s->N * u->P * u->P;
+    // The ReLU's mask in place on dout (ours, read by nothing else after), then the plain BN backward: the
+    // fused relu=1 path would take an (M, cout) scratch for the masked copy.
+    if (relu) OP(MO_PROF_ELEMENTWISE, mo_relu_backward(x, DT, (void *)dout, dout, bn_out, M * u->cout));
+    MO_TRY(act_alloc(m, M * u->cout, &s->dc));
+    OP(MO_PROF_NORM, mo_batchnorm_backward(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout, ua->c, NULL,
+                                           m->params + u->g_off, ua->mean, ua->rstd, (int)M, u->cout, 0));
+    act_free(m, &ua->c); act_free(m, &ua->mean); act_free(m, &ua->rstd);
+    if (free_dout) act_free(m, free_dout);
+    OP(MO_PROF_GEMM, mo_conv_backward_filter(x, DT, m->grads + u->w_off, s->dc, in, &sh));
+    if (din) {
+        MO_TRY(mo_step_act_alloc(m->ctx, DT, (size_t)s->N * u->H * u->H * u->cin, din, "&s->dsc"));
+        OP(MO_PROF_GEMM, mo_conv_backward_data(x, DT, *din, s->dc, Wt(m, u->w_off), &sh));
+    }
+    act_free(m, &s->dc);
+    return MO_OK;
+}
+
+static void block_free_internals(resnet *m, block_acts *a) {
+    for (int j = 0; j < 3; j++) unit_free(m, &a->u[j]);
+    unit_free(m, &a->ds);
+}
+
+static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, int update) {
+    mo_ctx *x = m->ctx;
+    const rn_arch *ar = &m->a;
+    const rn_block *k = &ar->blocks[l];
+    if (k->ds >= 0) MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, update, &a->ds.a, "&a->ds.a"));
+    const void *prev = a->in;
+    for (int j = 0; j < k->nu; j++) {
+        int last = j == k->nu - 1;
+        MO_TRY(unit_forward(m, s, &ar->units[k->u[j]], &a->u[j], prev, !last, update, last ? &a->out : &a->u[j].a,
+                            last ? "&a->out" : "&a->u[j].a"));
+        prev = a->u[j].a;
+    }
+    size_t n = (size_t)s->N * k->P * k->P * k->cout;
+    OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->out, a->out, k->ds >= 0 ? a->ds.a : a->in, n));
+    act_free(m, &a->ds.a);
+    OP(MO_PROF_ELEMENTWISE, mo_relu_forward(x, DT, a->out, a->out, n)); // in place (pool.h: out may alias in)
+    return MO_OK;
+}
+
+// s->g: the gradient of the block's out on entry (owned), of its in on return; frees the block's out.
+static mo_status block_backward(resnet *m, step_state *s, int l, block_acts *a) {
+    mo_ctx *x = m->ctx;
+    const rn_arch *ar = &m->a;
+    const rn_block *k = &ar->blocks[l];
+    size_t nout = (size_t)s->N * k->P * k->P * k->cout, nin = (size_t)s->N * k->H * k->H * k->cin;
+    // Through the final ReLU, in place: s->g is now the gradient of the sum (the last BN's output and the shortcut's).
+    OP(MO_PROF_ELEMENTWISE, mo_relu_backward(x, DT, s->g, s->g, a->out, nout));
+    // The main path, last unit first; s->gi: the gradient of the unit's output, then of its input.
+    for (int j = k->nu - 1; j >= 0; j--) {
+        int last = j == k->nu - 1;
+        const void *in = j == 0 ? a->in : a->u[j - 1].a;
+        MO_TRY(unit_backward(m, s, &ar->units[k->u[j]], &a->u[j], last ? s->g : s->gi, last ? NULL : &s->gi, in,
+                             last ? NULL : a->u[j].a, !last, &s->dsc));
+        if (!last) act_free(m, &a->u[j].a);
+        s->gi = s->dsc;
+        s->dsc = NULL;
+    }
+    if (k->ds >= 0) {
+        MO_TRY(unit_backward(m, s, &ar->units[k->ds], &a->ds, s->g, NULL, a->in, NULL, 0, &s->dsc));
+        OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, s->gi, s->gi, s->dsc, nin));
+        act_free(m, &s->dsc);
+    } else {
+        OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, s->gi, s->gi, s->g, nin));
+    }
+    act_free(m, &s->g);
+    act_free(m, &a->out);
+    s->g = s->gi;
+    s->gi = NULL;
+    return MO_OK;
+}
+
+static void free_all(step_state *s) {
+    resnet *m = s->m;
+    for (int l = 0; l < m->a.nblocks; l++) {
+        block_free_internals(m, &s->acts[l]);
+        act_free(m, &s->acts[l].out);
+        s->acts[l].in = NULL;
+    }
+    unit_free(m, &s->stem);
+    act_free(m, &s->xin); act_free(m, &s->pool); act_free(m, &s->pooled); act_free(m, &s->logits);
+    act_free(m, &s->g); act_free(m, &s->gi); act_free(m, &s->dc); act_free(m, &s->dsc);
+}
+
+static const void *images_of(step_state *s) {
+    const rn_arch *a = &s->m->a;
+    return s->xin ? s->xin : (const void *)(s->m->images + (size_t)s->micro * s->N * a->S * a->S * 3);
+}
+
+static mo_status forward(step_state *s) {
+    resnet *m = s->m;
+    mo_ctx *x = m->ctx;
+    const rn_arch *ar = &m->a;
+    int N = s->N, L = ar->nblocks;
+    mo_ckpt_layout seg = m->c.seg;
+    size_t off = (size_t)s->micro * N, img = (size_t)N * ar->S * ar->S * 3;
+    mo_cost_set_region(x, MO_COST_BODY);
+    PHASE(m, "forward");
+    if (DT != MO_F32) {
+        MO_TRY(act_alloc(m, img, &s->xin));
+        OP(MO_PROF_ELEMENTWISE, mo_cast_mixed(x, DT, s->xin, MO_F32, m->images + off * ar->S * ar->S * 3, img));
+    }
+    MO_TRY(unit_forward(m, s, &ar->units[0], &s->stem, images_of(s), 1, 1, &s->stem.a, "&s->stem.a"));
+    MO_TRY(act_alloc(m, (size_t)N * ar->pool_P * ar->pool_P * ar->W0, &s->pool));
+    OP(MO_PROF_ELEMENTWISE, mo_maxpool_forward(x, DT, s->pool, s->stem.a, N, ar->pool_H, ar->pool_H, ar->W0, 3, 2, 1));
+    for (int l = 0; l < L; l++) {
+        block_acts *a = &s->acts[l];
+        a->in = l == 0 ? s->pool : s->acts[l - 1].out;
+        MO_TRY(block_forward(m, s, l, a, 1));
+        if (l < seg.blocks) { // in a checkpointed segment: only the segment's input is kept
+            block_free_internals(m, a);
+            if (l % seg.len != 0) { act_free(m, &s->acts[l - 1].out); a->in = NULL; }
+        }
+    }
+    mo_cost_set_region(x, MO_COST_HEAD);
+    MO_TRY(act_alloc(m, (size_t)N * ar->Cf, &s->pooled));
+    OP(MO_PROF_ELEMENTWISE, mo_avgpool_forward(x, DT, s->pooled, s->acts[L - 1].out, N, ar->Pf * ar->Pf, ar->Cf));
+    MO_TRY(act_alloc(m, (size_t)N * ar->K, &s->logits));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, s->logits, NULL, s->pooled, Wt(m, ar->fc_w), Wt(m, ar->fc_b), N, ar->Cf, ar->K));
+    // The mean over the global batch, times the loss scale (1 unless fp16's scaler is on).
+    float dloss = m->loss_scale / (float)m->c.B;
+    OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, N, 1, ar->K, dloss));
+    mo_cost_set_region(x, MO_COST_BODY);
+    return MO_OK;
+}
+
+static mo_status backward(step_state *s) {
+    resnet *m = s->m;
+    mo_ctx *x = m->ctx;
+    const rn_arch *ar = &m->a;
+    int N = s->N, L = ar->nblocks;
+    mo_ckpt_layout seg = m->c.seg;
+    mo_cost_set_region(x, MO_COST_HEAD);
+    PHASE(m, "backward");
+    MO_TRY(act_alloc(m, (size_t)N * ar->Cf, &s->gi));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->gi, m->grads + ar->fc_w, m->grads + ar->fc_b, s->logits, s->pooled,
+                                    Wt(m, ar->fc_w), N, ar->Cf, ar->K));
+    act_free(m, &s->logits);
+    act_free(m, &s->pooled);
+    MO_TRY(act_alloc(m, (size_t)N * ar->Pf * ar->Pf * ar->Cf, &s->g));
+    OP(MO_PROF_ELEMENTWISE, mo_avgpool_backward(x, DT, s->g, s->gi, N, ar->Pf * ar->Pf, ar->Cf));
+    act_free(m, &s->gi);
+    mo_cost_set_region(x, MO_COST_BODY);
+    // The blocks outside checkpointed segments (all of them under none), then the segments, last first.
+    for (int l = L - 1; l >= seg.blocks; l--) MO_TRY(block_backward(m, s, l, &s->acts[l]));
+    for (int g = mo_ckpt_layout_segments(seg) - 1; g >= 0; g--) {
+        int a0 = g * seg.len, b0 = a0 + seg.len - 1 < seg.blocks - 1 ? a0 + seg.len - 1 : seg.blocks - 1;
+        // The segment's last output was kept (the next block's input, read by its backward, done now):
+        // recomputed with the rest, so the old copy goes first.
+        act_free(m, &s->acts[b0].out);
+        mo_timer t;
+        MO_TRY(mo_timer_init(x, &t));
+        mo_status st = mo_timer_start(x, &t);
+        PHASE(m, "recompute");
+        for (int l = a0; l <= b0 && st == MO_OK; l++) {
+            if (l > a0) s->acts[l].in = s->acts[l - 1].out;
+            st = block_forward(m, s, l, &s->acts[l], 0); // the running statistics moved in forward
+        }
+        double ms = 0;
+        if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
+        mo_timer_destroy(&t);
+        MO_TRY(st);
+        s->recompute_ms += ms;
+        PHASE(m, "backward");
+        for (int l = b0; l >= a0; l--) MO_TRY(block_backward(m, s, l, &s->acts[l]));
+    }
+    // The stem: max pool, BN + ReLU, the conv's weight gradient (the images need none).
+    const rn_unit *u = &ar->units[0];
+    MO_TRY(act_alloc(m, (size_t)N * ar->pool_H * ar->pool_H * ar->W0, &s->gi));
+    OP(MO_PROF_ELEMENTWISE, mo_maxpool_backward(x, DT, s->gi, s->g, s->stem.a, s->pool, N, ar->pool_H, ar->pool_H, ar->W0,
+                                                3, 2, 1));
+    act_free(m, &s->g);
+    act_free(m, &s->pool);
+    MO_TRY(unit_backward(m, s, u, &s->stem, s->gi, &s->gi, images_of(s), s->stem.a, 1, NULL));
+    act_free(m, &s->stem.a);
+    act_free(m, &s->xin);
+    return MO_OK;
+}
+
+static mo_status forward_backward(resnet *m) {
+    mo_ctx *x = m->ctx;
+    step_state s;
+    memset(&s, 0, sizeof s);
+    s.m = m;
+    s.N = m->c.B / m->c.accum;
+    s.acts = calloc((size_t)m->a.nblocks, sizeof *s.acts);
+    if (!s.acts) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
+    mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients
+    mo_status st = mo_memset_zero(x, m->grads, m->a.n_params * sizeof(float));
+    for (int k = 0; k < m->c.accum && st == MO_OK; k++) {
+        s.micro = k;
+        st = forward(&s);
+        if (st == MO_OK) st = backward(&s);
+        free_all(&s); // a failure (out of memory) unwinds every live activation
+    }
+    free(s.acts);
+    m->recompute_ms = s.recompute_ms;
+    MO_TRY(st);
+    if (x->backend == MO_BACKEND_DRY) { m->last_loss = NAN; return MO_OK; }
+    float *h = malloc((size_t)m->c.B * sizeof(float));
+    if (!h) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the losses");
+    st = mo_memcpy_d2h(x, h, m->losses, (size_t)m->c.B * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < m->c.B; i++) sum += h[i];
+    free(h);
+    m->last_loss = sum / m->c.B;
+    return st;
+}
+
+// Loss scaler (fp16), clipping at norm 1, AdamW: as the GPT's and the MLP's update.
+static mo_status update(resnet *m) {
+    const rn_cfg *c = &m->c;
+    mo_ctx *x = m->ctx;
+    size_t n = m->a.n_params;
+    float scale_used = m->loss_scale;
+    mo_cost_set_region(x, MO_COST_OPTIMIZER);
+    PHASE(m, "optimizer");
+    if (c->loss_scaling) {
+        int bad = 0;
+        OP(MO_PROF_OPTIMIZER, mo_nonfinite(m->ctx, m->grads, n, &bad));
+        if (bad) {
+            m->loss_scale *= 0.5f;
+            m->scaler_clean = 0;
+            m->skipped_steps++;
+            return MO_OK;
+        }
+        if (++m->scaler_clean >= 2000) {
+            m->loss_scale *= 2.0f;
+            m->scaler_clean = 0;
+        }
+    }
+    double ss = 0;
+    OP(MO_PROF_OPTIMIZER, mo_sumsq(m->ctx, &ss, m->grads, n));
+    double norm = sqrt(ss) / scale_used;
+    float scale = 1.0f / scale_used;
+    if (c->grad_clip > 0 && norm > c->grad_clip) scale = (float)(c->grad_clip / norm) / scale_used;
+    m->step++;
+    OP(MO_PROF_OPTIMIZER, mo_adamw_mixed(m->ctx, DT, m->params, m->wparams, m->grads, m->adam_m, m->adam_v, n, c->lr,
+                                         c->beta1, c->beta2, c->eps, c->weight_decay, m->step, scale));
+    return MO_OK;
+}
+
+mo_status mo_resnet_step(void *p) {
+    resnet *m = p;
+    MO_TRY(forward_backward(m));
+    return update(m);
+}
+
+void mo_resnet_info(void *p, mo_model_step_info *out) {
+    const resnet *m = p;
+    out->loss = m->last_loss;
+    out->recompute_ms = m->recompute_ms;
+    out->skipped_steps = m->skipped_steps;
+    out->loss_scale = m->loss_scale;
+    out->loss_scaling = m->c.loss_scaling;
+}
+
+mo_status mo_resnet_read(void *p, float *params, float *grads, size_t *n) {
+    resnet *m = p;
+    *n = m->a.n_params;
+    if (params) MO_TRY(mo_memcpy_d2h(m->ctx, params, m->params, *n * sizeof(float)));
+    if (grads) MO_TRY(mo_memcpy_d2h(m->ctx, grads, m->grads, *n * sizeof(float)));
+    return MO_OK;
+}
+
+mo_status mo_resnet_write(void *p, const float *params) {
+    resnet *m = p;
+    MO_TRY(mo_memcpy_h2d(m->ctx, m->params, params, m->a.n_params * sizeof(float)));
+    if (m->wparams != m->params) MO_TRY(mo_cast_mixed(m->ctx, DT, m->wparams, MO_F32, m->params, m->a.n_params));
+    return MO_OK;
+}
+
+mo_status mo_resnet_read_running(void *p, float *stats, size_t *n) {
+    resnet *m = p;
+    *n = m->a.n_running;
+    if (stats) MO_TRY(mo_memcpy_d2h(m->ctx, stats, m->running, *n * sizeof(float)));
+    return MO_OK;
+}
+
+mo_status mo_resnet_forward_backward(void *p, double *loss) {
+    resnet *m = p;
+    MO_TRY(forward_backward(m));
+    if (loss) *loss = m->last_loss;
+    return MO_OK;
+}
