@@ -24,6 +24,9 @@ mo_status mo_conv_shape_check(const mo_conv_shape *s, const char *op) {
         s->pad < 0 || s->P < 1 || s->Q < 1)
         return MO_FAIL(MO_ERR_INVALID, "%s: bad shape N %d H %d W %d C %d K %d R %d S %d stride %d pad %d (P %d Q %d)",
                        op, s->N, s->H, s->W, s->C, s->K, s->R, s->S, s->stride, s->pad, s->P, s->Q);
+    const int P = (s->H + 2 * s->pad - s->R) / s->stride + 1, Q = (s->W + 2 * s->pad - s->S) / s->stride + 1;
+    if (s->P != P || s->Q != Q) // the cpu reference indexes by s->P, s->Q; cuDNN derives them
+        return MO_FAIL(MO_ERR_INVALID, "%s: output %d x %d given, the shape gives %d x %d", op, s->P, s->Q, P, Q);
     const double in = (double)s->N * s->H * s->W * s->C, out = (double)s->N * s->P * s->Q * s->K,
                  w = (double)s->K * s->R * s->S * s->C;
     if (in > INT_MAX || out > INT_MAX || w > INT_MAX)

@@ -71,12 +71,21 @@ static mo_status dnn_get(mo_ctx *c, mo_dnn_cache **out) {
         if (!d) return MO_FAIL(MO_ERR_OOM, "host out of memory for the cuDNN plan cache");
         c->dnn = d;
         CUDNN_CHECK(cudnnCreate(&d->h));
-        CUDNN_CHECK(cudnnSetStream(d->h, (cudaStream_t)c->stream));
+        // a handle not bound to c->stream, or without its device name, must not be used by a later call:
+        // destroy it so that the next call reports it could not be created
+        mo_status st = MO_OK;
         int dev = 0;
         struct cudaDeviceProp prop;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        CUDNN_CHECK_GOTO(st, cudnnSetStream(d->h, (cudaStream_t)c->stream), bad);
+        CUDA_CHECK_GOTO(st, cudaGetDevice(&dev), bad);
+        CUDA_CHECK_GOTO(st, cudaGetDeviceProperties(&prop, dev), bad);
         snprintf(d->device, sizeof d->device, "%s", prop.name);
+        goto good;
+    bad:
+        cudnnDestroy(d->h);
+        d->h = NULL;
+        return st;
+    good:;
     }
     if (!c->dnn->h) return MO_FAIL(MO_ERR_CUDNN, "the cuDNN handle could not be created earlier");
     *out = c->dnn;
@@ -228,7 +237,8 @@ static mo_status engine_ok(const mo_conv_key *k, cudnnBackendDescriptor_t cfg, i
     notes_txt[0] = '\0';
     for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
         if ((unsigned)notes[i] < CUDNN_NUMERICAL_NOTE_TYPE_COUNT && used + 24 < notes_len)
-            used += (size_t)snprintf(notes_txt + used, notes_len - used, "%s%s", used ? "," : "", nn[notes[i]]);
+            used += (size_t)snprintf(notes_txt + used, notes_len - used, "%s%s", used ? "," : "",
+                                     nn[notes[i]] ? nn[notes[i]] : "?"); // a note newer than this list
         if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) nondet = 1;
         if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) tc = 1;
     }

@@ -14,6 +14,17 @@
                            "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
     } while (0)
 
+// The same, setting st and jumping to a cleanup label instead of returning.
+#define CUDA_CHECK_GOTO(st, call, label)                                               \
+    do {                                                                               \
+        cudaError_t e_ = (call);                                                       \
+        if (e_ != cudaSuccess) {                                                       \
+            (st) = MO_FAIL(e_ == cudaErrorMemoryAllocation ? MO_ERR_OOM : MO_ERR_CUDA, \
+                           "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+            goto label;                                                                \
+        }                                                                              \
+    } while (0)
+
 // After a kernel launch: launch-configuration errors surface here.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 

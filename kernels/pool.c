@@ -26,7 +26,7 @@ mo_status maxpool_forward_cpu(mo_dtype dt, void *out, const void *in, int N, int
                             const int w = q * stride - pad + t;
                             if (w < 0 || w >= W) continue;
                             const float v = rn_ld(dt, in, (((size_t)n * H + h) * W + w) * C + ch);
-                            if (v > m) m = v;
+                            if (v > m || isnan(v)) m = v; // NaN propagates, as torch.max_pool2d
                         }
                     }
                     rn_st(dt, out, (((size_t)n * P + p) * Q + q) * C + ch, m);

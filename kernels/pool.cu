@@ -53,7 +53,7 @@ __global__ void maxpool_fwd_kernel(typename D::S *out, const typename D::S *in, 
                 const int w = q * st - pad + s;
                 if (w < 0 || w >= W) continue;
                 const float v = D::to_f(in[(((size_t)n * H + h) * W + w) * C + ch]);
-                if (v > m) m = v;
+                if (v > m || isnan(v)) m = v; // NaN propagates, as torch.max_pool2d
             }
         }
         out[i] = D::from_f(m);

@@ -16,7 +16,8 @@ extern "C" {
 int mo_pool_out_dim(int H, int R, int stride, int pad);
 
 // Max pool, window R x R: out (N,P,Q,C) = the max over the window's positions inside the image (padding
-// never wins: it is -inf, as PyTorch's).
+// never wins: it is -inf, as PyTorch's); a NaN in the window gives NaN, as torch.max_pool2d (an fp16
+// overflow stays visible to the loss scaler).
 mo_status mo_maxpool_forward(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int H, int W, int C, int R,
                              int stride, int pad);
 // din (N,H,W,C) overwritten: each output's gradient goes to the first position of its window (row-major

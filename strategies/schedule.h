@@ -6,7 +6,9 @@
 // micro-batches, the checkpoint segments of every --ckpt policy (models/ckpt_layout.h: none, full,
 // every:K, sqrt, segments:N), the 1F1B pipeline over pp stages, and, in mo_sched_update, the fp16
 // loss scaler, clipping at a global norm and AdamW. An unsplit run is a world of one rank through the
-// same code (pp 1, no communicator): there is no second loop.
+// same schedule (pp 1, no communicator): its micro-batches run one after another in one slot, with
+// the same block calls, checkpoint segments and update as each stage of a pipeline; pp > 1 orders
+// them 1F1B.
 //
 // Buffers. The schedule owns the stream: x[0] (the input stage's output, the body's input), x[l+1]
 // (block l's output), each (N, ...) of one micro-batch, allocated by the model (in input_fwd /

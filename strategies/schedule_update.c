@@ -44,6 +44,10 @@ static mo_status split_sumsq(const mo_sched_optim *o, double *ss) {
     if (st == MO_OK) st = mo_comm_allgather(o->world, d + 2 * o->rank, d, 2);
     if (st == MO_OK) st = mo_memcpy_d2h(ctx, all, d, (size_t)W * 2 * sizeof(float));
     if (dev) mo_scratch_free(ctx, dev);
+    if (st != MO_OK) { // all was never (fully) written
+        free(all);
+        return st;
+    }
     double sum = 0;
     for (int r = 0; r < W; r++) sum += (double)all[2 * r] + (double)all[2 * r + 1];
     free(all);

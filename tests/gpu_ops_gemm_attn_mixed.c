@@ -296,7 +296,7 @@ static void gpu_attention(mo_dtype dt, const at_shape *s) {
 }
 
 // MEMOPT_TEST_REDUCED (compute-sanitizer): the GPT-2-sized cases at a fraction of their size, every other
-// case as it is. GEMMs: N (rows) / 8 above 128 rows (1024 -> 128, the lm head 128 -> 16; C, OC and so the
+// case as it is. GEMMs: N (rows) / 8 at 128 rows and more (1024 -> 128, the lm head 128 -> 16; C, OC and so the
 // alignment, the fused epilogues and the dgelu width stay); attention at the GPT-2 head size HS 64 with
 // B 1 and NH 2 instead of NH 12 (the same kernels, a sixth to a twelfth of the work).
 static int reduced;

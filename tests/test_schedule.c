@@ -218,6 +218,29 @@ int main(void) {
     CHECK_OK(mo_sched_update(&o, &sc, &step, &info));
     CHECK_MSG(info.skipped == 0 && step == 2 && sc.scale == 65536.0f, "2 clean steps: step %d scale %g", step, (double)sc.scale);
     CHECK_MSG(p[0] < 1.0f && p[1] > 2.0f && p[3] == 4.0f, "AdamW: %g %g %g %g", (double)p[0], (double)p[1], (double)p[2], (double)p[3]);
+    // The last clean update's norm is unscaled: sqrt(0.5^2 + 0.5^2 + 0.25^2) = 0.75 over the scale it ran at.
+    // (the third call ran at 32768: the scale grows after its check)
+    CHECK_MSG(fabs(info.grad_norm - 0.75 / 32768.0) <= 1e-6 * 0.75 / 32768.0, "grad norm %g, want 0.75 / 32768",
+              info.grad_norm);
+
+    // One step against its closed form. AdamW's first step moves w by lr * g' / (|g'| + eps) (the bias
+    // corrections cancel), g' the unscaled, clipped gradient; eps 0.1 makes the step depend on g''s size,
+    // so a wrong unscale or a missing clip shows in the weights (with eps 1e-8 AdamW hides both).
+    {
+        float q[3] = {1, 2, 3}, gq[3] = {0.5f, -0.5f, 0.25f}, m3[3] = {0}, v3[3] = {0};
+        mo_sched_optim oc = {.ctx = x, .dt = MO_F32, .params = q, .grads = gq, .adam_m = m3, .adam_v = v3, .wparams = q,
+                             .n = 3, .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 0.1f, .grad_clip = 0.5f};
+        mo_sched_scaler off;
+        mo_sched_scaler_init(&off, 0, 2);
+        int st1 = 0;
+        CHECK_OK(mo_sched_update(&oc, &off, &st1, &info));
+        const double norm = 0.75, c = 0.5 / norm, g0[3] = {0.5, -0.5, 0.25}, w0[3] = {1, 2, 3};
+        CHECK_MSG(fabs(info.grad_norm - norm) <= 1e-6, "clip: grad norm %g, want %g", info.grad_norm, norm);
+        for (int i = 0; i < 3; i++) {
+            const double gc = g0[i] * c, want = w0[i] - 0.1 * gc / (fabs(gc) + 0.1);
+            CHECK_MSG(fabs(q[i] - want) <= 1e-5, "clip: w%d %.7f, want %.7f", i, (double)q[i], want);
+        }
+    }
 
     mo_ctx_destroy(x);
     mo_allocator_destroy(a);

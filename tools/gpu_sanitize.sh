@@ -116,14 +116,16 @@ echo "$runs" | while read -r t b; do
     echo "---- $(basename "$f")"; grep -E '^=========' "$f" | grep -v 'Host Frame' | head -40
   fi
 done | tee -a "$S"
-# Whose code each finding is in: a record that names a library (NCCL, cuBLAS's nvjet_* and cutlass
-# kernels, cuDNN) is counted apart from ours; both are listed, never dropped.
+# Whose code each finding is in, by its first "at" (device code) line or first host frame above the CUDA
+# runtime and driver: one in a library
+# (NCCL, cuBLAS's nvjet_* and cutlass kernels, cuDNN) is counted apart from ours; both are listed, never
+# dropped.
 echo "$runs" | while read -r t b; do
   f="$L/cs-$t-$b.log"
   [ -n "$t" ] && [ -f "$f" ] || continue
   awk -v f="$(basename "$f")" '
-    /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning)/ { if (rec != "") tally(); rec = $0; next }
-    /^=========/ { if (rec != "") rec = rec " " $0; next }
-    function tally() { if (rec ~ /libnccl|nccl|nvjet|cutlass|cublas|cudnn|sm90_xmma/) lib++; else own++; rec = "" }
+    /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning|Leaked)/ { if (rec != "") tally(); rec = $0; where = ""; next }
+    /^=========/ { if (rec != "" && where == "" && ($0 ~ /^=========     at / || ($0 ~ /Host Frame/ && $0 !~ /libcuda\.so|libcudart/))) where = $0; next }
+    function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|nvjet|cutlass|libcublas|libcudnn|sm90_xmma/) lib++; else own++; rec = "" }
     END { if (rec != "") tally(); if (lib + own) printf "owners    %-40s %d in library code (NCCL, cuBLAS, cuDNN), %d in ours\n", f, lib, own }' "$f"
 done | tee -a "$S"
