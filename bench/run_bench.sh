@@ -7,8 +7,8 @@
 #   ckpt none,full,selective x accum 1,4: 36 rows, through Google Benchmark, and one capped row that
 #   runs out of memory) into sweep.csv, memopt claims into claims/, the allocation timelines of fp32
 #   ckpt none and full (trace-*.csv), the allocator benchmarks, and a ResNet-50 part (batch 128, 224x224:
-#   fp32,tf32,bf16,fp16 x ckpt none,segments:4 into sweep-resnet50.csv; claims into claims-resnet50/). On the H200 the same set (without
-#   the timelines, a few seconds more) took 305 s with its figures; see docs/perf-notes.md.
+#   fp32,tf32,bf16,fp16 x ckpt none,segments:4 into sweep-resnet50.csv; claims into claims-resnet50/). On the H200 the GPT part took
+#   287 s at 0d21768 (tools/gpu_session.sh stage bench; results/h200-bench-0d21768/).
 #   With no GPU: the same grid on the dry backend (exact memory, no times), a tiny CPU sweep (real
 #   numerics and times, of the CPU reference), claims and mincap on the dry backend, the timelines on
 #   dry, saying so; the ResNet-50 grid on dry and a tiny ResNet on the CPU.
