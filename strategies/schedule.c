@@ -203,6 +203,11 @@ mo_status mo_sched_forward_backward(const mo_sched_config *c, const mo_sched_mod
     if (!c || !ops || !c->ctx || c->blocks < 1 || c->accum < 1 || (c->pp > 1 && (!c->pp_comm || c->stage < 0 || c->stage >= c->pp)))
         return MO_FAIL(MO_ERR_INVALID, "schedule: bad configuration (blocks %d, accum %d, pp %d, stage %d)",
                        c ? c->blocks : 0, c ? c->accum : 0, c ? c->pp : 0, c ? c->stage : 0);
+    // The layout as mo_ckpt_layout_of makes it: checkpointed blocks a prefix of the stage's, in segments
+    // of len >= 1 (a hand-made one outside that would index past x[] or divide by zero)
+    if (c->seg.blocks < 0 || c->seg.blocks > c->blocks || (c->seg.blocks > 0 && c->seg.len < 1))
+        return MO_FAIL(MO_ERR_INVALID, "schedule: bad checkpoint layout (%d blocks in segments of %d, of %d)",
+                       c->seg.blocks, c->seg.len, c->blocks);
     sched s = {c, ops, m, 0};
     mo_ctx *x = c->ctx;
     int pipe = c->pp > 1;

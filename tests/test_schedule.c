@@ -201,6 +201,10 @@ int main(void) {
     CHECK(mo_sched_forward_backward(&bad, &toy_ops, &t, NULL) == MO_ERR_INVALID);
     mo_sched_config nopipe = {.ctx = x, .blocks = 2, .accum = 1, .pp = 2, .stage = 0, .pp_comm = NULL};
     CHECK(mo_sched_forward_backward(&nopipe, &toy_ops, &t, NULL) == MO_ERR_INVALID);
+    mo_sched_config badseg = {.ctx = x, .blocks = 2, .accum = 1, .pp = 1, .seg = {.len = 0, .blocks = 2}};
+    CHECK(mo_sched_forward_backward(&badseg, &toy_ops, &t, NULL) == MO_ERR_INVALID);
+    badseg.seg = (mo_ckpt_layout){.len = 1, .blocks = 3};
+    CHECK(mo_sched_forward_backward(&badseg, &toy_ops, &t, NULL) == MO_ERR_INVALID);
 
     // The update: the scaler skips on an injected inf and halves; AdamW moves the weights otherwise.
     float p[4] = {1, 2, 3, 4}, g[4] = {0.5f, -0.5f, 0.25f, 0}, mm[4] = {0}, vv[4] = {0};
