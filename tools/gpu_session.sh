@@ -113,16 +113,20 @@ if has attnab; then
   done; done
 fi
 if has resnetops; then
-  [ -x $B/gpu_resnet_ops ] || cmake --build $B -j 16 --target gpu_resnet_ops 2>&1 | grep -E "error|FAILED" | head -20
-  (cd $B && MEMOPT_CONV_LOG=1 timeout 600 ./gpu_resnet_ops) >"$R/gpu_resnet_ops.log" 2>&1
-  echo "gpu_resnet_ops exit $?: $(tail -1 "$R/gpu_resnet_ops.log")"
+  if ! has gpufast; then # gpufast already ran it
+    [ -x $B/gpu_resnet_ops ] || cmake --build $B -j 16 --target gpu_resnet_ops 2>&1 | grep -E "error|FAILED" | head -20
+    (cd $B && MEMOPT_CONV_LOG=1 timeout 600 ./gpu_resnet_ops) >"$R/gpu_resnet_ops.log" 2>&1
+    echo "gpu_resnet_ops exit $?: $(tail -1 "$R/gpu_resnet_ops.log")"
+  fi
   cat "$R/gpu_resnet_ops.log"
 fi
 if has resnet; then
   # the ResNet model (issue 16): its GPU test, then ResNet-50 batch 128 rows and the PyTorch peer's
-  [ -x $B/gpu_resnet ] || cmake --build $B -j 16 --target gpu_resnet 2>&1 | grep -E "error|FAILED" | head -20
-  (cd $B && timeout 600 ./gpu_resnet) >"$R/gpu_resnet.log" 2>&1
-  echo "gpu_resnet exit $?: $(tail -1 "$R/gpu_resnet.log")"
+  if ! has gpufast; then # gpufast already ran it
+    [ -x $B/gpu_resnet ] || cmake --build $B -j 16 --target gpu_resnet 2>&1 | grep -E "error|FAILED" | head -20
+    (cd $B && timeout 600 ./gpu_resnet) >"$R/gpu_resnet.log" 2>&1
+    echo "gpu_resnet exit $?: $(tail -1 "$R/gpu_resnet.log")"
+  fi
   grep -vE "^PASS" "$R/gpu_resnet.log" | head -60
   csv="$R/h200-resnet50.csv"
   rr() { timeout 300 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --csv "$csv" "$@" 2>&1 \
