@@ -80,6 +80,8 @@ typedef struct mo_ctx {
                                   // candidates that fit the workspace and prints a table line (conv_cuda.c)
     int conv_table;               // convolutions take the stored engine choices (conv_table.h) where one
                                   // matches (1, the default); MEMOPT_CONV_TABLE=0 sets 0
+    int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
+                                  // suite's own kernels (0, the default: batchnorm.cu says why)
 } mo_ctx;
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):

@@ -11,6 +11,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_ATTN_GEMM", "strided|batched: how the materialized attention's GEMMs get their operands"},
     {"MEMOPT_ATTN_SCORES", "cublas|own: the fp32 score GEMMs' engine"},
     {"MEMOPT_ATTN_TF32", "0: the fused fp32 attention on CUDA cores under --precision tf32 (default: TF32 tensor cores)"},
+    {"MEMOPT_BN", "cudnn: the batch norm on cuDNN's calls, not the suite's own kernels"},
     {"MEMOPT_CE", "loop: the fp32 cross-entropy on the kernel that reads each row twice"},
     {"MEMOPT_CONV_TABLE", "0: the stored cuDNN convolution engine choices ignored"},
     {"MEMOPT_CONV_TUNE", "1: every new convolution plan times its deterministic candidates that fit"},
