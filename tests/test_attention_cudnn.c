@@ -47,8 +47,8 @@ static void test_knob(void) {
         mo_status st = MO_ERR_INTERNAL;
         mo_ctx *c = ctx_with(&a, MO_BACKEND_CPU, vals[i], &st);
         CHECK_OK(st);
-        CHECK_MSG(c && c->attn_impl == want[i], "MEMOPT_ATTN_IMPL=%s: attn_impl %d, want %d", vals[i] ? vals[i] : "(unset)",
-                  c ? c->attn_impl : -1, want[i]);
+        CHECK_MSG(c && c->attn_impl == want[i], "MEMOPT_ATTN_IMPL=%s: attn_impl %d, want %d",
+                  vals[i] ? vals[i] : "(unset)", c ? c->attn_impl : -1, want[i]);
         ctx_free(c, a);
     }
     mo_allocator *a;
@@ -136,7 +136,8 @@ static void test_memory(void) {
     printf("memory: B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
     const uint64_t want_cudnn = round512(((uint64_t)B * NH * T * HS + (uint64_t)B * NH * T) * 4);
     const uint64_t want_own = round512((uint64_t)B * NH * T * 4);
-    CHECK_EQ_U64(mo_attention_cudnn_backward_scratch_bytes(B, T, C, NH), ((uint64_t)B * NH * T * HS + (uint64_t)B * NH * T) * 4);
+    CHECK_EQ_U64(mo_attention_cudnn_backward_scratch_bytes(B, T, C, NH),
+                 ((uint64_t)B * NH * T * HS + (uint64_t)B * NH * T) * 4);
     uint64_t f[2][2], b[2][2]; // [impl][backend]
     const char *impl[2] = {"own", "cudnn"};
     const mo_backend_kind be[2] = {MO_BACKEND_CPU, MO_BACKEND_DRY};
