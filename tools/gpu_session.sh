@@ -128,7 +128,7 @@ if has attnab; then
   done; done
 fi
 if has resnetops; then
-  if ! has gpufast; then # gpufast already ran it
+  if [ ! -f "$R/gpu_resnet_ops.log" ]; then # not run yet by gpufast or gpusome
     [ -x $B/gpu_resnet_ops ] || cmake --build $B -j 16 --target gpu_resnet_ops 2>&1 | grep -E "error|FAILED" | head -20
     (cd $B && MEMOPT_CONV_LOG=1 timeout 600 ./gpu_resnet_ops) >"$R/gpu_resnet_ops.log" 2>&1
     echo "gpu_resnet_ops exit $?: $(tail -1 "$R/gpu_resnet_ops.log")"
@@ -137,7 +137,7 @@ if has resnetops; then
 fi
 if has resnet; then
   # the ResNet model (issue 16): its GPU test, then ResNet-50 batch 128 rows and the PyTorch peer's
-  if ! has gpufast; then # gpufast already ran it
+  if [ ! -f "$R/gpu_resnet.log" ]; then # not run yet by gpufast or gpusome
     [ -x $B/gpu_resnet ] || cmake --build $B -j 16 --target gpu_resnet 2>&1 | grep -E "error|FAILED" | head -20
     (cd $B && timeout 600 ./gpu_resnet) >"$R/gpu_resnet.log" 2>&1
     echo "gpu_resnet exit $?: $(tail -1 "$R/gpu_resnet.log")"
