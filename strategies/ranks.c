@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/device.h"
+#include "kernels/ops_mixed.h"
 
 // cuda: the device a rank's thread runs on (ranks_cuda.c); nothing to do elsewhere.
 #ifdef MEMOPT_HAVE_CUDA
@@ -326,6 +327,18 @@ mo_status mo_ranks_create(mo_ranks **out, const mo_ranks_config *c, mo_rank_fn m
     }
     *out = s;
     return MO_OK;
+}
+
+mo_status mo_ranks_allreduce(mo_comm *c, mo_ctx *ctx, mo_dtype dt, void *buf, size_t n) {
+    if (!c) return MO_OK;
+    if (dt == MO_F32) return mo_comm_allreduce_sum(c, (float *)buf, n);
+    void *f = NULL; // (n) fp32
+    MO_TRY(mo_scratch_alloc(ctx, n * sizeof(float), &f));
+    mo_status st = mo_cast_mixed(ctx, MO_F32, f, dt, buf, n);
+    if (st == MO_OK) st = mo_comm_allreduce_sum(c, (float *)f, n);
+    if (st == MO_OK) st = mo_cast_mixed(ctx, dt, buf, MO_F32, f, n);
+    mo_status st2 = mo_scratch_free(ctx, f);
+    return st != MO_OK ? st : st2;
 }
 
 mo_status mo_ranks_alive(const mo_ranks *s) {

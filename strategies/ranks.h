@@ -24,6 +24,7 @@
 
 #include <stdint.h>
 #include "kernels/ctx.h"
+#include "kernels/dtype.h"
 #include "kernels/status.h"
 #include "strategies/alloc.h"
 #include "strategies/comm.h"
@@ -81,6 +82,13 @@ void mo_ranks_destroy(mo_ranks *s);
 mo_status mo_ranks_run(mo_ranks *s, mo_rank_fn fn, void *arg);
 // The same with each rank's stream timed around fn (r->step_ms).
 mo_status mo_ranks_run_timed(mo_ranks *s, mo_rank_fn fn, void *arg);
+
+// The tensor-parallel sum of n partial results of dtype dt in buf (rank order, the same bits on every
+// rank; c NULL: nothing to do). The communicator sums fp32: a 16-bit buffer is widened into fp32
+// scratch (ctx's, taken before the all-reduce: an out-of-memory inside it would hang the peers),
+// summed, and rounded back once, so a 16-bit split rounds each rank's partial GEMM output to dt
+// before the sum where the unsplit GEMM rounds the whole sum once: about one ulp of dt per all-reduce.
+mo_status mo_ranks_allreduce(struct mo_comm *c, mo_ctx *ctx, mo_dtype dt, void *buf, size_t n);
 
 // MO_OK, or the failure that made the ranks dead (its message re-raised).
 mo_status mo_ranks_alive(const mo_ranks *s);
