@@ -224,4 +224,6 @@ const mo_model_split_ops mo_mlp_split_ops = {
     .comm_stats = split_comm_stats,
     .comm_reset = split_comm_reset,
     .recompute_flops = split_recompute_flops,
+    .tp_allreduces_per_block = 2, // W2's output forward, d(ln) backward
+    .stage_tie_bytes = NULL,
 };

@@ -63,5 +63,9 @@ done
 "$M" run --model mlp --preset mlp-param --backend dry --steps 1 --warmup 0 --tp 4 --csv "$tmp/p4.csv" >/dev/null 2>&1
 p1=$(col "$tmp/p1.csv" static_bytes); p4=$(col "$tmp/p4.csv" static_bytes)
 [ -n "$p1" ] && [ -n "$p4" ] && [ "$p4" -lt $((p1 / 3)) ] && ok || no "mlp-param static bytes: unsplit $p1, tp 4 $p4 (want < 1/3)"
+# plan models the split's link time from the MLP's own all-reduces (2 per block; none of GPT's tie)
+"$M" plan --model mlp --preset mlp-act --tp 2 --pp 2 --gpu h100 >"$tmp/plan" 2>&1 && ok || no "plan: $(tail -2 "$tmp/plan")"
+ms=$(sed -n 's/.*split: 4 ranks.*communication \([0-9.]*\) ms.*/\1/p' "$tmp/plan")
+python3 -c "import sys; sys.exit(0 if float('${ms:-0}') > 0 else 1)" && ok || no "plan: modelled communication '$ms' ms, want > 0"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
