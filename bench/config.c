@@ -510,7 +510,7 @@ static const flag_def flags[] = {
     {{"--ckpt", "none|full|every:K|sqrt|selective|segments:N", "activation checkpointing (default none; K, N <= layers)", "strategy", CMDS_CONFIG, 1}, set_ckpt},
     {{"--accum", "K", "micro-batches per step, batch divisible by K (default 1)", "strategy", CMDS_CONFIG, 1}, set_accum},
     {{"--precision", "fp32|tf32|fp16|bf16", "compute precision, fp32 master weights (default fp32)", "strategy", CMDS_CONFIG, 1}, set_precision},
-    {{"--tp", "T", "tensor-parallel degree, divides heads and 4*hidden (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
+    {{"--tp", "T", "tensor-parallel degree, divides 4*hidden (and gpt's heads) (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
     {{"--pp", "P", "pipeline stages, divides layers (default 1)", "strategy", CMDS_CONFIG, 1}, set_pp},
     {{"--comm", "local|nccl", "communicator: ranks as threads, or one rank per GPU (default local)", "strategy", CMDS_EXEC, 0}, set_comm},
     {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or retry with a smaller micro-batch (default fail)", "strategy", B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_CLAIMS), 0}, set_on_oom},

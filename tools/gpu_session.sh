@@ -302,7 +302,7 @@ if has mlp; then
   if ! has gpufast; then # gpufast already ran it
     (cd $B && timeout 300 ./gpu_mlp >"$R/gpu_mlp.log" 2>&1; echo "gpu_mlp exit $?: $(tail -1 "$R/gpu_mlp.log")")
   fi
-  grep -E "FAIL|cuda:" "$R/gpu_mlp.log" | head -20
+  grep -E "FAIL|cuda:|cuda split|cuda tp|nccl" "$R/gpu_mlp.log" | head -30
   csv="$R/h200-mlp.csv"
   for pr in mlp-act mlp-param; do
     $M sweep --model mlp --preset $pr --precision fp32,tf32,bf16,fp16 --ckpt none,full,sqrt --steps 10 --warmup 3 \
