@@ -85,7 +85,7 @@ if has gpusome; then
   t0=$(date +%s)
   pids=""
   for t in ${GPU_TESTS:?stage gpusome needs GPU_TESTS}; do
-    (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
+    (cd $B && timeout ${GPUSOME_TIMEOUT:-300} ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
     pids="$pids $!"
   done
   wait $pids
@@ -196,9 +196,9 @@ if has resnetlite; then
     --precision fp32,bf16 --ckpt none,segments:4 --csv "$R/torch-resnet50-lite.csv" || echo "(peer exit $?)"
 fi
 if has resnetfast; then
-  # ResNet-50 batch 128 in the 16-bit and TF32 precisions, memopt (stored conv choices) and the peer, 10 steps
+  # ResNet-50 batch 128, the issue's six rows, memopt (stored conv choices) and the peer, 10 steps
   csv="$R/h200-resnet50-fast.csv"
-  for cfg in "tf32 none" "bf16 none" "bf16 segments:4" "fp16 none"; do
+  for cfg in "fp32 none" "fp32 segments:4" "tf32 none" "bf16 none" "bf16 segments:4" "fp16 none"; do
     set -- $cfg
     echo "== memopt resnet50 b128 --precision $1 --ckpt $2"
     timeout 120 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --csv "$csv" --precision "$1" \
@@ -206,20 +206,22 @@ if has resnetfast; then
   done
   PR() { PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 \
     --csv "$R/torch-resnet50-fast.csv" "$@" || echo "(peer exit $?: $*)"; }
-  PR --precision tf32,bf16,fp16 --ckpt none
-  PR --precision bf16 --ckpt segments:4
+  PR --precision fp32,bf16 --ckpt none,segments:4
+  PR --precision tf32,fp16 --ckpt none
 fi
 if has attncudnn; then
   # the 16-bit fused attention on the suite's kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), in
   # the whole GPT-2 124M bf16 step (B 8 T 1024 and T 2048 B 4), beside PyTorch's SDPA step
   csv="$R/h200-attn-impl.csv"
-  for shape in "--seq 1024 --batch 8" "--seq 2048 --batch 4"; do
+  shapes=("--seq 1024 --batch 8")
+  [ "${ATTN_T2048:-1}" = 1 ] && shapes+=("--seq 2048 --batch 4")
+  for shape in "${shapes[@]}"; do
     for impl in own cudnn; do
       MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --preset gpt2-124m --precision bf16 --attn fused $shape --steps 10 --warmup 3 \
         --csv "$csv" 2>&1 | grep -E "step:|peak alloc|dry-backend|error" | sed "s/^/bf16 fused $shape $impl: /"
     done
   done
-  for shape in "--seq 1024 --batch 8" "--seq 2048 --batch 4"; do
+  for shape in "${shapes[@]}"; do
     PYTHONUNBUFFERED=1 timeout 90 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-attn-impl.csv" \
       --attn fused --precision bf16 $shape 2>&1 | tail -1
   done
