@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpt_shard.h"
+#include "gpt_zero.h"
 #include "kernels/device.h"
 #include "strategies/comm.h"
 
@@ -77,11 +78,14 @@ typedef struct rank_state {
     double step_ms;
     mo_gpt_split_comm comm; // OP_COMM_STATS
     float *host;            // OP_READ: the rank's params or grads
+    unsigned char *seen;    // OP_READ, data parallel: the elements of host the rank owns (the usual layout)
     mo_status st;
 } rank_state;
 
 struct mo_gpt_split {
     mo_gpt_config cfg;
+    mo_gpt_config rank_cfg;  // a rank's model: cfg, with batch / dp under data parallelism
+    int dp;
     mo_gpt_split_config sc;
     int tp, pp, W;
     mo_comm_group *g_world, **g_tp, **g_pp, **g_emb; // [pp], [tp], [tp]
@@ -131,6 +135,11 @@ static mo_status rank_create(rank_state *rs) {
     // Everyone has a context before anyone joins a communicator (nccl's joins wait for all ranks).
     MO_TRY(gpt_sync_wait(&s->create_sync));
     if (s->W == 1) return mo_gpt_create_shard(&rs->m, &s->cfg, rs->x, NULL); // the plain model
+    if (s->dp > 1) { // data parallel: the whole model on each rank, its batch share
+        MO_TRY(mo_comm_rank(s->g_world, rs->rank, rs->x, &rs->c_world));
+        sh->world_comm = sh->dp_comm = rs->c_world;
+        return mo_gpt_create_shard(&rs->m, &s->rank_cfg, rs->x, sh);
+    }
     if (s->tp > 1) MO_TRY(mo_comm_rank(s->g_tp[sh->stage], sh->tp_rank, rs->x, &rs->c_tp));
     if (s->pp > 1) MO_TRY(mo_comm_rank(s->g_pp[sh->tp_rank], sh->stage, rs->x, &rs->c_pp));
     if (s->pp > 1 && (sh->first || sh->last)) MO_TRY(mo_comm_rank(s->g_emb[sh->tp_rank], sh->last, rs->x, &rs->c_emb));
@@ -176,6 +185,11 @@ static mo_status rank_read(rank_state *rs) {
     size_t n = m->num_params;
     rs->host = malloc((n ? n : 1) * sizeof(float));
     if (!rs->host) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the gather");
+    if (m->zero) { // data parallel: the rank's own chunks, into the usual layout
+        rs->seen = calloc(n ? n : 1, 1);
+        if (!rs->seen) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the gather");
+        return gpt_zero_export(m, rs->s->read_what, rs->host, rs->seen);
+    }
     return mo_memcpy_d2h(rs->x, rs->host, rs->s->read_what ? (const float *)m->grads : m->params, n * sizeof(float));
 }
 
@@ -200,7 +214,10 @@ static mo_status rank_do(rank_state *rs) {
     if (s->sc.backend == MO_BACKEND_CUDA) MO_TRY(gpt_split_set_device(rs->device));
     switch (s->op) {
     case OP_CREATE: return rank_create(rs);
-    case OP_SET_BATCH: return mo_gpt_set_batch(rs->m, s->tokens, s->targets);
+    case OP_SET_BATCH: { // a data-parallel rank takes rows [r B/dp, (r+1) B/dp) of the global batch
+        size_t off = (size_t)rs->sh.dp_rank * (size_t)s->rank_cfg.batch * (size_t)s->cfg.seq;
+        return mo_gpt_set_batch(rs->m, s->tokens + off, s->targets + off);
+    }
     case OP_STEP: return rank_timed(rs, 1);
     case OP_FB: return rank_timed(rs, 0);
     case OP_READ: return rank_read(rs);
@@ -269,6 +286,17 @@ mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_confi
     int tp = sc->tp, pp = sc->pp;
     if (tp < 1) return MO_FAIL(MO_ERR_INVALID, "--tp %d: must be a positive integer", tp);
     if (pp < 1) return MO_FAIL(MO_ERR_INVALID, "--pp %d: must be a positive integer", pp);
+    int dp = sc->dp ? sc->dp : 1, zero = sc->zero;
+    if (dp < 1) return MO_FAIL(MO_ERR_INVALID, "--dp %d: must be a positive integer", dp);
+    if (zero < 0 || zero > 3) return MO_FAIL(MO_ERR_INVALID, "--zero %d: accepted 0, 1, 2, 3", zero);
+    if (dp > 1 && tp * pp > 1)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d with --tp %d --pp %d: data parallelism runs on unsplit models only for now "
+                       "(accepted: --tp 1 --pp 1 with --dp)", dp, tp, pp);
+    if (dp > MO_COMM_MAX_WORLD)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d: more ranks than the communicator's %d", dp, MO_COMM_MAX_WORLD);
+    if (c->batch % dp || (c->batch / dp) % c->accum)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d: batch %d is not divisible by dp x accum = %d (each rank takes batch/dp "
+                       "rows, in accum micro-batches)", dp, c->batch, dp * c->accum);
     if (sc->comm != MO_COMM_LOCAL && sc->comm != MO_COMM_NCCL)
         return MO_FAIL(MO_ERR_INVALID, "--comm: kind %d is not local or nccl", sc->comm);
     if ((long)tp * pp > MO_COMM_MAX_WORLD)
@@ -286,11 +314,11 @@ mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_confi
         return MO_FAIL(MO_ERR_INVALID, "--comm nccl: needs --backend cuda (--comm local runs on every backend)");
     if (sc->comm == MO_COMM_NCCL) {
         // One GPU per rank: checked here, before anything is built, so the run says "invalid" (exit 2).
-        int n = 0;
+        int n = 0, W = tp * pp * dp;
         MO_TRY(mo_device_count(&n));
-        if (n < tp * pp)
+        if (n < W)
             return MO_FAIL(MO_ERR_INVALID, "--comm nccl: %d ranks need %d GPUs (one each), this machine has %d; "
-                           "--comm local runs every rank on one GPU", tp * pp, tp * pp, n);
+                           "--comm local runs every rank on one GPU", W, W, n);
     }
     return MO_OK;
 }
@@ -334,7 +362,10 @@ mo_status mo_gpt_split_create(mo_gpt_split **out, const mo_gpt_config *cfg, cons
     s->sc = *sc;
     s->tp = sc->tp;
     s->pp = sc->pp;
-    s->W = sc->tp * sc->pp;
+    s->dp = sc->dp > 1 ? sc->dp : 1;
+    s->W = sc->tp * sc->pp * s->dp;
+    s->rank_cfg = *cfg;
+    s->rank_cfg.batch = cfg->batch / s->dp;
     s->last_loss = s->last_grad_norm = NAN;
     int T = s->tp, P = s->pp, W = s->W;
     mo_status st = MO_OK;
@@ -377,6 +408,8 @@ mo_status mo_gpt_split_create(mo_gpt_split **out, const mo_gpt_config *cfg, cons
         sh->world = W; sh->rank = r;
         sh->layer0 = sh->stage * Ls; sh->layers = Ls;
         sh->first = sh->stage == 0; sh->last = sh->stage == P - 1;
+        sh->dp = s->dp; sh->dp_rank = s->dp > 1 ? r : 0; sh->zero = sc->zero;
+        if (s->dp > 1) { sh->tp_rank = 0; sh->stage = 0; sh->layer0 = 0; sh->first = sh->last = 1; }
     }
     st = run_all(s, OP_CREATE);
     if (st != MO_OK) {
@@ -410,6 +443,11 @@ static void collect_step(mo_gpt_split *s) {
         if (s->r[r].m->recompute_ms > s->recompute_ms) s->recompute_ms = s->r[r].m->recompute_ms;
     }
     s->last_loss = s->r[(s->pp - 1) * s->tp].m->last_loss; // the last stage's tp rank 0
+    if (s->dp > 1) { // data parallel: the mean of the ranks' equal shares
+        double sum = 0;
+        for (int r = 0; r < s->W; r++) sum += s->r[r].m->last_loss;
+        s->last_loss = sum / s->W;
+    }
     s->last_grad_norm = s->r[0].m->last_grad_norm;
 }
 
@@ -469,9 +507,35 @@ mo_status mo_gpt_split_comm_reset(mo_gpt_split *s) {
     return run_or_break(s, OP_COMM_RESET);
 }
 
+// Data parallel: every element from the ranks that own it (all of them at ZeRO level 0, which must agree).
+static mo_status gather_dp(mo_gpt_split *s, float *full, int *replicas_equal) {
+    size_t n = mo_gpt_num_params(&s->cfg);
+    unsigned char *have = calloc(n ? n : 1, 1);
+    if (!have) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the gather");
+    int equal = 1;
+    for (int r = 0; r < s->W; r++)
+        for (size_t i = 0; i < n; i++) {
+            if (!s->r[r].seen[i]) continue;
+            float v = s->r[r].host[i];
+            if (!have[i]) { full[i] = v; have[i] = 1; }
+            else if (memcmp(&full[i], &v, sizeof v)) equal = 0;
+        }
+    mo_status st = MO_OK;
+    for (size_t i = 0; i < n; i++)
+        if (!have[i]) { st = MO_FAIL(MO_ERR_INTERNAL, "gather: element %zu of the model has no owner among the dp ranks", i); break; }
+    free(have);
+    if (replicas_equal) *replicas_equal = equal;
+    return st;
+}
+
 mo_status mo_gpt_split_gather(mo_gpt_split *s, int what, float *full, int *replicas_equal) {
     s->read_what = what;
     mo_status st = run_or_break(s, OP_READ);
+    if (s->dp > 1) {
+        if (st == MO_OK) st = gather_dp(s, full, replicas_equal);
+        for (int r = 0; r < s->W; r++) { free(s->r[r].host); free(s->r[r].seen); s->r[r].host = NULL; s->r[r].seen = NULL; }
+        return st;
+    }
     size_t fs[GPT_NPARAMS], foff[GPT_NPARAMS], o = 0, n = mo_gpt_num_params(&s->cfg);
     gpt_param_sizes(&s->cfg, NULL, fs);
     for (int p = 0; p < GPT_NPARAMS; p++) { foff[p] = o; o += fs[p]; }
