@@ -201,7 +201,7 @@ static void print_asked(const entry *e, const target *t) {
                e->ms, t->cal.how[e->rc.precision], 1e3 * e->roof.gemm_s, t->cal.eff_gemm[e->rc.precision], 1e3 * e->roof.mem_s,
                t->cal.eff_mem[e->rc.precision], tokens_per_s(&e->rc, e->ms), item_name(&e->rc), model_tflops(&e->rc, e->ms), note ? "; " : "", note ? note : "");
         if (e->rc.tp * e->rc.pp > 1)
-            printf("  split: %d ranks, one %s each; the last stage's rank: blocks / %d plus the whole LM head, x 1F1B bubble %.2f; "
+            printf("  split: %d ranks, one %s each; the last stage's rank: blocks / %d plus the whole head, x 1F1B bubble %.2f; "
                    "communication %.1f ms at half the stated link (%s)\n",
                    e->rc.tp * e->rc.pp, t->time_gpu->key, e->rc.tp * e->rc.pp, e->roof.bubble, 1e3 * e->roof.comm_s,
                    t->time_gpu->link);

@@ -517,7 +517,7 @@ static const flag_def flags[] = {
     {{"--ckpt", "none|full|every:K|sqrt|selective|segments:N", "activation checkpointing (default none; K, N <= layers)", "strategy", CMDS_CONFIG, 1}, set_ckpt},
     {{"--accum", "K", "micro-batches per step, batch divisible by K (default 1)", "strategy", CMDS_CONFIG, 1}, set_accum},
     {{"--precision", "fp32|tf32|fp16|bf16", "compute precision, fp32 master weights (default fp32)", "strategy", CMDS_CONFIG, 1}, set_precision},
-    {{"--tp", "T", "tensor-parallel degree, divides heads and 4*hidden (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
+    {{"--tp", "T", "tensor-parallel degree, divides 4*hidden (and gpt's heads) (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
     {{"--pp", "P", "pipeline stages, divides layers (default 1)", "strategy", CMDS_CONFIG, 1}, set_pp},
     {{"--dp", "D", "data-parallel ranks, each on batch/D; D x accum divides batch (default 1; gpt, with --tp 1 --pp 1)", "strategy", CMDS_CONFIG, 1}, set_dp},
     {{"--zero", "0|1|2|3", "ZeRO level over the --dp ranks: 1 shards AdamW state and master, 2 also gradients, 3 also parameters (default 0)", "strategy", CMDS_CONFIG, 1}, set_zero},

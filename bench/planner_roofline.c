@@ -5,6 +5,7 @@
 // larger of its FLOPs at the rate of its class and its bytes at the bandwidth. It is a model of time
 // only: memory is always the dry run's.
 #include "bench/planner.h"
+#include "models/model.h"
 #include "kernels/cost.h"
 #include "kernels/knobs.h"
 
@@ -80,11 +81,12 @@ static void roof_of_trace(const mo_cost_trace *t, const mo_gpu_spec *g, mo_preci
 // compute is the body (embedding and blocks) / (tp*pp) plus the whole head; the 1F1B pipeline
 // stretches the micro-batch part by (accum + pp - 1) / accum; the optimizer (not pipelined) is divided
 // by tp*pp (optimistic: the replicated LayerNorms and the tied wte copies are updated on several
-// ranks). The link carries, per micro-batch and block of the stage, 4 tp all-reduces of (B/accum, T, C)
-// in fp32 (16-bit runs widen to fp32 before the sum; a ring moves 2 (tp-1)/tp of each), one activation
-// forward and one gradient back per stage boundary (16 bits when mixed), and once per step the tied wte
-// gradient's all-reduce between the first and last stage (V*C fp32); recompute's extra forward
-// all-reduces are ignored. The parts per region come from the unsplit step's trace.
+// ranks). The link carries, per micro-batch and block of the stage, the model's tp all-reduces of one
+// (B/accum x items per sample, C) activation (GPT 4, (B/accum, T, C); the MLP 2) in fp32 (16-bit runs
+// widen to fp32 before the sum; a ring moves 2 (tp-1)/tp of each), one activation forward and one
+// gradient back per stage boundary (16 bits when mixed), and once per step what the first and last
+// stage sum (GPT's tied wte gradient, V*C fp32); recompute's extra forward all-reduces are ignored.
+// The parts per region come from the unsplit step's trace.
 static void split_of(const mo_run_config *rc, const mo_gpu_spec *g, const roof_parts *pp_, mo_roofline *out) {
     int tp = rc->tp, pp = rc->pp, W = tp * pp;
     if (W <= 1) return;
@@ -97,11 +99,14 @@ static void split_of(const mo_run_config *rc, const mo_gpu_spec *g, const roof_p
     out->kern_s = part[2];
     out->bubble = bubble;
     int half = rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16;
-    double N = (double)(rc->batch / rc->accum) * rc->seq, C = rc->hidden;
+    const mo_model_ops *ops = NULL;
+    if (mo_model_of(rc, &ops) != MO_OK || !ops->split) return;
+    const mo_model_split_ops *so = ops->split;
+    double N = (double)(rc->batch / rc->accum) * ops->items_per_sample(rc), C = rc->hidden;
     double act32 = N * C * 4, act = N * C * (half ? 2 : 4); // one (B/accum, T, C) activation, bytes
     double bytes = 0;
-    if (tp > 1) bytes += rc->accum * (double)(rc->layers / pp) * 4 * act32 * 2.0 * (tp - 1) / tp;
-    if (pp > 1) bytes += rc->accum * 2 * act + (double)rc->vocab * C * 4.0; // boundaries; the wte tie (2 ranks)
+    if (tp > 1) bytes += rc->accum * (double)(rc->layers / pp) * so->tp_allreduces_per_block * act32 * 2.0 * (tp - 1) / tp;
+    if (pp > 1) bytes += rc->accum * 2 * act + (so->stage_tie_bytes ? so->stage_tie_bytes(rc) : 0); // boundaries; the tie (2 ranks)
     double link = g->link_gbs > 0 ? 0.5e9 * g->link_gbs : 0; // the vendor states both directions together
     out->comm_s = link > 0 ? bytes / link : 0;
 }

@@ -136,6 +136,8 @@ struct mo_run_session {
     mo_split_comm comm;      // taken when the split is released
     mo_model_step_info info; // of the last step
     int peak_rank;
+    uint64_t rank_peak[64];  // a split's per-rank peak allocated bytes (taken when it is released)
+    int n_ranks;
     mo_timer t;
     int timer_ok;
     int steps_run, timed;
@@ -241,7 +243,9 @@ static void session_release(mo_run_session *s) {
             ooms += a.num_ooms;
             retries += a.num_alloc_retries;
             if (a.peak_reserved_bytes > reserved) reserved = a.peak_reserved_bytes; // the cap counts reserved
+            if (k < 64) s->rank_peak[k] = a.peak_allocated_bytes;
         }
+        s->n_ranks = so->world(s->sp) < 64 ? so->world(s->sp) : 64;
         s->stats.peak_reserved_bytes = reserved;
         s->stats.num_ooms = ooms;
         s->stats.num_alloc_retries = retries;
@@ -547,6 +551,12 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     else if (is_split(rc) && !s->config_failed)
         fprintf(out, "  split: tp %d x pp %d = %d ranks (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
                 rc->tp, rc->pp, rc->tp * rc->pp, mo_comm_kind_name(rc->comm), s->cap ? " and cap" : "", s->peak_rank);
+    if (is_split(rc) && !strcmp(row->status, "ok") && s->n_ranks > 0) {
+        // Every rank's own peak, in bytes (exact: dry equals cpu and cuda rank by rank).
+        fprintf(out, "  rank peaks (allocated bytes, rank 0 first):");
+        for (int k = 0; k < s->n_ranks; k++) fprintf(out, " %llu", (unsigned long long)s->rank_peak[k]);
+        fprintf(out, "\n");
+    }
     if (is_split(rc) && !strcmp(row->status, "ok") && rc->backend != MO_BACKEND_DRY && s->n > 0)
         fprintf(out, "  communication: %.3f ms per step on the busiest rank (%s), %llu bytes per step over all ranks\n",
                 row->comm_ms, row->comm_modelled ? "modelled: bytes / link bandwidth + latency" : "measured",

@@ -1,4 +1,5 @@
-// Batch norm on cuDNN (batchnorm.h): cudnnBatchNormalizationForwardTraining / Backward, the still-shipped
+// Batch norm on the GPU (batchnorm.h): the suite's own kernels (batchnorm.cu, the default: why there), or
+// with MEMOPT_BN=cudnn (ctx->bn_cudnn) cuDNN's: cudnnBatchNormalizationForwardTraining / Backward, the still-shipped
 // (deprecated in cuDNN 9, present in 9.14 and 9.19) spatial batch norm, on NHWC descriptors of
 // (N = M, C, 1, 1): the statistics of each channel are over the M rows either way.
 // Why not the graph API's NORM_FORWARD / NORM_BACKWARD: they need the same engine search as the
@@ -48,6 +49,9 @@ static mo_status bn_context(mo_status st, const char *what, mo_dtype dt, int M, 
 mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
                                  float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
                                  float momentum, int relu) {
+    if (!c->bn_cudnn)
+        return bn_context(bn_own_forward_cuda(c, dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, M, C,
+                                              momentum, relu), "forward", dt, M, C);
     void *h;
     MO_TRY(mo_dnn_handle(c, &h));
     bn_desc d = {0};
@@ -68,6 +72,9 @@ done:
 mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
                                   const void *in, const float *gamma, const float *mean, const float *rstd, int M,
                                   int C) {
+    if (!c->bn_cudnn)
+        return bn_context(bn_own_backward_cuda(c, dt, din, dgamma, dbeta, dout, in, gamma, mean, rstd, M, C),
+                          "backward", dt, M, C);
     void *h;
     MO_TRY(mo_dnn_handle(c, &h));
     bn_desc d = {0};

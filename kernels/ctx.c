@@ -1,4 +1,5 @@
 #include "ctx.h"
+#include "attention_cudnn.h"
 #include "cost.h"
 
 #include <stdlib.h>
@@ -46,6 +47,7 @@ static mo_status ctx_cuda_init(mo_ctx *c) {
 
 static void ctx_cuda_fini(mo_ctx *c) {
     mo_lt_cache_destroy(c); // host objects only: nothing in flight refers to them
+    mo_attention_cudnn_destroy(c); // its plans before the cuDNN handle they were built on
     mo_dnn_destroy(c);      // waits for the stream first (cudnnDestroy)
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     if (c->cublaslt) cublasLtDestroy((cublasLtHandle_t)c->cublaslt);
@@ -100,8 +102,18 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     const char *ct = getenv("MEMOPT_CONV_TABLE"), *cu = getenv("MEMOPT_CONV_TUNE");
     c->conv_table = !(ct && strcmp(ct, "0") == 0);
     c->conv_tune = cu && strcmp(cu, "1") == 0;
+    const char *bn = getenv("MEMOPT_BN");
+    c->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
     if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
+    // which 16-bit fused attention runs: a value other than these two would run the default while the
+    // row records the knob as set, so it is refused
+    const char *ai = getenv("MEMOPT_ATTN_IMPL");
+    if (ai && *ai && strcmp(ai, "own") != 0 && strcmp(ai, "cudnn") != 0) {
+        free(c);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_ATTN_IMPL=%s: expected own or cudnn", ai);
+    }
+    c->attn_impl = ai && strcmp(ai, "cudnn") == 0 ? MO_ATTN_IMPL_CUDNN : MO_ATTN_IMPL_OWN;
     mo_status st = MO_OK;
 #ifdef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA && (st = ctx_cuda_stream(c)) != MO_OK) { free(c); return st; }

@@ -20,6 +20,7 @@ extern "C" {
 typedef struct mo_profiler mo_profiler;
 typedef struct mo_lt_cache mo_lt_cache; // lt_gemm_cuda.c
 typedef struct mo_dnn_cache mo_dnn_cache; // conv_cuda.c
+typedef struct mo_attn_dnn_cache mo_attn_dnn_cache; // attention_cudnn_cuda.c
 struct mo_cost_trace;                    // cost.h
 
 typedef struct mo_ctx {
@@ -80,6 +81,13 @@ typedef struct mo_ctx {
                                   // candidates that fit the workspace and prints a table line (conv_cuda.c)
     int conv_table;               // convolutions take the stored engine choices (conv_table.h) where one
                                   // matches (1, the default); MEMOPT_CONV_TABLE=0 sets 0
+    int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
+                                  // suite's own kernels (0, the default: batchnorm.cu says why)
+    int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the
+                                  // default) or cuDNN's fused SDPA (MO_ATTN_IMPL_CUDNN: attention_cudnn.h);
+                                  // MEMOPT_ATTN_IMPL=own | cudnn sets it (to measure); another value fails
+                                  // mo_ctx_create
+    mo_attn_dnn_cache *attn_dnn;  // the cuDNN attention plans per shape (attention_cudnn_cuda.c): lazily, cuda only
 } mo_ctx;
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):

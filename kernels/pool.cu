@@ -12,26 +12,8 @@
 #include "cuda_check.h"
 #include "mixed_dev.cuh"
 #include "pool.h"
+#include "resnet_dev.cuh"
 #include "resnet_ops_impl.h"
-
-struct rn_f32 {
-    typedef float S;
-    static __device__ __forceinline__ float to_f(float b) { return b; }
-    static __device__ __forceinline__ float from_f(float f) { return f; }
-};
-struct rn_f16 {
-    typedef uint16_t S;
-    static __device__ __forceinline__ float to_f(uint16_t b) { return mx_f16::to_f(b); }
-    static __device__ __forceinline__ uint16_t from_f(float f) { return mx_f16::from_f(f); }
-};
-struct rn_bf16 {
-    typedef uint16_t S;
-    static __device__ __forceinline__ float to_f(uint16_t b) { return mx_bf16::to_f(b); }
-    static __device__ __forceinline__ uint16_t from_f(float f) { return mx_bf16::from_f(f); }
-};
-
-#define GRID_STRIDE(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 // out (N,P,Q,C): one thread per output element
 template <class D>
@@ -140,13 +122,6 @@ template <class D> __global__ void relu_fwd_kernel(typename D::S *out, const typ
 template <class D> __global__ void acc_f32_kernel(float *dw, const typename D::S *g, size_t n) {
     GRID_STRIDE(i, n) dw[i] += D::to_f(g[i]);
 }
-
-#define DISPATCH(dt, LAUNCH)                 \
-    do {                                     \
-        if ((dt) == MO_F32) LAUNCH(rn_f32);  \
-        else if ((dt) == MO_F16) LAUNCH(rn_f16); \
-        else LAUNCH(rn_bf16);                \
-    } while (0)
 
 static cudaStream_t S(mo_ctx *c) { return (cudaStream_t)c->stream; }
 

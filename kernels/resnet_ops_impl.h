@@ -67,6 +67,12 @@ mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean,
 mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
                                   const void *in, const float *gamma, const float *mean, const float *rstd, int M,
                                   int C);
+// the suite's own batch norm kernels (batchnorm.cu; batchnorm_cuda.c picks them unless MEMOPT_BN=cudnn)
+mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
+                              float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
+                              float momentum, int relu);
+mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
+                               const void *in, const float *gamma, const float *mean, const float *rstd, int M, int C);
 mo_status maxpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int H, int W, int C, int R,
                                int stride, int pad);
 mo_status maxpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *in,

@@ -232,6 +232,9 @@ static double split_recompute_flops(const mo_run_config *rc) {
     return mo_gpt_split_recompute_flops(&g, rc->tp, rc->pp);
 }
 
+// The tied wte's gradient, summed between the first and last stage once per step (fp32).
+static double split_tie_bytes(const mo_run_config *rc) { return (double)rc->vocab * rc->hidden * 4.0; }
+
 static const mo_model_split_ops gpt_split_ops = {
     .validate = split_validate,
     .create = split_create,
@@ -247,6 +250,8 @@ static const mo_model_split_ops gpt_split_ops = {
     .comm_stats = split_comm_stats,
     .comm_reset = split_comm_reset,
     .recompute_flops = split_recompute_flops,
+    .tp_allreduces_per_block = 4, // proj, fcproj forward; d(ln1), d(ln2) backward
+    .stage_tie_bytes = split_tie_bytes,
 };
 
 const mo_model_ops mo_gpt_model = {

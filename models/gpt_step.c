@@ -27,6 +27,7 @@
 #include "step_ops.h"
 #include "kernels/cost.h"
 #include "strategies/comm.h"
+#include "strategies/ranks.h"
 #include "strategies/schedule.h"
 
 // The tensors one block produces (the schedule's block state, strategies/schedule.h). in is not
@@ -82,23 +83,12 @@ static mo_ckpt_layout segment_layout(const mo_gpt *m) {
     return mo_ckpt_layout_of(m->cfg.ckpt, m->cfg.ckpt_every, m->shard ? m->shard->layers : m->cfg.layers);
 }
 
-// Sum of the tp ranks' partial results (n elements of dt), the same bits on each. The communicator sums
-// fp32: a 16-bit buffer is widened into fp32 scratch (exact), summed in rank order, and rounded back
-// once. So a 16-bit split rounds each rank's partial GEMM output to dt before the sum, where the
-// unsplit GEMM rounds the whole sum once: about one ulp of dt per all-reduce, not fp32 rounding.
+// Sum of the tp ranks' partial results (n elements of dt), the same bits on each: strategies/ranks.h
+// (16-bit buffers summed in fp32 and rounded back once: about one ulp of dt per all-reduce).
 static mo_status tp_allreduce(mo_gpt *m, void *buf, size_t n) {
     const mo_gpt_shard *sh = m->shard;
     if (!sh || sh->tp == 1) return MO_OK;
-    if (DT == MO_F32) {
-        return mo_comm_allreduce_sum(sh->tp_comm, (float *)buf, n);
-    }
-    void *f = NULL; // (n) fp32; taken before the all-reduce (an out-of-memory inside it would hang the peers)
-    MO_TRY(mo_scratch_alloc(m->ctx, n * sizeof(float), &f));
-    mo_status st = mo_cast_mixed(m->ctx, MO_F32, f, DT, buf, n);
-    if (st == MO_OK) st = mo_comm_allreduce_sum(sh->tp_comm, (float *)f, n);
-    if (st == MO_OK) st = mo_cast_mixed(m->ctx, DT, buf, MO_F32, f, n);
-    mo_status st2 = mo_scratch_free(m->ctx, f);
-    return st != MO_OK ? st : st2;
+    return mo_ranks_allreduce(sh->tp_comm, m->ctx, DT, buf, n);
 }
 
 // Layer l's slice of parameter tensor p in the working copy: elem elements per layer. ZeRO's blockwise

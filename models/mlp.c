@@ -9,8 +9,15 @@
 // backward), gradient accumulation, fp32/tf32/fp16/bf16 (16-bit activations and working weights,
 // fp32 master weights, gradients and Adam state; fp16 with the dynamic loss scaler), clipping and
 // AdamW, all of it the generic schedule's (strategies/schedule.h: this file gives it the input layer,
-// the blocks and the head). It has no attention (--attn and selective are refused) and no split yet
-// (--tp/--pp refused).
+// the blocks and the head). It has no attention (--attn and selective are refused).
+// Split (--tp/--pp, models/mlp_shard.h; the ranks are mlp_split.c's): the same code runs one rank's
+// part. Tensor parallelism as Megatron-LM's MLP: W1 by columns (the rank's F = 4H/tp rows of W1 and
+// b1), W2 by rows (the same F columns), so fch and fch_gelu are (N,F) on each rank; W2's partial
+// outputs are all-reduced before the residual add (b2 added by tp rank 0 only), and W1's partial
+// input gradients d(ln) before the LayerNorm backward: one all-reduce of (N,H) forward and one
+// backward per block and micro-batch (a recompute repeats the forward one). Pipeline: the stage runs
+// its blocks, the input layer on stage 0 and the head on the last; the schedule moves (N,H) x and d
+// between stages in the 1F1B order.
 #include "models/model.h"
 #include "models/rng.h"
 
@@ -23,9 +30,9 @@
 #include "kernels/cost.h"
 #include "models/mlp.h"
 #include "models/ckpt_layout.h"
+#include "models/mlp_shard.h"
+#include "strategies/ranks.h"
 #include "strategies/schedule.h"
-
-enum { MLP_WIN, MLP_BIN, MLP_LNW, MLP_LNB, MLP_W1, MLP_B1, MLP_W2, MLP_B2, MLP_WOUT, MLP_BOUT, MLP_NPARAMS };
 static const char *const param_names[MLP_NPARAMS] = {"win", "bin", "lnw", "lnb", "w1", "b1", "w2", "b2", "wout", "bout"};
 
 typedef struct mlp_cfg {
@@ -39,14 +46,16 @@ typedef struct mlp_cfg {
 
 typedef struct mlp {
     mlp_cfg c;
+    mlp_shard sh;             // this rank's part (the whole model: tp 1, pp 1, every layer, first and last)
+    int sharded;              // made with a shard (world > 1): the norm over parameter groups and the world
     mo_ctx *ctx;
     size_t sizes[MLP_NPARAMS], n;
     float *params;            // (n) fp32 (the master copy when 16-bit)
     void *wparams;            // (n) dt: the weights the ops read (== params for fp32)
     float *grads, *adam_m, *adam_v;
-    float *inputs;            // (B,I) fp32 on the device
-    int *targets;             // (B)
-    float *losses;            // (B)
+    float *inputs;            // (B,I) fp32 on the device (the first stage's)
+    int *targets;             // (B) (the last stage's)
+    float *losses;            // (B) (the last stage's)
     int step;
     mo_sched_scaler scaler;   // fp16's dynamic loss scaler (off: scale 1)
     double last_loss, recompute_ms;
@@ -65,13 +74,39 @@ static void cfg_of(const mo_run_config *rc, mlp_cfg *c) {
     c->seed = rc->seed;
 }
 
-static void param_sizes(const mlp_cfg *c, size_t s[MLP_NPARAMS]) {
-    size_t L = (size_t)c->L, H = (size_t)c->H;
-    s[MLP_WIN] = H * (size_t)c->I; s[MLP_BIN] = H;
+// The whole model's shard: every layer, tp 1, pp 1.
+static mlp_shard whole(const mlp_cfg *c) {
+    mlp_shard w;
+    memset(&w, 0, sizeof w);
+    w.tp = w.pp = w.world = 1;
+    w.layers = c->L;
+    w.first = w.last = 1;
+    return w;
+}
+
+// The tensor sizes of shard sh: its layers, its F = 4H/tp of each block's width, the input layer on the
+// first stage, the head on the last.
+static void param_sizes(const mlp_cfg *c, const mlp_shard *sh, size_t s[MLP_NPARAMS]) {
+    size_t L = (size_t)sh->layers, H = (size_t)c->H, F = 4 * H / (size_t)sh->tp;
+    s[MLP_WIN] = sh->first ? H * (size_t)c->I : 0; s[MLP_BIN] = sh->first ? H : 0;
     s[MLP_LNW] = L * H; s[MLP_LNB] = L * H;
-    s[MLP_W1] = L * 4 * H * H; s[MLP_B1] = L * 4 * H;
-    s[MLP_W2] = L * H * 4 * H; s[MLP_B2] = L * H;
-    s[MLP_WOUT] = (size_t)c->K * H; s[MLP_BOUT] = (size_t)c->K;
+    s[MLP_W1] = L * F * H; s[MLP_B1] = L * F;
+    s[MLP_W2] = L * H * F; s[MLP_B2] = L * H;
+    s[MLP_WOUT] = sh->last ? (size_t)c->K * H : 0; s[MLP_BOUT] = sh->last ? (size_t)c->K : 0;
+}
+
+int mlp_param_is_tp_split(int p) { return p == MLP_W1 || p == MLP_B1 || p == MLP_W2; }
+
+// Element i of shard tensor p -> element of the unsplit tensor p (mlp_shard.h's layout).
+static size_t global_index(const mlp_cfg *c, const mlp_shard *sh, int p, size_t i) {
+    size_t H = (size_t)c->H, F4 = 4 * H, F = F4 / (size_t)sh->tp, l0 = (size_t)sh->layer0, t0 = (size_t)sh->tp_rank * F;
+    switch (p) {
+    case MLP_LNW: case MLP_LNB: case MLP_B2: return l0 * H + i;
+    case MLP_W1: { size_t l = i / (F * H), r = i % (F * H); return (l0 + l) * F4 * H + (t0 + r / H) * H + r % H; }
+    case MLP_B1: return (l0 + i / F) * F4 + t0 + i % F;
+    case MLP_W2: { size_t l = i / (H * F), r = i % (H * F); return (l0 + l) * H * F4 + (r / F) * F4 + t0 + r % F; }
+    default: return i; // the input layer and the head: whole where held
+    }
 }
 
 static mo_status mlp_validate(const mo_run_config *r) {
@@ -81,6 +116,17 @@ static mo_status mlp_validate(const mo_run_config *r) {
     if (r->classes < 2) return MO_FAIL(MO_ERR_INVALID, "--classes: must be at least 2 (got %d)", r->classes);
     if ((double)4 * r->hidden * r->hidden * r->layers > 4e12)
         return MO_FAIL(MO_ERR_INVALID, "--hidden %d --layers %d: more than 4e12 parameters", r->hidden, r->layers);
+    // The split (Megatron's MLP): each tp rank takes 4*hidden/tp of every block's width (hidden itself
+    // need not divide), each stage layers/pp blocks.
+    if (r->tp > 1 && (4 * r->hidden) % r->tp)
+        return MO_FAIL(MO_ERR_INVALID, "--tp %d: the block width 4*hidden = %d is not divisible by it (each tp rank "
+                       "takes 4*hidden/tp columns of W1 and rows of W2)", r->tp, 4 * r->hidden);
+    if (r->pp > r->layers)
+        return MO_FAIL(MO_ERR_INVALID, "--pp %d: more stages than the %d layers (every stage holds layers/pp >= 1 blocks)",
+                       r->pp, r->layers);
+    if (r->pp > 1 && r->layers % r->pp)
+        return MO_FAIL(MO_ERR_INVALID, "--pp %d: the %d layers are not divisible by it (every stage holds layers/pp blocks)",
+                       r->pp, r->layers);
     return MO_OK;
 }
 
@@ -101,8 +147,9 @@ static mo_status mlp_dims_parse(const char *t, mo_run_config *rc) {
 static size_t mlp_num_params(const mo_run_config *rc) {
     mlp_cfg c;
     cfg_of(rc, &c);
+    mlp_shard w = whole(&c);
     size_t s[MLP_NPARAMS], n = 0;
-    param_sizes(&c, s);
+    param_sizes(&c, &w, s);
     for (int p = 0; p < MLP_NPARAMS; p++) n += s[p];
     return n;
 }
@@ -125,8 +172,9 @@ static double mlp_recompute_flops(const mo_run_config *rc) {
 static int mlp_tensor_table(const mo_run_config *rc, mo_tensor_info *rows, int max) {
     mlp_cfg c;
     cfg_of(rc, &c);
+    mlp_shard w = whole(&c);
     size_t s[MLP_NPARAMS];
-    param_sizes(&c, s);
+    param_sizes(&c, &w, s);
     int n = 0;
     for (int p = 0; p < MLP_NPARAMS; p++) {
         if (n < max) {
@@ -149,16 +197,26 @@ static int mlp_tensor_table(const mo_run_config *rc, mo_tensor_info *rows, int m
 static float normal(uint64_t *s) { return (float)(sqrt(-2 * log(uniform01(s))) * cos(6.283185307179586 * uniform01(s))); }
 
 // GPT-2's initialization: weights normal(0, 0.02), the residual projection W2 scaled by 1/sqrt(2L),
-// LayerNorm weights 1, biases 0.
-static void init_params(const mlp_cfg *c, const size_t s[MLP_NPARAMS], float *h) {
-    uint64_t r = c->seed * 0x2545f4914f6cdd1dull + 11;
+// LayerNorm weights 1, biases 0. The weights draw one normal each from one stream, in the unsplit
+// order (Win, W1, W2, Wout); a normal takes two splitmix steps, and a splitmix state after k steps is
+// the seed's plus k times its increment, so a shard computes each of its elements' draw directly: the
+// same bits as the unsplit model's.
+static void init_params(const mlp_cfg *c, const mlp_shard *sh, const size_t s[MLP_NPARAMS], float *h) {
+    const uint64_t r0 = c->seed * 0x2545f4914f6cdd1dull + 11;
+    mlp_shard w = whole(c);
+    size_t full[MLP_NPARAMS], draw0 = 0;
+    param_sizes(c, &w, full);
     for (int p = 0; p < MLP_NPARAMS; p++) {
+        int drawn = p == MLP_WIN || p == MLP_W1 || p == MLP_W2 || p == MLP_WOUT;
         float sd = p == MLP_W2 ? 0.02f / sqrtf(2.0f * c->L) : 0.02f;
         for (size_t i = 0; i < s[p]; i++) {
             if (p == MLP_LNW) h[i] = 1.0f;
-            else if (p == MLP_WIN || p == MLP_W1 || p == MLP_W2 || p == MLP_WOUT) h[i] = sd * normal(&r);
-            else h[i] = 0.0f;
+            else if (drawn) {
+                uint64_t r = r0 + 2 * (uint64_t)(draw0 + global_index(c, sh, p, i)) * 0x9e3779b97f4a7c15ull;
+                h[i] = sd * normal(&r);
+            } else h[i] = 0.0f;
         }
+        if (drawn) draw0 += full[p];
         h += s[p];
     }
 }
@@ -174,13 +232,16 @@ static void mlp_destroy(void *p) {
     free(m);
 }
 
-static mo_status mlp_create(const mo_run_config *rc, mo_ctx *ctx, void **out) {
+mo_status mlp_create_shard(const mo_run_config *rc, mo_ctx *ctx, const mlp_shard *sh, void **out) {
     MO_TRY(mlp_validate(rc));
     mlp *m = calloc(1, sizeof *m);
     if (!m) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the model");
     cfg_of(rc, &m->c);
+    m->sh = sh ? *sh : whole(&m->c);
+    m->sharded = sh != NULL;
+    m->c.seg = mo_ckpt_layout_of(rc->ckpt.kind, rc->ckpt.every, m->sh.layers); // over the stage's blocks
     m->ctx = ctx;
-    param_sizes(&m->c, m->sizes);
+    param_sizes(&m->c, &m->sh, m->sizes);
     for (int p = 0; p < MLP_NPARAMS; p++) m->n += m->sizes[p];
     const mlp_cfg *c = &m->c;
     size_t pb = m->n * sizeof(float);
@@ -193,13 +254,16 @@ static mo_status mlp_create(const mo_run_config *rc, mo_ctx *ctx, void **out) {
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
     MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
-    MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * c->I * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->inputs), fail);
-    MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->targets), fail);
-    MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->losses), fail);
+    if (m->sh.first)
+        MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * c->I * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->inputs), fail);
+    if (m->sh.last) {
+        MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->targets), fail);
+        MO_TRY_GOTO(st, mo_alloc(a, (size_t)c->B * sizeof(float), MO_CAT_ACTIVATION, (void **)&m->losses), fail);
+    }
     if (ctx->backend != MO_BACKEND_DRY) {
-        float *h = malloc(pb);
+        float *h = malloc(pb ? pb : 1);
         if (!h) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the initial parameters"); goto fail; }
-        init_params(c, m->sizes, h);
+        init_params(c, &m->sh, m->sizes, h);
         st = mo_memcpy_h2d(ctx, m->params, h, pb);
         free(h);
         if (st != MO_OK) goto fail;
@@ -216,6 +280,21 @@ fail:
     return st;
 }
 
+static mo_status mlp_create(const mo_run_config *rc, mo_ctx *ctx, void **out) { return mlp_create_shard(rc, ctx, NULL, out); }
+
+void mlp_tensor_sizes(const void *p, const mo_run_config *rc, size_t s[MLP_NPARAMS]) {
+    const mlp *m = p;
+    if (m) { memcpy(s, m->sizes, sizeof m->sizes); return; }
+    mlp_cfg c;
+    cfg_of(rc, &c);
+    mlp_shard w = whole(&c);
+    param_sizes(&c, &w, s);
+}
+
+size_t mlp_shard_global_index(const void *p, int q, size_t i) { const mlp *m = p; return global_index(&m->c, &m->sh, q, i); }
+double mlp_last_loss(const void *p) { return ((const mlp *)p)->last_loss; }
+double mlp_recompute_ms(const void *p) { return ((const mlp *)p)->recompute_ms; }
+
 // Inputs uniform in [-1, 1), classes uniform: the same seed gives the same batch everywhere.
 static mo_status mlp_set_synthetic_batch(void *p, uint64_t seed) {
     mlp *m = p;
@@ -228,8 +307,9 @@ static mo_status mlp_set_synthetic_batch(void *p, uint64_t seed) {
         uint64_t s = seed * 0x9e3779b97f4a7c15ull + 3;
         for (size_t i = 0; i < BI; i++) x[i] = (float)(2 * uniform01(&s) - 1);
         for (int b = 0; b < m->c.B; b++) y[b] = (int)(splitmix(&s) % (uint64_t)m->c.K);
-        st = mo_memcpy_h2d(m->ctx, m->inputs, x, BI * sizeof(float));
-        if (st == MO_OK) st = mo_memcpy_h2d(m->ctx, m->targets, y, (size_t)m->c.B * sizeof(int));
+        // The inputs where the input layer is (the first stage), the targets where the head is.
+        if (m->inputs) st = mo_memcpy_h2d(m->ctx, m->inputs, x, BI * sizeof(float));
+        if (st == MO_OK && m->targets) st = mo_memcpy_h2d(m->ctx, m->targets, y, (size_t)m->c.B * sizeof(int));
     }
     free(x);
     free(y);
@@ -246,9 +326,9 @@ typedef struct block_acts {
     const void *in;           // (N,H) dt
     void *ln;                 // (N,H) dt
     float *mean, *rstd;       // (N) fp32
-    void *fch, *fch_gelu;     // (N,4H) dt
+    void *fch, *fch_gelu;     // (N,F) dt, F = 4H/tp (4H unsplit)
     void *out;                // (N,H) dt in + W2 gelu(...) + b2, until handed over
-    void *d4, *dH;            // backward scratch (N,4H), (N,H) dt
+    void *d4, *dH;            // backward scratch (N,F), (N,H) dt
 } block_acts;
 
 // One micro-batch's own tensors (the schedule's slot state).
@@ -265,6 +345,12 @@ typedef struct step_state {
 #define DT (m->c.dt)
 
 static int rows_of(const mlp *m) { return m->c.B / m->c.accum; }
+static int width_of(const mlp *m) { return 4 * m->c.H / m->sh.tp; } // F: this rank's share of 4H
+
+// The tp ranks' partial sums (N,H) summed on every rank (strategies/ranks.h; nothing unsplit).
+static mo_status tp_allreduce(mlp *m, void *buf, size_t n) {
+    return m->sh.tp > 1 ? mo_ranks_allreduce(m->sh.tp_comm, m->ctx, DT, buf, n) : MO_OK;
+}
 
 // Parameter tensor p's slice of layer l (elem elements a layer): working copy, and gradient.
 static const void *W(mlp *m, int p, int l, size_t elem) {
@@ -306,29 +392,32 @@ static mo_status input_fwd(void *mp, void *sp, int micro, void **x0) {
     return MO_OK;
 }
 
-// Block l: out = in + W2 gelu(W1 LN(in) + b1) + b2. RECOMPUTE_NO_OUT (the last block of a recomputed
-// segment) skips the second GEMM: backward needs fch_gelu, not out. DROP frees the internals after.
+// Block l (of this stage): out = in + W2 gelu(W1 LN(in) + b1) + b2. RECOMPUTE_NO_OUT (the last block of
+// a recomputed segment) skips the second GEMM: backward needs fch_gelu, not out. DROP frees the
+// internals after. tp: W1's F rows make fch (N,F); W2's F columns a partial (N,H), all-reduced, b2 added
+// by tp rank 0 alone.
 static mo_status block_fwd(void *mp, void *sp, void *bp, int l, int micro, const void *in, void **out, mo_sched_fwd mode) {
     mlp *m = mp;
     block_acts *a = bp;
     (void)sp; (void)micro;
     mo_ctx *x = m->ctx;
-    int N = rows_of(m), H = m->c.H;
-    size_t NH = (size_t)N * H, HH = (size_t)H * H;
+    int N = rows_of(m), H = m->c.H, F = width_of(m);
+    size_t NH = (size_t)N * H, NF = (size_t)N * F, FH = (size_t)F * H;
     a->in = in;
     MO_TRY(act_alloc(m, NH, &a->ln));
     MO_TRY(stat_alloc(m, (size_t)N, &a->mean));
     MO_TRY(stat_alloc(m, (size_t)N, &a->rstd));
     OP(MO_PROF_NORM, mo_layernorm_forward_mixed(x, DT, a->ln, a->mean, a->rstd, a->in, W(m, MLP_LNW, l, H),
                                                 W(m, MLP_LNB, l, H), N, H));
-    MO_TRY(act_alloc(m, 4 * NH, &a->fch));
-    MO_TRY(act_alloc(m, 4 * NH, &a->fch_gelu));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->fch, a->fch_gelu, a->ln, W(m, MLP_W1, l, 4 * HH), W(m, MLP_B1, l, 4 * H), N,
-                                    H, 4 * H));
+    MO_TRY(act_alloc(m, NF, &a->fch));
+    MO_TRY(act_alloc(m, NF, &a->fch_gelu));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->fch, a->fch_gelu, a->ln, W(m, MLP_W1, l, FH), W(m, MLP_B1, l, F), N,
+                                    H, F));
     if (mode == MO_SCHED_FWD_RECOMPUTE_NO_OUT) return MO_OK;
     MO_TRY(act_alloc(m, NH, &a->out));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->out, NULL, a->fch_gelu, W(m, MLP_W2, l, 4 * HH), W(m, MLP_B2, l, H), N,
-                                    4 * H, H));
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->out, NULL, a->fch_gelu, W(m, MLP_W2, l, FH),
+                                    m->sh.tp_rank == 0 ? W(m, MLP_B2, l, H) : NULL, N, F, H));
+    MO_TRY(tp_allreduce(m, a->out, NH));
     OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->out, a->out, a->in, NH));
     *out = a->out;
     a->out = NULL;
@@ -367,24 +456,27 @@ static mo_status head_bwd(void *mp, void *sp, int micro, const void *h, void **d
 }
 
 // dresid (N,H) holds d(out) on entry and d(in) on return (the residual passes it through; the
-// LayerNorm backward adds its part).
+// LayerNorm backward adds its part). tp: dresid is the same on every tp rank (the stream is
+// replicated), so b2 and the LayerNorm get the same gradients everywhere; W1's input gradient d(ln) is
+// a partial sum over the rank's F rows, all-reduced before the LayerNorm backward.
 static mo_status block_bwd(void *mp, void *sp, void *bp, int l, int micro, const void *in, void *dresid) {
     mlp *m = mp;
     block_acts *a = bp;
     (void)sp; (void)micro;
     mo_ctx *x = m->ctx;
-    int N = rows_of(m), H = m->c.H;
-    size_t NH = (size_t)N * H, HH = (size_t)H * H;
+    int N = rows_of(m), H = m->c.H, F = width_of(m);
+    size_t NH = (size_t)N * H, NF = (size_t)N * F, FH = (size_t)F * H;
     a->in = in;
-    MO_TRY(act_alloc(m, 4 * NH, &a->d4));
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, G(m, MLP_W2, l, 4 * HH), G(m, MLP_B2, l, H), dresid, a->fch_gelu,
-                                    W(m, MLP_W2, l, 4 * HH), N, 4 * H, H));
+    MO_TRY(act_alloc(m, NF, &a->d4));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, G(m, MLP_W2, l, FH), G(m, MLP_B2, l, H), dresid, a->fch_gelu,
+                                    W(m, MLP_W2, l, FH), N, F, H));
     act_free(m, &a->fch_gelu);
-    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, 4 * NH));
+    OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, NF));
     act_free(m, &a->fch);
     MO_TRY(act_alloc(m, NH, &a->dH));
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dH, G(m, MLP_W1, l, 4 * HH), G(m, MLP_B1, l, 4 * H), a->d4, a->ln,
-                                    W(m, MLP_W1, l, 4 * HH), N, H, 4 * H));
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dH, G(m, MLP_W1, l, FH), G(m, MLP_B1, l, F), a->d4, a->ln,
+                                    W(m, MLP_W1, l, FH), N, H, F));
+    MO_TRY(tp_allreduce(m, a->dH, NH));
     act_free(m, &a->d4);
     act_free(m, &a->ln);
     OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, G(m, MLP_LNW, l, H), G(m, MLP_LNB, l, H), a->dH, a->in,
@@ -436,12 +528,15 @@ static const mo_sched_model mlp_sched = {
 
 static mo_status forward_backward(mlp *m) {
     mo_ctx *x = m->ctx;
+    const mlp_shard *sh = &m->sh;
     mo_sched_config sc = {
-        .ctx = x, .blocks = m->c.L, .accum = m->c.accum, .seg = m->c.seg,
-        .grads = m->grads, .n_grads = m->n, .pp = 1, .dt = m->c.dt,
+        .ctx = x, .blocks = sh->layers, .accum = m->c.accum, .seg = m->c.seg,
+        .grads = m->grads, .n_grads = m->n, .pp = sh->pp, .stage = sh->stage, .pp_comm = sh->pp_comm,
+        .stream_elems = (size_t)rows_of(m) * m->c.H, .dt = m->c.dt,
     };
     MO_TRY(mo_sched_forward_backward(&sc, &mlp_sched, m, &m->recompute_ms));
-    if (x->backend == MO_BACKEND_DRY) { m->last_loss = NAN; return MO_OK; }
+    // No loss on dry, nor before the last stage.
+    if (x->backend == MO_BACKEND_DRY || !m->losses) { m->last_loss = NAN; return MO_OK; }
     float *h = malloc((size_t)m->c.B * sizeof(float));
     if (!h) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the losses");
     mo_status st = mo_memcpy_d2h(x, h, m->losses, (size_t)m->c.B * sizeof(float));
@@ -452,13 +547,26 @@ static mo_status forward_backward(mlp *m) {
     return st;
 }
 
-// Loss scaler (fp16), clipping at norm 1, AdamW: the schedule's update over the one flat buffer.
+// Loss scaler (fp16), clipping at norm 1, AdamW: the schedule's update over the one flat buffer. A
+// shard counts its tensors as parameter groups for the global norm (the tp-split ones on every rank,
+// the replicated ones on tp rank 0), gathered over the world with the scaler's verdict.
 static mo_status update(mlp *m) {
     const mlp_cfg *c = &m->c;
+    const mlp_shard *sh = &m->sh;
+    mo_sched_group groups[MLP_NPARAMS];
+    size_t o0 = 0;
+    for (int p = 0; p < MLP_NPARAMS; p++) {
+        groups[p].grad = m->grads + o0;
+        groups[p].n = m->sizes[p];
+        groups[p].counted = mlp_param_is_tp_split(p) || sh->tp_rank == 0;
+        o0 += m->sizes[p];
+    }
     mo_sched_optim o = {
         .ctx = m->ctx, .dt = c->dt, .params = m->params, .grads = m->grads, .adam_m = m->adam_m, .adam_v = m->adam_v,
         .wparams = m->wparams, .n = m->n, .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
         .weight_decay = c->weight_decay, .grad_clip = c->grad_clip,
+        .groups = m->sharded ? groups : NULL, .n_groups = m->sharded ? MLP_NPARAMS : 0,
+        .world = m->sharded ? sh->world_comm : NULL, .world_size = sh->world, .rank = sh->rank,
     };
     return mo_sched_update(&o, &m->scaler, &m->step, NULL);
 }
@@ -518,5 +626,5 @@ const mo_model_ops mo_mlp_model = {
     .set_synthetic_batch = mlp_set_synthetic_batch,
     .step = mlp_step,
     .info = mlp_info,
-    .split = NULL, // tp/pp: not yet (refused with the reason)
+    .split = &mo_mlp_split_ops, // models/mlp_split.c
 };

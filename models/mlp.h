@@ -15,6 +15,14 @@ mo_status mo_mlp_read(void *mlp, float *params, float *grads, size_t *n);
 // Forward and backward of every micro-batch (gradients zeroed first, then accumulated), no update.
 mo_status mo_mlp_forward_backward(void *mlp);
 
+// A split instance (mo_mlp_model.split->create): forward and backward on every rank (gradients
+// complete, no update), timed as a step.
+mo_status mo_mlp_split_forward_backward(void *split);
+// The parameters (what 0) or gradients (what 1) of every rank in the unsplit model's layout
+// (mo_mlp_model.num_params floats, mo_mlp_read's order); a replicated tensor is taken from tp rank 0
+// of its stage, and *replicas_equal (may be NULL) says whether every other tp rank holds the same bits.
+mo_status mo_mlp_split_gather(void *split, int what, float *full, int *replicas_equal);
+
 #ifdef __cplusplus
 }
 #endif

@@ -77,6 +77,11 @@ typedef struct mo_model_split_ops {
     mo_status (*comm_stats)(void *sp, mo_split_comm *out);
     mo_status (*comm_reset)(void *sp);
     double (*recompute_flops)(const mo_run_config *rc); // over all ranks, per step
+    // For the planner's link time (bench/planner_roofline.c): the tp all-reduces of one (rows, hidden)
+    // activation per block and micro-batch (rows: batch/accum x items per sample), and the bytes the
+    // first and last stage sum once per step (GPT's tied embedding; NULL: none).
+    int tp_allreduces_per_block;
+    double (*stage_tie_bytes)(const mo_run_config *rc);
 } mo_model_split_ops;
 
 typedef struct mo_model_ops {

@@ -24,6 +24,9 @@ mo_status mo_resnet_read_running(void *rn, float *stats, size_t *n);
 mo_status mo_resnet_set_batch(void *rn, const float *images, const int *targets);
 // The synthetic batch of set_synthetic_batch as host arrays: images (B,S,S,3) uniform in [-1, 1), y (B) in [0, K).
 void mo_resnet_synthetic_images(uint64_t seed, int B, int S, int K, float *img, int *y);
+// fp16's loss scale from now on (the scaler's 65536 at the start overflows the tiny test models' first
+// backward on every backend: a test comparing gradients sets one that does not). No-op without the scaler.
+void mo_resnet_set_loss_scale(void *rn, float scale);
 // Forward and backward of every micro-batch (gradients zeroed first, then accumulated), no update; the
 // running statistics move once per micro-batch. *loss: the mean loss (NULL: not read; NaN on dry).
 mo_status mo_resnet_forward_backward(void *rn, double *loss);

@@ -515,6 +515,11 @@ mo_status mo_resnet_read_running(void *p, float *stats, size_t *n) {
     return MO_OK;
 }
 
+void mo_resnet_set_loss_scale(void *p, float scale) {
+    resnet *m = p;
+    if (m->c.loss_scaling) m->loss_scale = scale;
+}
+
 mo_status mo_resnet_forward_backward(void *p, double *loss) {
     resnet *m = p;
     MO_TRY(forward_backward(m));

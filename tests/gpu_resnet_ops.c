@@ -145,10 +145,12 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     for (int k = 0; k < 2; k++) { free(y[k]); free(dx[k]); free(dw[k]); }
 }
 
-static void gpu_bn(mo_dtype dt, int M, int C, int relu) {
+// impl: 0 the suite's own kernels (batchnorm.cu), 1 cuDNN's (MEMOPT_BN=cudnn)
+static void gpu_bn(mo_dtype dt, int M, int C, int relu, int impl) {
     const size_t e = mo_dtype_size(dt), n = (size_t)M * C;
     const char *pn = mo_dtype_name(dt);
-    printf("batchnorm %s M %d C %d relu %d\n", pn, M, C, relu);
+    gc->bn_cudnn = impl;
+    printf("batchnorm %s M %d C %d relu %d on %s\n", pn, M, C, relu, impl ? "cudnn" : "own kernels");
     void *x = hrand(dt, n, -2, 3), *dy = hrand(dt, n, -1, 1);
     float *g = frand(C, 0.5f, 1.5f), *b = frand(C, -0.5f, 0.5f), *rm0 = frand(C, -1, 1), *rv0 = frand(C, 0.5f, 2);
     float *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1);
@@ -204,7 +206,7 @@ static void gpu_bn(mo_dtype dt, int M, int C, int relu) {
     for (int k = 0; k < 2; k++) {
         free(y[k]), free(dx[k]);
         for (int j = 0; j < 6; j++) free(st[k][j]);
-    }
+    }    gc->bn_cudnn = 0;
 }
 
 static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int pad) {
@@ -315,10 +317,13 @@ static void timing(void) {
         const double f = time_op(0, pr, &s, x, w, y, dw, bn, 0), bd = time_op(1, pr, &s, x, w, y, dw, bn, 0),
                      bf = time_op(2, pr, &s, x, w, y, dw, bn, 0), nf = time_op(3, pr, &s, x, w, y, dw, bn, 1),
                      nb = time_op(4, pr, &s, x, w, y, dw, bn, 1);
+        gc->bn_cudnn = 1;
+        const double cf = time_op(3, pr, &s, x, w, y, dw, bn, 1), cb = time_op(4, pr, &s, x, w, y, dw, bn, 1);
+        gc->bn_cudnn = 0;
         const double g = mo_conv_flops(&s) * 1e-9;
         printf("  %-4s conv fwd %.3f ms (%.0f TFLOP/s), bwd data %.3f (%.0f), bwd filter %.3f (%.0f); "
-               "bn+relu fwd %.3f ms, bwd %.3f ms\n",
-               pr->name, f, g / f, bd, g / bd, bf, g / bf, nf, nb);
+               "bn+relu fwd %.3f ms, bwd %.3f ms (cuDNN's: %.3f, %.3f)\n",
+               pr->name, f, g / f, bd, g / bd, bf, g / bf, nf, nb, cf, cb);
     }
     long hits, misses;
     mo_conv_cache_stats(gc, &hits, &misses);
@@ -353,9 +358,13 @@ int main(void) {
     }
     const mo_dtype dts[3] = {MO_F32, MO_BF16, MO_F16};
     for (int k = 0; k < 3; k++) {
-        gpu_bn(dts[k], 2 * 56 * 56, 64, 1);
-        gpu_bn(dts[k], 2 * 7 * 7, 2048, 0);
-        gpu_bn(dts[k], 37, 5, 1);
+        for (int impl = 0; impl < 2; impl++) {
+            gpu_bn(dts[k], 2 * 56 * 56, 64, 1, impl);
+            gpu_bn(dts[k], 2 * 7 * 7, 2048, 0, impl);
+            gpu_bn(dts[k], 37, 5, 1, impl);
+        }
+        gpu_bn(dts[k], 3 * 41 * 37 + 5, 96, 1, 0); // many row groups, the last one short
+        gpu_bn(dts[k], 8 * 28 * 28, 40, 0, 0);    // C not a multiple of the block's 32 channels
         gpu_pool(dts[k], 2, 112, 112, 64, 3, 2, 1);
         gpu_pool(dts[k], 3, 9, 7, 5, 3, 2, 1);
         gpu_pool(dts[k], 1, 6, 5, 3, 2, 1, 0);

@@ -273,8 +273,9 @@ static void test_refusals(void) {
     expect_refused((const char *const[]){"--model", "mlp", "--ckpt", "selective", NULL},
                    "--ckpt selective: model mlp has no attention");
     expect_refused((const char *const[]){"--model", "mlp", "--attn", "fused", NULL}, "--attn: not a flag of model mlp");
-    expect_refused((const char *const[]){"--model", "mlp", "--tp", "2", NULL}, "model mlp cannot be split over ranks yet");
-    expect_refused((const char *const[]){"--model", "mlp", "--pp", "2", NULL}, "model mlp cannot be split over ranks yet");
+    // It splits (tests/test_mlp_split.c); a split its shape cannot take is refused naming the flag.
+    expect_refused((const char *const[]){"--model", "mlp", "--hidden", "5", "--tp", "8", NULL}, "--tp 8: the block width 4*hidden = 20");
+    expect_refused((const char *const[]){"--model", "mlp", "--layers", "4", "--pp", "5", NULL}, "--pp 5: more stages than the 4 layers");
     expect_refused((const char *const[]){"--model", "mlp", "--heads", "2", NULL}, "--heads: not a flag of model mlp");
     expect_refused((const char *const[]){"--model", "mlp", "--vocab", "2", NULL}, "--vocab: not a flag of model mlp");
     expect_refused((const char *const[]){"--input", "16", NULL}, "--input: not a flag of model gpt");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, GPU tests, benchmarks, the PyTorch peer side by side.
 # Usage: tools/gpu_session.sh OUTDIR [stages...]
-#   stages: build test alloc gpt split peer claims sweep (default: all); "attnab" the attention GEMM forms
+#   stages: build test alloc gpt split peer claims sweep (default: all); "gpusome" the GPU test binaries
+#   named in GPU_TESTS, at once; "attnab" the attention GEMM forms
 #   in the whole step; "gputest" runs only the GPU tests
 #   of the model, the split and the attention kernels (their timing lines kept in gputest.log); "gpu" runs
 #   ctest -L gpu; "probe" runs bench/probes (GEMM algorithms) and ncu's per-kernel times of one fp32 and
@@ -21,7 +22,9 @@
 #   references per precision; per-op median times at ResNet-50 layer1's shape, batch 128); "resnet" the
 #   ResNet model's GPU test (gpu_resnet), its H200 rows at ResNet-50 batch 128 224x224 (h200-resnet50.csv),
 #   the PyTorch peer beside them (torch-resnet50.csv) and plan --validate on the rows; "resnetlite" only
-#   the fp32/bf16 x none/segments:4 rows of both, 5 steps after 2 warm-up (the checkpointing claim's ratios)
+#   the fp32/bf16 x none/segments:4 rows of both, 5 steps after 2 warm-up (the checkpointing claim's ratios);
+#   "convtune" tunes ResNet-50 batch 128's convolutions (MEMOPT_CONV_TUNE=1), writes the lines into
+#   kernels/conv_algo_table.c (copied to OUTDIR) and rebuilds memopt on it
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -75,6 +78,18 @@ if has gpufast; then
   grep -hE "attention chunks timing|chunk rows .*forward" "$R/gpu_attention_chunks.log" | head -40
   grep -hE "^(FAIL|  FAIL)|FAILED|failed" $R/gpu_*.log | head -20
 fi
+if has gpusome; then
+  # the GPU test binaries named in GPU_TESTS, at once (for a call about a few of them)
+  t0=$(date +%s)
+  pids=""
+  for t in ${GPU_TESTS:?stage gpusome needs GPU_TESTS}; do
+    (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
+    pids="$pids $!"
+  done
+  wait $pids
+  echo "gpu tests ($GPU_TESTS): $(( $(date +%s) - t0 )) s"
+  grep -hE "^(FAIL|  FAIL)|FAILED|SKIP" $R/gpu_*.log | head -30
+fi
 if has gpu1; then
   # the tests that must run alone: device-wide memory, and the chunk timings
   for t in gpu_alloc gpu_attention_chunks; do
@@ -113,7 +128,7 @@ if has attnab; then
   done; done
 fi
 if has resnetops; then
-  if ! has gpufast; then # gpufast already ran it
+  if [ ! -f "$R/gpu_resnet_ops.log" ]; then # not run yet by gpufast or gpusome
     [ -x $B/gpu_resnet_ops ] || cmake --build $B -j 16 --target gpu_resnet_ops 2>&1 | grep -E "error|FAILED" | head -20
     (cd $B && MEMOPT_CONV_LOG=1 timeout 600 ./gpu_resnet_ops) >"$R/gpu_resnet_ops.log" 2>&1
     echo "gpu_resnet_ops exit $?: $(tail -1 "$R/gpu_resnet_ops.log")"
@@ -122,7 +137,7 @@ if has resnetops; then
 fi
 if has resnet; then
   # the ResNet model (issue 16): its GPU test, then ResNet-50 batch 128 rows and the PyTorch peer's
-  if ! has gpufast; then # gpufast already ran it
+  if [ ! -f "$R/gpu_resnet.log" ]; then # not run yet by gpufast or gpusome
     [ -x $B/gpu_resnet ] || cmake --build $B -j 16 --target gpu_resnet 2>&1 | grep -E "error|FAILED" | head -20
     (cd $B && timeout 600 ./gpu_resnet) >"$R/gpu_resnet.log" 2>&1
     echo "gpu_resnet exit $?: $(tail -1 "$R/gpu_resnet.log")"
@@ -141,6 +156,31 @@ if has resnet; then
   PR --precision fp32,bf16 --ckpt none,segments:4
   PR --precision tf32,fp16
   $M plan --validate "$csv" --out-dir "$R" 2>&1 | tail -6
+fi
+if has convtune; then
+  # a tuning run of ResNet-50 batch 128 per precision (MEMOPT_CONV_TUNE=1): its "conv-tune: {" lines go
+  # into kernels/conv_algo_table.c (the copy in OUTDIR is the one to commit) and memopt is rebuilt on it
+  t0=$(date +%s)
+  for p in ${CONVTUNE_PRECISIONS:-fp32 tf32 bf16 fp16}; do
+    MEMOPT_CONV_TUNE=1 timeout 200 $M run --model resnet --preset resnet50 --batch 128 --precision $p --steps 1 \
+      --warmup 0 2>"$R/conv-tune-$p.log" | grep -E "step:" | sed "s/^/$p tuning run: /"
+    grep -c "^conv-tune: {" "$R/conv-tune-$p.log" | sed "s/^/$p: stored choices: /"
+  done
+  { echo "    // tools/gpu_session.sh stage convtune, ${MEMOPT_GIT_REV:-?}, $(date -u +%F): ResNet-50 batch 128, 224x224"
+    cat "$R"/conv-tune-*.log | grep "^conv-tune: {" | sed 's/^conv-tune: /    /'; } >"$R/conv-tune-lines.txt"
+  python3 - "$R/conv-tune-lines.txt" kernels/conv_algo_table.c <<'PY'
+import sys
+lines = open(sys.argv[1]).read()
+p = sys.argv[2]
+s = open(p).read()
+end = "    {NULL, 0, {0}, 0, 0, 0.0f, 0.0f}, // end"
+s = s.replace("// No tuning run has been made yet (the table is empty): every convolution takes the first kept candidate.\n", "")
+s = s.replace(end, lines + end)
+open(p, "w").write(s)
+PY
+  cp kernels/conv_algo_table.c "$OUT/conv_algo_table.c"
+  cmake --build $B -j 16 --target memopt 2>&1 | grep -E "error|FAILED" | head -20
+  echo "convtune: $(( $(date +%s) - t0 )) s, $(grep -c '^    {"' kernels/conv_algo_table.c) lines in the table"
 fi
 if has resnetlite; then
   csv="$R/h200-resnet50-lite.csv"
@@ -262,7 +302,7 @@ if has mlp; then
   if ! has gpufast; then # gpufast already ran it
     (cd $B && timeout 300 ./gpu_mlp >"$R/gpu_mlp.log" 2>&1; echo "gpu_mlp exit $?: $(tail -1 "$R/gpu_mlp.log")")
   fi
-  grep -E "FAIL|cuda:" "$R/gpu_mlp.log" | head -20
+  grep -E "FAIL|cuda:|cuda split|cuda tp|nccl" "$R/gpu_mlp.log" | head -30
   csv="$R/h200-mlp.csv"
   for pr in mlp-act mlp-param; do
     $M sweep --model mlp --preset $pr --precision fp32,tf32,bf16,fp16 --ckpt none,full,sqrt --steps 10 --warmup 3 \

@@ -153,7 +153,7 @@ def forward(model, blocks, ckpt, x):
         x = checkpoint_sequential(blocks, n, x, use_reentrant=False)
     else:
         seg, nck = layout(ckpt, len(blocks))
-        for i in range(0, nck, seg):
+        for i in range(0, nck, max(seg, 1)):  # none: seg 0 and no checkpointed block
             part = blocks[i:min(i + seg, nck)]
             x = checkpoint(lambda t, part=part: run_blocks(part, t), x, use_reentrant=False)
         x = run_blocks(blocks[nck:], x)
