@@ -71,12 +71,18 @@ template <typename E> static __device__ __forceinline__ void am_load16(const E *
 // The first n (1..V) of those V elements, the rest left as they are: the vector that holds the causal
 // diagonal, whose columns past t the scores GEMM never wrote (a 16-byte load there would read
 // uninitialized memory, unused but reported by compute-sanitizer's initcheck).
+// Unrolled with a predicate, never `for (j < n)`: a loop bound unknown at compile time indexes out[]
+// dynamically, which moves the callers' register arrays to local memory. At 35a8a61 that form made the
+// H200's bf16 materialized GPT-2 step 27.2 ms against 19.7 before it (tf32 46.8 against 42.6;
+// tools/ab_revisions.sh against 0d21768).
 template <typename E> static __device__ __forceinline__ void am_load_upto(const E *p, float *out, int n) {
     if (n >= am_vec<E>::V) {
         am_load16(p, out);
         return;
     }
-    for (int j = 0; j < n; j++) out[j] = am_f(p[j]);
+#pragma unroll
+    for (int j = 0; j < am_vec<E>::V; j++)
+        if (j < n) out[j] = am_f(p[j]);
 }
 template <typename E> static __device__ __forceinline__ void am_store16(E *p, const float *in) {
     int4 raw;

@@ -4,10 +4,30 @@
 // above each group. A key no line matches takes the first kept candidate.
 // Fields: device, cuDNN version, key {kind, dt, tf32, N, H, W, C, K, R, S, stride, pad, alignments of x, w,
 // y, beta_one, workspace}, engine global index, rank among the kept candidates, first's and its median ms.
-// No tuning run has been made yet (the table is empty): every convolution takes the first kept candidate.
 #include "conv_table.h"
 
 const mo_conv_choice mo_conv_table[] = {
+    // tools/gpu_session.sh stage convtune at 41de208 on the H200, 2026-12-03: ResNet-50 batch 128, 224x224 (the
+    // tf32, bf16 runs and the start of fp16's; in fp32 the first kept candidate won every convolution)
+    {"NVIDIA H200", 91400, {0, 0, 1, 128, 56, 56, 64, 256, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 58, 1, 0.1762f, 0.1600f}, // forward 9.2% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {0, 0, 1, 128, 14, 14, 256, 1024, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 67, 1, 0.0684f, 0.0643f}, // forward 6.0% faster (of 8 kept)
+    {"NVIDIA H200", 91400, {1, 0, 1, 128, 7, 7, 512, 2048, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 71, 1, 0.0640f, 0.0633f}, // backward data 1.1% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {2, 0, 1, 128, 14, 14, 1024, 512, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 68, 1, 0.1694f, 0.1553f}, // backward filter 8.4% faster (of 6 kept)
+    {"NVIDIA H200", 91400, {1, 0, 1, 128, 14, 14, 1024, 512, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 71, 1, 0.1244f, 0.1045f}, // backward data 16.0% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {1, 0, 1, 128, 14, 14, 256, 1024, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 71, 1, 0.0638f, 0.0606f}, // backward data 5.0% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {1, 0, 1, 128, 28, 28, 512, 128, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 76, 1, 0.1083f, 0.1070f}, // backward data 1.2% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {1, 0, 1, 128, 56, 56, 64, 256, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 71, 1, 0.1611f, 0.1397f}, // backward data 13.3% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {1, 0, 1, 128, 56, 56, 64, 64, 3, 3, 1, 1, 256, 256, 256, 0, 33554432}, 76, 1, 0.1488f, 0.1448f}, // backward data 2.7% faster (of 4 kept)
+    {"NVIDIA H200", 91400, {0, 2, 0, 128, 56, 56, 64, 256, 1, 1, 1, 0, 256, 128, 256, 0, 33554432}, 58, 1, 0.0987f, 0.0859f}, // forward 13.0% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {2, 2, 0, 128, 7, 7, 512, 2048, 1, 1, 1, 0, 256, 256, 256, 0, 33554432}, 65, 1, 0.0338f, 0.0316f}, // backward filter 6.6% faster (of 6 kept)
+    {"NVIDIA H200", 91400, {1, 2, 0, 128, 14, 14, 1024, 512, 1, 1, 1, 0, 256, 128, 256, 0, 33554432}, 78, 4, 0.0546f, 0.0536f}, // backward data 1.8% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {1, 2, 0, 128, 14, 14, 256, 256, 3, 3, 1, 1, 256, 128, 256, 0, 33554432}, 78, 4, 0.0532f, 0.0526f}, // backward data 1.2% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {1, 2, 0, 128, 28, 28, 128, 512, 1, 1, 1, 0, 256, 128, 256, 0, 33554432}, 78, 4, 0.0426f, 0.0407f}, // backward data 4.4% faster (of 5 kept)
+    {"NVIDIA H200", 91400, {1, 2, 0, 128, 28, 28, 128, 128, 3, 3, 1, 1, 256, 128, 256, 0, 33554432}, 78, 6, 0.0562f, 0.0533f}, // backward data 5.2% faster (of 7 kept)
+    {"NVIDIA H200", 91400, {1, 2, 0, 128, 56, 56, 64, 256, 1, 1, 1, 0, 256, 128, 256, 0, 33554432}, 67, 1, 0.0740f, 0.0721f}, // backward data 2.5% faster (of 8 kept)
+    {"NVIDIA H200", 91400, {1, 2, 0, 128, 56, 56, 64, 64, 3, 3, 1, 1, 256, 128, 256, 0, 33554432}, 73, 1, 0.0882f, 0.0847f}, // backward data 4.0% faster (of 8 kept)
+    {"NVIDIA H200", 91400, {2, 2, 0, 128, 224, 224, 3, 64, 7, 7, 2, 3, 256, 256, 256, 0, 33554432}, 1, 1, 8.2412f, 4.7308f}, // backward filter 42.6% faster (of 3 kept)
+    {"NVIDIA H200", 91400, {0, 1, 0, 128, 56, 56, 64, 256, 1, 1, 1, 0, 256, 128, 256, 0, 33554432}, 58, 1, 0.0970f, 0.0821f}, // forward 15.3% faster (of 5 kept)
     {NULL, 0, {0}, 0, 0, 0.0f, 0.0f}, // end (C has no empty arrays)
 };
 const int mo_conv_table_n = (int)(sizeof mo_conv_table / sizeof mo_conv_table[0]) - 1;

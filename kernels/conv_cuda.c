@@ -547,8 +547,39 @@ mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, c
     return conv_run(c, MO_CONV_FWD, dt, s, (void *)in, (void *)w, out, 0);
 }
 
+// In fp32 without TF32 cuDNN 9.14 keeps one deterministic backward-data engine for ResNet-50's shapes on
+// the H200, and it is slow: 66 ms for layer1's 3x3 convolution (batch 128) against 2.95 ms forward
+// (gpu_resnet_ops timing at 41de208; a tuning run kept no other candidate). A stride-1 convolution's
+// input gradient is itself a forward convolution: of dout (N, P, Q, K) with the filter flipped in R and S
+// and transposed to (C, R, S, K), padding R-1-pad. So fp32 takes that path (MEMOPT_CONV_DGRAD=cudnn: the
+// backward-data engine): the flipped filter sits at the head of the library workspace and the forward
+// plan gets the rest as its budget (its key says so), so no byte is allocated and the dry peak holds.
+static mo_status dgrad_as_forward(mo_ctx *c, void *din, const void *dout, const void *w, const mo_conv_shape *s,
+                                  int *done) {
+    *done = 0;
+    if (c->conv_dgrad_cudnn || s->stride != 1 || s->R != s->S || s->pad > s->R - 1) return MO_OK;
+    const size_t wb = (size_t)s->K * s->R * s->S * s->C * sizeof(float), off = (wb + 255) & ~(size_t)255;
+    if (off + ((size_t)8 << 20) > c->gemm_ws_bytes) return MO_OK; // keep 8 MiB at least for the forward's engine
+    float *wf = (float *)c->gemm_ws;
+    MO_TRY(conv_flip_filter_cuda(c, wf, (const float *)w, s->K, s->R, s->S, s->C));
+    mo_conv_shape t;
+    mo_conv_shape_init(&t, s->N, s->P, s->Q, s->K, s->C, s->R, s->S, 1, s->R - 1 - s->pad);
+    void *ws0 = c->gemm_ws;
+    const size_t wsb0 = c->gemm_ws_bytes;
+    c->gemm_ws = (char *)ws0 + off, c->gemm_ws_bytes = wsb0 - off;
+    const mo_status st = conv_run(c, MO_CONV_FWD, MO_F32, &t, (void *)dout, wf, din, 0);
+    c->gemm_ws = ws0, c->gemm_ws_bytes = wsb0;
+    *done = st == MO_OK;
+    return st;
+}
+
 mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                   const mo_conv_shape *s) {
+    if (dt == MO_F32 && !c->tf32) {
+        int done;
+        MO_TRY(dgrad_as_forward(c, din, dout, w, s, &done));
+        if (done) return MO_OK;
+    }
     return conv_run(c, MO_CONV_BWD_DATA, dt, s, din, (void *)w, (void *)dout, 0);
 }
 

@@ -102,6 +102,8 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     const char *ct = getenv("MEMOPT_CONV_TABLE"), *cu = getenv("MEMOPT_CONV_TUNE");
     c->conv_table = !(ct && strcmp(ct, "0") == 0);
     c->conv_tune = cu && strcmp(cu, "1") == 0;
+    const char *dg = getenv("MEMOPT_CONV_DGRAD");
+    c->conv_dgrad_cudnn = dg && strcmp(dg, "cudnn") == 0;
     const char *bn = getenv("MEMOPT_BN");
     c->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");

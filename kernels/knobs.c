@@ -14,6 +14,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_ATTN_TF32", "0: the fused fp32 attention on CUDA cores under --precision tf32 (default: TF32 tensor cores)"},
     {"MEMOPT_BN", "cudnn: the batch norm on cuDNN's calls, not the suite's own kernels"},
     {"MEMOPT_CE", "loop: the fp32 cross-entropy on the kernel that reads each row twice"},
+    {"MEMOPT_CONV_DGRAD", "cudnn: fp32 stride-1 input gradients on cuDNN's backward-data engine, not a flipped-filter forward"},
     {"MEMOPT_CONV_TABLE", "0: the stored cuDNN convolution engine choices ignored"},
     {"MEMOPT_CONV_TUNE", "1: every new convolution plan times its deterministic candidates that fit"},
     {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},

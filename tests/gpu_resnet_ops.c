@@ -320,6 +320,12 @@ static void timing(void) {
         gc->bn_cudnn = 1;
         const double cf = time_op(3, pr, &s, x, w, y, dw, bn, 1), cb = time_op(4, pr, &s, x, w, y, dw, bn, 1);
         gc->bn_cudnn = 0;
+        if (pr->dt == MO_F32 && !pr->tf32) { // the input gradient on cuDNN's backward-data engine, to compare
+            gc->conv_dgrad_cudnn = 1;
+            printf("  fp32 bwd data on cuDNN's backward-data engine (MEMOPT_CONV_DGRAD=cudnn): %.3f ms\n",
+                   time_op(1, pr, &s, x, w, y, dw, bn, 0));
+            gc->conv_dgrad_cudnn = 0;
+        }
         const double g = mo_conv_flops(&s) * 1e-9;
         printf("  %-4s conv fwd %.3f ms (%.0f TFLOP/s), bwd data %.3f (%.0f), bwd filter %.3f (%.0f); "
                "bn+relu fwd %.3f ms, bwd %.3f ms (cuDNN's: %.3f, %.3f)\n",

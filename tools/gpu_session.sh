@@ -24,7 +24,9 @@
 #   the PyTorch peer beside them (torch-resnet50.csv) and plan --validate on the rows; "resnetlite" only
 #   the fp32/bf16 x none/segments:4 rows of both, 5 steps after 2 warm-up (the checkpointing claim's ratios);
 #   "convtune" tunes ResNet-50 batch 128's convolutions (MEMOPT_CONV_TUNE=1), writes the lines into
-#   kernels/conv_algo_table.c (copied to OUTDIR) and rebuilds memopt on it
+#   kernels/conv_algo_table.c (copied to OUTDIR) and rebuilds memopt on it; "resnetfast" the TF32 and 16-bit
+#   ResNet-50 rows of memopt and the peer; "attncudnn" the bf16 fused GPT step on the own attention
+#   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -83,7 +85,7 @@ if has gpusome; then
   t0=$(date +%s)
   pids=""
   for t in ${GPU_TESTS:?stage gpusome needs GPU_TESTS}; do
-    (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
+    (cd $B && timeout ${GPUSOME_TIMEOUT:-300} ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
     pids="$pids $!"
   done
   wait $pids
@@ -192,6 +194,37 @@ if has resnetlite; then
   done
   PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 --steps 5 --warmup 2 \
     --precision fp32,bf16 --ckpt none,segments:4 --csv "$R/torch-resnet50-lite.csv" || echo "(peer exit $?)"
+fi
+if has resnetfast; then
+  # ResNet-50 batch 128, the issue's six rows, memopt (stored conv choices) and the peer, 10 steps
+  csv="$R/h200-resnet50-fast.csv"
+  for cfg in "fp32 none" "fp32 segments:4" "tf32 none" "bf16 none" "bf16 segments:4" "fp16 none"; do
+    set -- $cfg
+    echo "== memopt resnet50 b128 --precision $1 --ckpt $2"
+    timeout 120 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --csv "$csv" --precision "$1" \
+      --ckpt "$2" 2>&1 | grep -E "step:|recompute|peak alloc|dry-backend|error|oom" || echo "(exit $?)"
+  done
+  PR() { PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 \
+    --csv "$R/torch-resnet50-fast.csv" "$@" || echo "(peer exit $?: $*)"; }
+  PR --precision fp32,bf16 --ckpt none,segments:4
+  PR --precision tf32,fp16 --ckpt none
+fi
+if has attncudnn; then
+  # the 16-bit fused attention on the suite's kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), in
+  # the whole GPT-2 124M bf16 step (B 8 T 1024 and T 2048 B 4), beside PyTorch's SDPA step
+  csv="$R/h200-attn-impl.csv"
+  shapes=("--seq 1024 --batch 8")
+  [ "${ATTN_T2048:-1}" = 1 ] && shapes+=("--seq 2048 --batch 4")
+  for shape in "${shapes[@]}"; do
+    for impl in own cudnn; do
+      MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --preset gpt2-124m --precision bf16 --attn fused $shape --steps 10 --warmup 3 \
+        --csv "$csv" 2>&1 | grep -E "step:|peak alloc|dry-backend|error" | sed "s/^/bf16 fused $shape $impl: /"
+    done
+  done
+  for shape in "${shapes[@]}"; do
+    PYTHONUNBUFFERED=1 timeout 90 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-attn-impl.csv" \
+      --attn fused --precision bf16 $shape 2>&1 | tail -1
+  done
 fi
 if has tune; then
   # MEMOPT_GEMM_TUNE=1 (lt_gemm_cuda.c): each new cuBLASLt plan times the heuristic's top candidates and
