@@ -135,7 +135,7 @@ static mo_status evaluate(entry *e, const target *t, const mo_run_env *env, int 
     // The fit check's first run is the step on the dry backend: its cost trace times it (a split run,
     // or one that ran out of memory under its own cap, is traced again unsplit and uncapped).
     static mo_cost_trace trace; // reused from one configuration to the next
-    const int split = e->rc.tp * e->rc.pp > 1;
+    const int split = e->rc.tp * e->rc.pp * (e->rc.dp > 1 ? e->rc.dp : 1) > 1;
     MO_TRY(mo_plan_fit_check_traced(&e->rc, env, t->headroom, &e->fit, t->time_gpu && !split ? &trace : NULL));
     *runs += e->fit.runs;
     e->ms = NAN;
@@ -145,6 +145,7 @@ static mo_status evaluate(entry *e, const target *t, const mo_run_env *env, int 
         else
             mo_roofline_step(&e->rc, t->time_gpu, &e->roof);
         e->ms = mo_plan_step_ms(&e->roof, &t->cal, e->rc.precision);
+        if (e->rc.dp > 1) e->ms = NAN; // the roofline has no data-parallel model yet: the peak only (exact, dry)
     }
     if (want_max && e->fit.plannable) {
         int r = 0;

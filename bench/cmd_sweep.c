@@ -217,6 +217,10 @@ mo_status mo_config_name(const mo_run_config *rc, char *buf, size_t n) {
     }
     if (!m || (m->dims & MO_OPT_ATTN)) snprintf(attn, sizeof attn, "/%s", mo_attn_name(rc->attn));
     if (rc->tp != 1 || rc->pp != 1) snprintf(extra, sizeof extra, "/tp:%d/pp:%d", rc->tp, rc->pp);
+    if (rc->dp > 1 || rc->zero) {
+        size_t k = strlen(extra);
+        snprintf(extra + k, sizeof extra - k, "/dp:%d/zero:%d", rc->dp, rc->zero);
+    }
     snprintf(buf, n, "%s/%s/%s%s/ckpt:%s/accum:%d%s/alloc:%s/cap:%s", mo_backend_name(rc->backend), model,
              mo_precision_name(rc->precision), attn, mo_ckpt_format(rc->ckpt, ckpt, sizeof ckpt),
              rc->accum, extra, mo_alloc_kind_name(rc->alloc), rc->cap_text[0] ? rc->cap_text : "none");

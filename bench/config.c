@@ -164,6 +164,8 @@ void mo_config_defaults(mo_config *c, mo_command command) {
     b->accum = 1;
     b->precision = MO_PREC_FP32;
     b->tp = b->pp = 1;
+    b->dp = 1;
+    b->zero = 0;
     b->comm = MO_COMM_LOCAL;
     b->on_oom = MO_ON_OOM_FAIL;
     b->backend = MO_BACKEND_CUDA;
@@ -182,6 +184,8 @@ void mo_config_defaults(mo_config *c, mo_command command) {
     c->n_precision = 1;  c->precision[0] = b->precision;
     c->n_tp = 1;         c->tp[0] = 1;
     c->n_pp = 1;         c->pp[0] = 1;
+    c->n_dp = 1;         c->dp[0] = 1;
+    c->n_zero = 1;       c->zero[0] = 0;
     c->n_accum = 1;      c->accum[0] = 1;
     c->n_ckpt = 1;       c->ckpt[0] = b->ckpt;
     c->n_alloc = 1;      c->alloc[0] = b->alloc;
@@ -263,6 +267,8 @@ INT_AXIS(classes, 2, MO_MAX_CLASSES)
 INT_AXIS(accum, 1, MO_MAX_BATCH)
 INT_AXIS(tp, 1, MO_MAX_TP)
 INT_AXIS(pp, 1, MO_MAX_PP)
+INT_AXIS(dp, 1, MO_MAX_DP)
+INT_AXIS(zero, 0, 3)
 
 static mo_status set_attn(mo_config *c, const char *f, const char *v, int idx) {
     int i = 0;
@@ -485,6 +491,7 @@ static int *list_count(mo_config *c, const char *name) {
         {"--pp", offsetof(mo_config, n_pp)},             {"--accum", offsetof(mo_config, n_accum)},
         {"--ckpt", offsetof(mo_config, n_ckpt)},         {"--alloc", offsetof(mo_config, n_alloc)},
         {"--cap", offsetof(mo_config, n_cap)},
+        {"--dp", offsetof(mo_config, n_dp)},             {"--zero", offsetof(mo_config, n_zero)},
     };
     for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
         if (!strcmp(name, axes[i].name)) return (int *)((char *)c + axes[i].off);
@@ -512,6 +519,8 @@ static const flag_def flags[] = {
     {{"--precision", "fp32|tf32|fp16|bf16", "compute precision, fp32 master weights (default fp32)", "strategy", CMDS_CONFIG, 1}, set_precision},
     {{"--tp", "T", "tensor-parallel degree, divides 4*hidden (and gpt's heads) (default 1)", "strategy", CMDS_CONFIG, 1}, set_tp},
     {{"--pp", "P", "pipeline stages, divides layers (default 1)", "strategy", CMDS_CONFIG, 1}, set_pp},
+    {{"--dp", "D", "data-parallel ranks, each on batch/D; D x accum divides batch (default 1; gpt, with --tp 1 --pp 1)", "strategy", CMDS_CONFIG, 1}, set_dp},
+    {{"--zero", "0|1|2|3", "ZeRO level over the --dp ranks: 1 shards AdamW state and master, 2 also gradients, 3 also parameters (default 0)", "strategy", CMDS_CONFIG, 1}, set_zero},
     {{"--comm", "local|nccl", "communicator: ranks as threads, or one rank per GPU (default local)", "strategy", CMDS_EXEC, 0}, set_comm},
     {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or retry with a smaller micro-batch (default fail)", "strategy", B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_CLAIMS), 0}, set_on_oom},
     // run
@@ -742,14 +751,14 @@ static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx
 
 // The list-valued axes in their documented nesting order, with their flags: one table for the count,
 // the refusal's message and nothing else to keep in step.
-enum { N_AXES = 17 };
+enum { N_AXES = 19 };
 static const char *const axis_names[N_AXES] = {"--preset", "--layers", "--hidden", "--heads", "--seq", "--vocab",
                                                "--batch", "--attn", "--precision", "--tp", "--pp", "--accum",
-                                               "--ckpt", "--alloc", "--cap", "--input", "--classes"};
+                                               "--ckpt", "--alloc", "--cap", "--input", "--classes", "--dp", "--zero"};
 static void axis_lens(const mo_config *c, int lens[N_AXES]) {
     const int l[N_AXES] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
                            c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap,
-                           c->n_input, c->n_classes};
+                           c->n_input, c->n_classes, c->n_dp, c->n_zero};
     memcpy(lens, l, sizeof l);
 }
 
@@ -777,6 +786,7 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
     size_t count = mo_config_count(c);
     if (i >= count) return MO_FAIL(MO_ERR_INTERNAL, "combination %zu of %zu", i, count);
     // Decode in reverse order of the documented nesting.
+    int k_zero = take(&i, c->n_zero), k_dp = take(&i, c->n_dp); // appended last: older grids keep their order
     int k_classes = take(&i, c->n_classes), k_input = take(&i, c->n_input);
     int k_cap = take(&i, c->n_cap), k_alloc = take(&i, c->n_alloc), k_ckpt = take(&i, c->n_ckpt);
     int k_accum = take(&i, c->n_accum), k_pp = take(&i, c->n_pp), k_tp = take(&i, c->n_tp);
@@ -802,6 +812,8 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
     out->precision = c->precision[k_prec];
     out->tp = c->tp[k_tp];
     out->pp = c->pp[k_pp];
+    out->dp = c->dp[k_dp];
+    out->zero = c->zero[k_zero];
     out->accum = c->accum[k_accum];
     out->ckpt = c->ckpt[k_ckpt];
     out->alloc = c->alloc[k_alloc];
@@ -822,6 +834,17 @@ mo_status mo_run_config_validate(const mo_run_config *r) {
     if (!m->split && r->tp * r->pp > 1)
         return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: model %s cannot be split over ranks yet (accepted: --tp 1 --pp 1)%s%s",
                        r->tp, r->pp, m->name, m->no_split_reason ? ": " : "", m->no_split_reason ? m->no_split_reason : "");
+    if (r->zero > 0 && r->dp <= 1)
+        return MO_FAIL(MO_ERR_INVALID, "--zero %d: needs --dp above 1 (ZeRO shards the model state over data-parallel ranks; "
+                       "accepted without --dp: --zero 0)", r->zero);
+    if (r->dp > 1 && !m->split)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d: model %s has no data-parallel ranks yet (accepted: --dp 1)", r->dp, m->name);
+    if (r->dp > 1 && r->tp * r->pp > 1)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d with --tp %d --pp %d: data parallelism runs on unsplit models only for now "
+                       "(accepted: --tp 1 --pp 1 with --dp)", r->dp, r->tp, r->pp);
+    if (r->dp > 1 && (r->batch % r->dp || (r->batch / r->dp) % r->accum))
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d: batch %d is not divisible by dp x accum = %d (each rank takes batch/dp "
+                       "rows, in accum micro-batches)", r->dp, r->batch, r->dp * r->accum);
     MO_TRY(m->validate(r));
     MO_TRY(mo_run_config_check_accum(r));
     MO_TRY(mo_run_config_check_every(r));

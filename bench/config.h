@@ -40,6 +40,7 @@ extern "C" {
 #define MO_MAX_CLASSES (1 << 21)
 #define MO_MAX_TP 256
 #define MO_MAX_PP 1024
+#define MO_MAX_DP 64 // the communicator's largest world
 #define MO_MAX_STEPS 1000000
 
 typedef enum mo_command {
@@ -100,6 +101,7 @@ typedef struct mo_run_config {
     int accum;                       // micro-batches per step; micro batch = batch / accum
     mo_precision precision;
     int tp, pp;
+    int dp, zero;                    // data-parallel ranks and the ZeRO level 0..3 (models/gpt_zero.h)
     mo_comm_kind comm;
     mo_on_oom on_oom;
     // run
@@ -136,6 +138,8 @@ typedef struct mo_config {
     int n_precision; mo_precision precision[MO_LIST_MAX];
     int n_tp;        int tp[MO_LIST_MAX];
     int n_pp;        int pp[MO_LIST_MAX];
+    int n_dp;        int dp[MO_LIST_MAX];
+    int n_zero;      int zero[MO_LIST_MAX];
     int n_accum;     int accum[MO_LIST_MAX];
     int n_ckpt;      mo_ckpt ckpt[MO_LIST_MAX];
     int n_alloc;     mo_alloc_kind alloc[MO_LIST_MAX];

@@ -37,6 +37,8 @@ static const col_def cols[] = {
     I(predicted_peak_bytes), F(comm_ms), I(comm_modelled),
     // schema 2, kept together at the end
     S(dims), F(items_per_s), I(inactive_split_bytes), I(largest_free_block_bytes), I(segments),
+    // schema 3 (before knobs, which stays the last column)
+    I(dp), I(zero),
     S(knobs),
 };
 #undef I
@@ -91,6 +93,8 @@ void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t c
     row->accum = rc->accum;
     row->tp = rc->tp;
     row->pp = rc->pp;
+    row->dp = rc->dp > 1 ? rc->dp : 1;
+    row->zero = rc->zero;
     snprintf(row->comm, sizeof row->comm, "%s", mo_comm_name(rc->comm));
     row->cap_bytes = (int64_t)cap_bytes;
     snprintf(row->alloc, sizeof row->alloc, "%s", mo_alloc_kind_name(rc->alloc));
@@ -175,6 +179,10 @@ const char *mo_csv_config_key(const mo_csv_row *r, char *buf, size_t n) {
              r->backend, r->model, (long long)r->layers, (long long)r->hidden, (long long)r->heads,
              (long long)r->seq, (long long)r->batch, (long long)r->vocab, r->precision, r->attn, r->ckpt, accum, tp,
              pp, r->comm, cap, r->alloc, r->dims, r->knobs);
+    // Data parallelism only when used, so the keys of every row without it stay as they were.
+    size_t k = strlen(buf);
+    if ((r->dp > 1 || r->zero > 0) && k < n)
+        snprintf(buf + k, n - k, " dp=%lld zero=%lld", (long long)r->dp, (long long)r->zero);
     return buf;
 }
 
@@ -482,6 +490,8 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
 // A gpt row without dims, of either version (schema 2 files written before dims was added, like the
 // committed results/baseline-dry.csv, have none), gets them the same way, so that its key matches.
 static void upgrade_row(mo_csv_row *r) {
+    if (r->schema_version < 3 && r->dp < 0) r->dp = 1; // before schema 3: no data parallelism
+    if (r->schema_version < 3 && r->zero < 0) r->zero = 0;
     if (!r->model[0] || !strcmp(r->model, "gpt")) {
         const mo_model_ops *m = mo_model_find("gpt");
         if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {

@@ -23,7 +23,8 @@ extern "C" {
 //    inactive_split_bytes, largest_free_block_bytes, segments; knobs (the MEMOPT_* settings, kernels/knobs.h).
 //    All added at the end. Schema 1 files (and schema 2 files written before knobs, whose knobs read empty)
 //    are read too (see mo_csv_read); schema 1 had gpt rows only.
-#define MO_CSV_SCHEMA_VERSION 2
+// 3: dp and zero (data-parallel ranks and the ZeRO level), at the end. Older rows read as dp 1, zero 0.
+#define MO_CSV_SCHEMA_VERSION 3
 #define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {
@@ -70,6 +71,7 @@ typedef struct mo_csv_row {
     char dims[128];                // the model's own dimension text, "L12 C768 H12 T1024 V50304"
     double items_per_s;            // the model's items (tokens for gpt) per second
     char knobs[320];               // the MEMOPT_* knobs set (kernels/knobs.h): "NAME=value;NAME=value", "" none
+    int64_t dp, zero;              // schema 3: data-parallel ranks (1: none) and the ZeRO level 0..3
 } mo_csv_row;
 
 // Every field unknown, schema_version set.

@@ -222,7 +222,7 @@ static int cmp_double(const void *x, const void *y) {
 
 static int usable_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_catalog *one) {
     if (strcmp(r->backend, "cuda") || strcmp(r->status, "ok") || !(r->step_ms > 0) || !isfinite(r->step_ms)) return 0;
-    if (r->tp * r->pp > 1) return 0; // the roofline models the unsplit step only
+    if (r->tp * r->pp > 1 || r->dp > 1) return 0; // the roofline models the unsplit step only
     // ... and no allocator cost: a raw-allocator row (cudaMalloc/cudaFree per tensor, 2x slower on the
     // H200) would drag its precision's fitted efficiency down for every other row.
     if (strcmp(r->alloc, "raw") == 0) return 0;

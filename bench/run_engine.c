@@ -90,6 +90,8 @@ static mo_split_config split_config_of(const mo_run_config *rc, mo_backend_kind 
     mo_split_config sc;
     memset(&sc, 0, sizeof sc);
     sc.tp = rc->tp; sc.pp = rc->pp;
+    sc.dp = rc->dp > 1 ? rc->dp : 1;
+    sc.zero = rc->zero;
     sc.comm = rc->comm;
     sc.backend = be;
     sc.alloc = rc->alloc;
@@ -99,7 +101,8 @@ static mo_split_config split_config_of(const mo_run_config *rc, mo_backend_kind 
 
 // tp 1 x pp 1 is the plain model whatever --comm says: one rank has nothing to communicate (the NCCL
 // path itself at one rank is tests/gpu_comm.c's).
-static int is_split(const mo_run_config *rc) { return rc->tp * rc->pp > 1; }
+static int is_split(const mo_run_config *rc) { return rc->tp * rc->pp * (rc->dp > 1 ? rc->dp : 1) > 1; }
+static int ranks_of(const mo_run_config *rc) { return rc->tp * rc->pp * (rc->dp > 1 ? rc->dp : 1); }
 
 static uint64_t used_device_bytes(void) {
 #ifdef MEMOPT_HAVE_CUDA
@@ -280,7 +283,8 @@ static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo
     mo_status st = mo_model_of(rc, &s->ops);
     if (st == MO_OK && s->ops->check) st = s->ops->check(rc);
     if (st == MO_OK && is_split(rc) && !s->ops->split)
-        st = MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: model %s cannot be split over ranks yet", rc->tp, rc->pp, s->ops->name);
+        st = MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d --dp %d: model %s cannot be split over ranks yet", rc->tp, rc->pp,
+                     rc->dp, s->ops->name);
     if (st == MO_OK && is_split(rc)) {
         mo_split_config sc = split_config_of(rc, be, s->cap);
         st = s->ops->split->validate(rc, &sc);
@@ -494,7 +498,7 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
         row->hw_tflops = (flops + rflops) / (med * 1e-3) / 1e12;
         double peak = s->be == MO_BACKEND_CUDA ? mo_device_peak_tflops(env->dev.name, rc->precision) : 0;
         // local ranks share the one GPU; nccl ranks each have one
-        if (is_split(rc) && rc->comm == MO_COMM_NCCL) peak *= rc->tp * rc->pp;
+        if (is_split(rc) && rc->comm == MO_COMM_NCCL) peak *= ranks_of(rc);
         row->mfu = peak > 0 ? row->model_tflops / peak : NAN;
         if (is_split(rc)) {
             row->comm_ms = s->n > 0 ? s->comm.ms_max_rank / s->n : NAN; // the busiest rank's, per step
@@ -541,7 +545,10 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     fprintf(out, "  strategy: precision %s%s, ckpt %s, accum %d, alloc %s, cap %s\n", mo_precision_name(rc->precision),
             at, row->ckpt, rc->accum, mo_alloc_kind_name(rc->alloc),
             s->cap ? mo_format_bytes(s->cap, b1, 32) : "none");
-    if (is_split(rc) && !s->config_failed)
+    if (is_split(rc) && !s->config_failed && rc->dp > 1)
+        fprintf(out, "  data parallel: dp %d (batch %d per rank), ZeRO %d (comm %s), each rank with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
+                rc->dp, rc->batch / rc->dp, rc->zero, mo_comm_kind_name(rc->comm), s->cap ? " and cap" : "", s->peak_rank);
+    else if (is_split(rc) && !s->config_failed)
         fprintf(out, "  split: tp %d x pp %d = %d ranks (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
                 rc->tp, rc->pp, rc->tp * rc->pp, mo_comm_kind_name(rc->comm), s->cap ? " and cap" : "", s->peak_rank);
     if (is_split(rc) && !strcmp(row->status, "ok") && s->n_ranks > 0) {

@@ -95,6 +95,10 @@ typedef struct mo_gpt {
     // NULL for the whole model (everything above is then as documented; with a shard the tensors
     // are the rank's shard, inputs only on the first stage, targets and losses only on the last).
     const struct mo_gpt_shard *shard;
+    // Data parallelism (shard->dp > 1, models/gpt_zero.h): the ZeRO layout of this rank's model state
+    // and its collectives; NULL otherwise. With it, params / wparams / grads / adam_m / adam_v may be
+    // the rank's shards (gpt_zero.h says which at each level) and num_params is still the model's.
+    struct gpt_zero *zero;
 } mo_gpt;
 
 // Validates the shapes (positive, hidden % heads == 0, batch % accum == 0, ...).

@@ -2,6 +2,7 @@
 #include "gpt.h"
 #include "models/rng.h"
 #include "gpt_shard.h"
+#include "gpt_zero.h"
 #include "models/ckpt_layout.h"
 #include "kernels/ops_mixed.h"
 
@@ -202,6 +203,12 @@ static void init_params(const mo_gpt_config *c, const size_t sizes[GPT_NPARAMS],
     }
 }
 
+void gpt_init_full(const mo_gpt_config *c, float *h) {
+    size_t s[GPT_NPARAMS];
+    param_sizes(c, s);
+    init_params(c, s, h);
+}
+
 // The initial value of element i of the unsplit model's tensor p, on its own. init_params draws
 // from splitmix64, whose state after k draws is s0 + k * 0x9e37..., so the j-th normally distributed
 // element (draws 2j+1 and 2j+2, counted over the random tensors in order) needs none of the draws
@@ -247,6 +254,7 @@ void mo_gpt_destroy(mo_gpt *m) {
     mo_free(a, m->grads);
     if (m->wparams != m->params) mo_free(a, m->wparams);
     mo_free(a, m->params);
+    gpt_zero_destroy(m); // after the buffers above (some are the ZeRO shards)
     free(m->inputs_host);
     free(m->targets_host);
     free(m);
@@ -270,12 +278,17 @@ mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ct
     mo_allocator *a = ctx->alloc;
     mo_status st;
     int mixed = cfg->dtype != MO_F32;
-    MO_TRY_GOTO(st, mo_alloc(a, pb, mixed ? MO_CAT_MASTER : MO_CAT_PARAM, (void **)&m->params), fail);
-    if (mixed) MO_TRY_GOTO(st, mo_alloc(a, m->num_params * mo_dtype_size(cfg->dtype), MO_CAT_PARAM, &m->wparams), fail);
-    else m->wparams = m->params;
-    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
-    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
-    MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
+    // Data parallelism (gpt_zero.h): ZeRO levels >= 1 make their own (sharded) model state.
+    if (sh && sh->dp > 1) MO_TRY_GOTO(st, gpt_zero_create(m), fail);
+    int own_state = !m->zero || m->zero->level == 0;
+    if (own_state) {
+        MO_TRY_GOTO(st, mo_alloc(a, pb, mixed ? MO_CAT_MASTER : MO_CAT_PARAM, (void **)&m->params), fail);
+        if (mixed) MO_TRY_GOTO(st, mo_alloc(a, m->num_params * mo_dtype_size(cfg->dtype), MO_CAT_PARAM, &m->wparams), fail);
+        else m->wparams = m->params;
+        MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
+        MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
+        MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
+    }
     // A shard: the tokens on the first stage (the embedding), the targets and losses on the last.
     if (!sh || sh->first) MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->inputs), fail);
     if (!sh || sh->last) {
@@ -290,13 +303,13 @@ mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ct
         if (!m->inputs_host || !m->targets_host) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the batch"); goto fail; }
     }
     size_t o = 0;
-    for (int p = 0; p < GPT_NPARAMS; p++) {
+    for (int p = 0; own_state && p < GPT_NPARAMS; p++) {
         m->param_ptr[p] = m->params + o;
         m->grad_ptr[p] = m->grads + o;
         m->wparam_ptr[p] = (char *)m->wparams + o * mo_dtype_size(cfg->dtype);
         o += m->param_sizes[p];
     }
-    if (ctx->backend != MO_BACKEND_DRY) {
+    if (own_state && ctx->backend != MO_BACKEND_DRY) {
         float *h = malloc(pb);
         if (!h) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the initial parameters"); goto fail; }
         if (sh) init_shard(cfg, sh, m->param_sizes, h);
@@ -305,10 +318,12 @@ mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ct
         free(h);
         if (st != MO_OK) goto fail;
     }
-    if (mixed) MO_TRY_GOTO(st, mo_cast_mixed(ctx, cfg->dtype, m->wparams, MO_F32, m->params, m->num_params), fail);
-    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_m, pb), fail);
-    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_v, pb), fail);
-    MO_TRY_GOTO(st, mo_memset_zero(ctx, m->grads, pb), fail);
+    if (own_state) {
+        if (mixed) MO_TRY_GOTO(st, mo_cast_mixed(ctx, cfg->dtype, m->wparams, MO_F32, m->params, m->num_params), fail);
+        MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_m, pb), fail);
+        MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_v, pb), fail);
+        MO_TRY_GOTO(st, mo_memset_zero(ctx, m->grads, pb), fail);
+    }
     m->checkpointing = cfg->ckpt != MO_CKPT_NONE;
     if (cfg->loss_scaling) {
         m->cfg.loss_scale_init = cfg->loss_scale_init > 0 ? cfg->loss_scale_init : 65536.0f;

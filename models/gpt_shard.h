@@ -26,6 +26,10 @@ typedef struct mo_gpt_shard {
     struct mo_comm *pp_comm;  // the stages of this tp index (pp > 1), rank stage
     struct mo_comm *emb_comm; // stage 0 (rank 0) and stage pp-1 (rank 1) of this tp index (pp > 1)
     struct mo_comm *world_comm; // every rank (W > 1), rank `rank`
+    // Data parallelism (issue 20): dp ranks of the whole model (tp 1, pp 1 then), each on batch/dp of
+    // the global batch; zero 0..3 the ZeRO level (models/gpt_zero.h). dp 1: no data parallelism.
+    int dp, dp_rank, zero;
+    struct mo_comm *dp_comm;    // the dp ranks (dp > 1), rank dp_rank
     // The groups of these comms are guarded (mo_comm_group_guard): a rank never enters an op that a
     // failed peer will not join; models/gpt_split.c aborts them all when any rank fails.
 } mo_gpt_shard;

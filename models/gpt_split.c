@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpt_shard.h"
+#include "gpt_zero.h"
 #include "strategies/comm.h"
 #include "strategies/ranks.h"
 
@@ -17,12 +18,14 @@ typedef struct gpt_rank {
     mo_gpt_shard sh;
     mo_gpt *m;
     float *host;            // the gather: the rank's params or grads
+    unsigned char *seen;    // the gather, data parallel: the elements of host the rank owns (the usual layout)
 } gpt_rank;
 
 struct mo_gpt_split {
     mo_gpt_config cfg;
+    mo_gpt_config rank_cfg;  // a rank's model: cfg, with batch / dp under data parallelism
     mo_gpt_split_config sc;
-    int tp, pp, W;
+    int tp, pp, dp, W;
     mo_ranks *rk;
     gpt_rank *g;            // [W]
     int read_what;
@@ -45,7 +48,10 @@ static mo_status rank_make(mo_rank *r, void *arg) {
     sh->pp_comm = r->pp_comm;
     sh->emb_comm = r->emb_comm;
     sh->world_comm = r->world_comm;
-    MO_TRY(mo_gpt_create_shard(&gr->m, &s->cfg, r->ctx, s->W == 1 ? NULL : sh));
+    // Data parallel: the whole model on each rank (tp 1, pp 1), on its share of the batch.
+    sh->dp = r->dp; sh->dp_rank = r->dp_rank; sh->zero = s->sc.zero;
+    sh->dp_comm = r->dp_comm;
+    MO_TRY(mo_gpt_create_shard(&gr->m, &s->rank_cfg, r->ctx, s->W == 1 ? NULL : sh));
     r->model = gr->m;
     return MO_OK;
 }
@@ -56,9 +62,11 @@ static void rank_unmake(mo_rank *r, void *arg) {
     s->g[r->rank].m = NULL;
 }
 
+// A data-parallel rank takes rows [r B/dp, (r+1) B/dp) of the global batch.
 static mo_status rank_set_batch(mo_rank *r, void *arg) {
     mo_gpt_split *s = arg;
-    return mo_gpt_set_batch(s->g[r->rank].m, s->tokens, s->targets);
+    size_t off = (size_t)r->dp_rank * (size_t)s->rank_cfg.batch * (size_t)s->cfg.seq;
+    return mo_gpt_set_batch(s->g[r->rank].m, s->tokens + off, s->targets + off);
 }
 
 static mo_status rank_step(mo_rank *r, void *arg) {
@@ -78,13 +86,25 @@ static mo_status rank_read(mo_rank *r, void *arg) {
     size_t n = m->num_params;
     gr->host = malloc((n ? n : 1) * sizeof(float));
     if (!gr->host) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the gather");
+    if (m->zero) { // data parallel: the rank's own chunks, into the usual layout
+        gr->seen = calloc(n ? n : 1, 1);
+        if (!gr->seen) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the gather");
+        return gpt_zero_export(m, s->read_what, gr->host, gr->seen);
+    }
     return mo_memcpy_d2h(r->ctx, gr->host, s->read_what ? (const float *)m->grads : m->params, n * sizeof(float));
 }
 
 mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_config *sc) {
     MO_TRY(mo_gpt_validate(c));
-    int tp = sc->tp, pp = sc->pp;
-    MO_TRY(mo_ranks_validate_shape(tp, pp, (mo_comm_kind)sc->comm));
+    int tp = sc->tp, pp = sc->pp, dp = sc->dp ? sc->dp : 1, zero = sc->zero;
+    MO_TRY(mo_ranks_validate_shape(tp, pp, dp, (mo_comm_kind)sc->comm));
+    if (zero < 0 || zero > 3) return MO_FAIL(MO_ERR_INVALID, "--zero %d: accepted 0, 1, 2, 3", zero);
+    if (dp > 1 && tp * pp > 1)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d with --tp %d --pp %d: data parallelism runs on unsplit models only for now "
+                       "(accepted: --tp 1 --pp 1 with --dp)", dp, tp, pp);
+    if (c->batch % dp || (c->batch / dp) % c->accum)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d: batch %d is not divisible by dp x accum = %d (each rank takes batch/dp "
+                       "rows, in accum micro-batches)", dp, c->batch, dp * c->accum);
     if (c->heads % tp)
         return MO_FAIL(MO_ERR_INVALID, "--tp %d: the %d attention heads are not divisible by it (each tp rank takes heads/tp)",
                        tp, c->heads);
@@ -93,7 +113,7 @@ mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_confi
     if (c->layers % pp)
         return MO_FAIL(MO_ERR_INVALID, "--pp %d: the %d layers are not divisible by it (every stage holds layers/pp blocks)",
                        pp, c->layers);
-    return mo_ranks_validate_devices(tp, pp, (mo_comm_kind)sc->comm, sc->backend);
+    return mo_ranks_validate_devices(tp, pp, dp, (mo_comm_kind)sc->comm, sc->backend);
 }
 
 void mo_gpt_split_destroy(mo_gpt_split *s) {
@@ -107,16 +127,20 @@ mo_status mo_gpt_split_create(mo_gpt_split **out, const mo_gpt_config *cfg, cons
     *out = NULL;
     MO_TRY(mo_gpt_split_validate(cfg, sc));
     mo_gpt_split *s = calloc(1, sizeof *s);
-    if (s) s->g = calloc((size_t)sc->tp * sc->pp, sizeof *s->g);
+    int dp = sc->dp > 1 ? sc->dp : 1;
+    if (s) s->g = calloc((size_t)sc->tp * sc->pp * dp, sizeof *s->g);
     if (!s || !s->g) { free(s); return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the split"); }
     s->cfg = *cfg;
     s->sc = *sc;
     s->tp = sc->tp;
     s->pp = sc->pp;
-    s->W = sc->tp * sc->pp;
+    s->dp = dp;
+    s->W = sc->tp * sc->pp * dp;
+    s->rank_cfg = *cfg;
+    s->rank_cfg.batch = cfg->batch / dp;
     s->last_loss = s->last_grad_norm = NAN;
     mo_ranks_config rc = {
-        .tp = sc->tp, .pp = sc->pp, .comm = (mo_comm_kind)sc->comm, .backend = sc->backend, .alloc = sc->alloc,
+        .tp = sc->tp, .pp = sc->pp, .dp = dp, .comm = (mo_comm_kind)sc->comm, .backend = sc->backend, .alloc = sc->alloc,
         .cap_bytes = sc->cap_bytes, .link_gbps = sc->link_gbps, .tf32 = cfg->tf32, .emb_groups = 1,
     };
     mo_status st = mo_ranks_create(&s->rk, &rc, rank_make, rank_unmake, s);
@@ -150,6 +174,11 @@ static void collect_step(mo_gpt_split *s) {
     for (int r = 0; r < s->W; r++)
         if (s->g[r].m->recompute_ms > s->recompute_ms) s->recompute_ms = s->g[r].m->recompute_ms;
     s->last_loss = s->g[(s->pp - 1) * s->tp].m->last_loss; // the last stage's tp rank 0
+    if (s->dp > 1) { // data parallel: the mean of the ranks' equal shares
+        double sum = 0;
+        for (int r = 0; r < s->W; r++) sum += s->g[r].m->last_loss;
+        s->last_loss = sum / s->W;
+    }
     s->last_grad_norm = s->g[0].m->last_grad_norm;
 }
 
@@ -187,9 +216,35 @@ mo_status mo_gpt_split_comm_stats(mo_gpt_split *s, mo_gpt_split_comm *out) {
 
 mo_status mo_gpt_split_comm_reset(mo_gpt_split *s) { return mo_ranks_comm_reset(s->rk); }
 
+// Data parallel: every element from the ranks that own it (all of them at ZeRO level 0, which must agree).
+static mo_status gather_dp(mo_gpt_split *s, float *full, int *replicas_equal) {
+    size_t n = mo_gpt_num_params(&s->cfg);
+    unsigned char *have = calloc(n ? n : 1, 1);
+    if (!have) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the gather");
+    int equal = 1;
+    for (int r = 0; r < s->W; r++)
+        for (size_t i = 0; i < n; i++) {
+            if (!s->g[r].seen[i]) continue;
+            float v = s->g[r].host[i];
+            if (!have[i]) { full[i] = v; have[i] = 1; }
+            else if (memcmp(&full[i], &v, sizeof v)) equal = 0;
+        }
+    mo_status st = MO_OK;
+    for (size_t i = 0; i < n; i++)
+        if (!have[i]) { st = MO_FAIL(MO_ERR_INTERNAL, "gather: element %zu of the model has no owner among the dp ranks", i); break; }
+    free(have);
+    if (replicas_equal) *replicas_equal = equal;
+    return st;
+}
+
 mo_status mo_gpt_split_gather(mo_gpt_split *s, int what, float *full, int *replicas_equal) {
     s->read_what = what;
     mo_status st = mo_ranks_run(s->rk, rank_read, s);
+    if (s->dp > 1) {
+        if (st == MO_OK) st = gather_dp(s, full, replicas_equal);
+        for (int r = 0; r < s->W; r++) { free(s->g[r].host); free(s->g[r].seen); s->g[r].host = NULL; s->g[r].seen = NULL; }
+        return st;
+    }
     size_t fs[GPT_NPARAMS], foff[GPT_NPARAMS], o = 0, n = mo_gpt_num_params(&s->cfg);
     gpt_param_sizes(&s->cfg, NULL, fs);
     for (int p = 0; p < GPT_NPARAMS; p++) { foff[p] = o; o += fs[p]; }

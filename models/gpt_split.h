@@ -63,6 +63,10 @@ typedef struct mo_gpt_split_config {
     mo_alloc_kind alloc;      // each rank's allocator
     uint64_t cap_bytes;       // each rank's cap, 0 none (like --cap on a one-GPU run, per rank)
     double link_gbps;         // local kind's modelled link bandwidth (0: MO_COMM_DEFAULT_LINK_GBPS)
+    // Data parallelism (issue 20, models/gpt_zero.h): dp ranks of the whole model, each on batch/dp of
+    // the global batch (dp * accum must divide it), with ZeRO level zero (0..3). 0 is read as 1 (dp)
+    // and 0 (zero), so a config that never sets them is the split as before. dp > 1 needs tp 1, pp 1.
+    int dp, zero;
 } mo_gpt_split_config;
 
 // Bad shapes or combinations: MO_ERR_INVALID naming --tp, --pp or --comm (nccl with fewer GPUs than

@@ -22,6 +22,7 @@
 #include <string.h>
 #include "gpt_ops.h"
 #include "gpt_shard.h"
+#include "gpt_zero.h"
 #include "models/ckpt_layout.h"
 #include "step_ops.h"
 #include "kernels/cost.h"
@@ -90,10 +91,24 @@ static mo_status tp_allreduce(mo_gpt *m, void *buf, size_t n) {
     return mo_ranks_allreduce(sh->tp_comm, m->ctx, DT, buf, n);
 }
 
-// Layer l's slice of parameter tensor p in the working copy: elem elements per layer.
+// Layer l's slice of parameter tensor p in the working copy: elem elements per layer. ZeRO's blockwise
+// levels (gpt_zero.h) keep block l's tensors together in unit 1 + l (level 3: while gathered).
 static const void *W(mo_gpt *m, int p, int l, size_t elem) {
+    const gpt_zero *z = m->zero;
+    if (z && z->blockwise) return (const char *)z->wunit[1 + l] + z->in_unit[p] * mo_dtype_size(DT);
     return (const char *)m->wparam_ptr[p] + (size_t)l * elem * mo_dtype_size(DT);
 }
+
+// Layer l's slice of the gradient of tensor p (fp32): in the blockwise levels, in unit 1 + l's full
+// gradient, made before the block's backward.
+static float *GB(mo_gpt *m, int p, int l, size_t elem) {
+    const gpt_zero *z = m->zero;
+    if (z && z->blockwise) return z->gunit[1 + l] + z->in_unit[p];
+    return m->grad_ptr[p] + (size_t)l * elem;
+}
+
+// The global batch the loss is the mean of: a data-parallel rank holds batch/dp of it (gpt_zero.h).
+static float global_batch(const mo_gpt *m) { return (float)m->cfg.batch * (float)(m->shard ? m->shard->dp > 1 ? m->shard->dp : 1 : 1); }
 
 static void block_free_internals(mo_gpt *m, block_acts *a) {
     act_free(m, &a->ln1); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
@@ -178,33 +193,32 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     int N = s->N, C = c->hidden, B = s->Bm, T = c->seq, Cl = C / tp_of(m), NHl = c->heads / tp_of(m);
     int Fl = 4 * C / tp_of(m);
     size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl;
-    float *const *G = m->grad_ptr;
     MO_TRY(act_alloc(m, NF, &a->d4));
     // d4 = d(fch): the GELU backward inside the fcproj dinp GEMM (fuse_epilogues), else after it
     if (fuse_epilogues(m)) {
-        OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu(x, DT, a->d4, G[GPT_FCPROJW] + (size_t)l * 4 * CC,
-                                              G[GPT_FCPROJB] + (size_t)l * C, dresid, a->fch_gelu,
+        OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu(x, DT, a->d4, GB(m, GPT_FCPROJW, l, 4 * CC),
+                                              GB(m, GPT_FCPROJB, l, C), dresid, a->fch_gelu,
                                               W(m, GPT_FCPROJW, l, 4 * CC), a->fch, N, Fl, C));
         act_free(m, &a->fch_gelu);
     } else {
-        OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, G[GPT_FCPROJW] + (size_t)l * 4 * CC,
-                                        G[GPT_FCPROJB] + (size_t)l * C, dresid, a->fch_gelu,
+        OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, GB(m, GPT_FCPROJW, l, 4 * CC),
+                                        GB(m, GPT_FCPROJB, l, C), dresid, a->fch_gelu,
                                         W(m, GPT_FCPROJW, l, 4 * CC), N, Fl, C));
         act_free(m, &a->fch_gelu);
         OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, NF));
     }
     act_free(m, &a->fch);
     MO_TRY(act_alloc(m, NC, &a->dC));
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_FCW] + (size_t)l * 4 * CC, G[GPT_FCB] + (size_t)l * Fl, a->d4,
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_FCW, l, 4 * CC), GB(m, GPT_FCB, l, Fl), a->d4,
                                     a->ln2, W(m, GPT_FCW, l, 4 * CC), N, C, Fl));
     MO_TRY(tp_allreduce(m, a->dC, NC));
     act_free(m, &a->d4);
     act_free(m, &a->ln2);
-    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, G[GPT_LN2W] + (size_t)l * C, G[GPT_LN2B] + (size_t)l * C,
+    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN2W, l, C), GB(m, GPT_LN2B, l, C),
                                                  a->dC, a->resid2, W(m, GPT_LN2W, l, C), a->ln2_mean, a->ln2_rstd, N, C));
     act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd); act_free(m, &a->resid2);
     // a->dC now receives d(atty) (N, Cl).
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_PROJW] + (size_t)l * CC, G[GPT_PROJB] + (size_t)l * C, dresid,
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_PROJW, l, CC), GB(m, GPT_PROJB, l, C), dresid,
                                     a->atty, W(m, GPT_PROJW, l, CC), N, Cl, C));
     if (!a->att) {
         // Selective checkpointing dropped the probabilities: recompute them (the attention forward
@@ -235,11 +249,11 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
                                             NHl));
     act_free(m, &a->att); act_free(m, &a->atty);
     // a->dC now receives d(ln1).
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, G[GPT_QKVW] + (size_t)l * 3 * CC, G[GPT_QKVB] + (size_t)l * 3 * Cl,
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_QKVW, l, 3 * CC), GB(m, GPT_QKVB, l, 3 * Cl),
                                     a->dqkv, a->ln1, W(m, GPT_QKVW, l, 3 * CC), N, C, 3 * Cl));
     MO_TRY(tp_allreduce(m, a->dC, NC));
     act_free(m, &a->dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
-    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, G[GPT_LN1W] + (size_t)l * C, G[GPT_LN1B] + (size_t)l * C,
+    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN1W, l, C), GB(m, GPT_LN1B, l, C),
                                                  a->dC, a->in, W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, N, C));
     act_free(m, &a->dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
     a->in = NULL; // the schedule frees it
@@ -266,9 +280,11 @@ static mo_status sched_input_fwd(void *mp, void *sp, int micro, void **x0) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
     size_t off = (size_t)micro * s->N;
+    MO_TRY(gpt_zero_weights_get(m, 0)); // ZeRO-3: wte and wpe gathered for the embedding
     MO_TRY(act_alloc(m, (size_t)s->N * c->hidden, &s->enc));
     OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
                                                      m->wparam_ptr[GPT_WPE], s->Bm, c->seq, c->hidden));
+    gpt_zero_weights_put(m, 0);
     *x0 = s->enc;
     s->enc = NULL; // the schedule's from here on
     return MO_OK;
@@ -281,7 +297,9 @@ static mo_status sched_block_fwd(void *mp, void *sp, void *bp, int l, int micro,
     block_acts *a = bp;
     (void)micro;
     a->in = in;
+    MO_TRY(gpt_zero_weights_get(m, 1 + l)); // ZeRO-3: the block's weights, gathered for this forward only
     MO_TRY(block_forward(m, s, l, a, mode != MO_SCHED_FWD_RECOMPUTE_NO_OUT));
+    gpt_zero_weights_put(m, 1 + l);
     if (mode != MO_SCHED_FWD_RECOMPUTE_NO_OUT) {
         *out = a->out;
         a->out = NULL;
@@ -299,6 +317,7 @@ static mo_status sched_head_fwd(void *mp, void *sp, int micro, const void *last)
     mo_ctx *x = m->ctx;
     int N = s->N, C = c->hidden, T = c->seq, V = c->vocab;
     size_t NC = (size_t)N * C, off = (size_t)micro * N;
+    MO_TRY(gpt_zero_weights_get(m, 0)); // ZeRO-3: lnf and the tied wte, held until the head's backward
     MO_TRY(act_alloc(m, NC, &s->lnf));
     MO_TRY(stat_alloc(m, (size_t)N, &s->lnf_mean));
     MO_TRY(stat_alloc(m, (size_t)N, &s->lnf_rstd));
@@ -308,7 +327,7 @@ static mo_status sched_head_fwd(void *mp, void *sp, int micro, const void *last)
     OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, s->logits, NULL, s->lnf, m->wparam_ptr[GPT_WTE], NULL, N, C, V));
     // The mean over the global batch: each micro-batch's gradient is its share of the full one; times
     // the loss scale (1 unless fp16's scaler is on), so that small gradients stay representable.
-    float dloss = m->loss_scale / ((float)c->batch * (float)T);
+    float dloss = m->loss_scale / (global_batch(m) * (float)T);
     OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, s->Bm, T, V, dloss));
     return MO_OK;
 }
@@ -321,6 +340,8 @@ static mo_status sched_head_bwd(void *mp, void *sp, int micro, const void *last,
     int N = s->N, C = c->hidden, V = c->vocab;
     size_t NC = (size_t)N * C;
     (void)micro;
+    MO_TRY(gpt_zero_weights_get(m, 0));
+    MO_TRY(gpt_zero_grad_begin(m, 0)); // ZeRO-2/3: the outer tensors' gradient, until the embedding's backward
     // logits now hold dlogits.
     MO_TRY(act_alloc(m, NC, &s->dhead));
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, s->dhead, m->grad_ptr[GPT_WTE], NULL, s->logits, s->lnf,
@@ -332,6 +353,7 @@ static mo_status sched_head_bwd(void *mp, void *sp, int micro, const void *last,
                                                  s->dhead, last, m->wparam_ptr[GPT_LNFW], s->lnf_mean,
                                                  s->lnf_rstd, N, C));
     act_free(m, &s->dhead); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
+    gpt_zero_weights_put(m, 0);
     *d = s->dresid;
     s->dresid = NULL; // the schedule's from here on
     return MO_OK;
@@ -342,7 +364,13 @@ static mo_status sched_block_bwd(void *mp, void *sp, void *bp, int l, int micro,
     block_acts *a = bp;
     (void)micro;
     a->in = in;
-    return block_backward(m, slot_of(m, sp), l, a, d);
+    // ZeRO-3: the block's weights gathered again; ZeRO-2/3: its full gradient made, and reduce-scattered
+    // into the rank's shard right after (every micro-batch).
+    MO_TRY(gpt_zero_weights_get(m, 1 + l));
+    MO_TRY(gpt_zero_grad_begin(m, 1 + l));
+    MO_TRY(block_backward(m, slot_of(m, sp), l, a, d));
+    gpt_zero_weights_put(m, 1 + l);
+    return gpt_zero_grad_end(m, 1 + l);
 }
 
 // The embedding's backward (the first stage): wte and wpe gradients from d(enc).
@@ -356,7 +384,8 @@ static mo_status sched_input_bwd(void *mp, void *sp, int micro, const void *dres
     MO_TRY(mo_encoder_backward_mixed(x, DT, m->grad_ptr[GPT_WTE], m->grad_ptr[GPT_WPE], dresid, m->inputs + off,
                                      m->inputs_host ? m->inputs_host + off : NULL, s->Bm, c->seq, c->hidden,
                                      c->vocab)); // NULL on dry
-    return mo_prof_end(x);
+    MO_TRY(mo_prof_end(x));
+    return gpt_zero_grad_end(m, 0); // ZeRO-2/3: the outer tensors' gradient, complete for this micro-batch
 }
 
 static void sched_block_unwind(void *mp, void *bp) {
@@ -375,6 +404,7 @@ static void sched_slot_unwind(void *mp, void *sp) {
     act_free(m, &s->dhead); act_free(m, &s->dresid);
     m->recompute_ms += s->recompute_ms; // selective's, of the micro-batches this slot ran
     s->recompute_ms = 0;
+    gpt_zero_unwind(m); // ZeRO units still in flight (none after a clean micro-batch)
 }
 
 static const mo_sched_model gpt_sched = {
@@ -402,9 +432,11 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
     const mo_gpt_shard *sh = m->shard;
+    size_t n_grads = 0;
+    float *grads = gpt_zero_grads(m, &n_grads); // m->grads; a ZeRO level's own length
     mo_sched_config sc = {
         .ctx = x, .blocks = layers_of(m), .accum = c->accum, .seg = segment_layout(m),
-        .grads = m->grads, .n_grads = m->num_params,
+        .grads = grads, .n_grads = n_grads,
         .pp = sh ? sh->pp : 1, .stage = sh ? sh->stage : 0, .pp_comm = sh ? sh->pp_comm : NULL,
         .stream_elems = (size_t)(c->batch / c->accum) * c->seq * c->hidden, .dt = DT,
     };
@@ -414,6 +446,7 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
     m->recompute_ms += seg_ms;
     MO_TRY(st);
     MO_TRY(tie_embedding(m));
+    MO_TRY(gpt_zero_reduce(m)); // data parallel: the ranks' gradients summed (level 0) or reduce-scattered (1)
     size_t BT = (size_t)c->batch * c->seq;
     if (x->backend == MO_BACKEND_DRY || !m->losses) { m->last_loss = NAN; return MO_OK; } // no loss before the last stage
     float *h = malloc(BT * sizeof(float));
@@ -446,6 +479,19 @@ mo_status mo_gpt_update(mo_gpt *m) {
         .groups = sh ? groups : NULL, .n_groups = sh ? GPT_NPARAMS : 0,
         .world = sh && sh->world > 1 ? sh->world_comm : NULL, .world_size = sh ? sh->world : 1, .rank = sh ? sh->rank : 0,
     };
+    if (sh && sh->dp > 1) {
+        // Data parallel (gpt_zero.h): level 0 has every rank's gradients equal (all-reduced), so each
+        // updates the whole model alike with no communication; levels >= 1 update the rank's chunks,
+        // the norm and the scaler's verdict over the dp ranks.
+        int n_parts = 0;
+        o.parts = gpt_zero_parts(m, &n_parts);
+        o.n_parts = n_parts;
+        o.groups = NULL;
+        o.n_groups = 0;
+        o.world = n_parts ? sh->dp_comm : NULL;
+        o.world_size = n_parts ? sh->dp : 1;
+        o.rank = n_parts ? sh->dp_rank : 0;
+    }
     // The scaler's state lives in mo_gpt's documented fields (tests read and set them).
     mo_sched_scaler sc = {.on = c->loss_scaling, .scale = m->loss_scale, .clean = m->scaler_clean,
                           .interval = c->scaler_interval > 0 ? c->scaler_interval : 2000,
@@ -459,6 +505,7 @@ mo_status mo_gpt_update(mo_gpt *m) {
     MO_TRY(st);
     m->last_skipped = info.skipped;
     m->last_grad_norm = info.grad_norm;
+    if (!info.skipped) MO_TRY(gpt_zero_gather_weights(m)); // ZeRO-1/2: every rank's updated chunk to all
     return MO_OK;
 }
 

@@ -22,12 +22,15 @@ typedef struct mlp_split {
 } mlp_split;
 
 static mo_status split_validate(const mo_run_config *rc, const mo_split_config *sc) {
-    MO_TRY(mo_ranks_validate_shape(sc->tp, sc->pp, sc->comm));
+    MO_TRY(mo_ranks_validate_shape(sc->tp, sc->pp, 1, sc->comm));
+    // The MLP has no data-parallel step (its update is not sharded, its batch not sliced per rank).
+    if (sc->dp > 1 || sc->zero)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d: model mlp has no data-parallel ranks yet (accepted: --dp 1)", sc->dp);
     mo_run_config r = *rc;
     r.tp = sc->tp;
     r.pp = sc->pp;
     MO_TRY(mo_mlp_model.validate(&r)); // 4*hidden % tp, layers % pp
-    return mo_ranks_validate_devices(sc->tp, sc->pp, sc->comm, sc->backend);
+    return mo_ranks_validate_devices(sc->tp, sc->pp, 1, sc->comm, sc->backend);
 }
 
 static mo_status rank_make(mo_rank *r, void *arg) {

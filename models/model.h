@@ -43,9 +43,10 @@ typedef struct mo_model_step_info {
     int loss_scaling;     // the dynamic loss scaler is on (gpt: fp16)
 } mo_model_step_info;
 
-// A split run (--tp/--pp above 1): the ranks, each with its own allocator.
+// A split run (--tp/--pp/--dp above 1): the ranks, each with its own allocator.
 typedef struct mo_split_config {
     int tp, pp;
+    int dp, zero;         // data-parallel ranks (1: none) and the ZeRO level (gpt: models/gpt_zero.h)
     mo_comm_kind comm;
     mo_backend_kind backend;
     mo_alloc_kind alloc;  // each rank's

@@ -61,7 +61,8 @@ static mo_status sync_wait(ranks_sync *b) {
 struct mo_ranks {
     mo_ranks_config c;
     int W;
-    mo_comm_group *g_world, **g_tp, **g_pp, **g_emb; // [pp], [tp], [tp]
+    int D;                   // dp replicas (c.dp, 0 read as 1)
+    mo_comm_group *g_world, **g_tp, **g_pp, **g_emb, **g_dp; // [D*pp], [D*tp], [D*tp], [pp*tp] (NULL: world's)
     ranks_world w;
     ranks_sync create_sync;
     mo_rank *r;              // [W]
@@ -79,9 +80,10 @@ struct mo_ranks {
 
 // Every communicator group (NULL entries are skipped by the callee).
 static void for_each_group(mo_ranks *s, void (*fn)(mo_comm_group *)) {
-    for (int i = 0; s->g_tp && i < s->c.pp; i++) fn(s->g_tp[i]);
-    for (int i = 0; s->g_pp && i < s->c.tp; i++) fn(s->g_pp[i]);
-    for (int i = 0; s->g_emb && i < s->c.tp; i++) fn(s->g_emb[i]);
+    for (int i = 0; s->g_tp && i < s->D * s->c.pp; i++) fn(s->g_tp[i]);
+    for (int i = 0; s->g_pp && i < s->D * s->c.tp; i++) fn(s->g_pp[i]);
+    for (int i = 0; s->g_emb && i < s->D * s->c.tp; i++) fn(s->g_emb[i]);
+    for (int i = 0; s->g_dp && i < s->c.pp * s->c.tp; i++) fn(s->g_dp[i]);
     fn(s->g_world);
 }
 
@@ -110,11 +112,14 @@ static mo_status rank_create(mo_ranks *s, mo_rank *r) {
     // Everyone has a context before anyone joins a communicator (nccl's joins wait for all ranks).
     MO_TRY(sync_wait(&s->create_sync));
     if (s->W > 1) {
-        if (s->c.tp > 1) MO_TRY(mo_comm_rank(s->g_tp[r->stage], r->tp_rank, r->ctx, &r->tp_comm));
-        if (s->c.pp > 1) MO_TRY(mo_comm_rank(s->g_pp[r->tp_rank], r->stage, r->ctx, &r->pp_comm));
-        if (s->c.pp > 1 && s->c.emb_groups && (r->first || r->last))
-            MO_TRY(mo_comm_rank(s->g_emb[r->tp_rank], r->last, r->ctx, &r->emb_comm));
+        int d = r->dp_rank, T = s->c.tp, P = s->c.pp;
+        if (T > 1) MO_TRY(mo_comm_rank(s->g_tp[d * P + r->stage], r->tp_rank, r->ctx, &r->tp_comm));
+        if (P > 1) MO_TRY(mo_comm_rank(s->g_pp[d * T + r->tp_rank], r->stage, r->ctx, &r->pp_comm));
+        if (P > 1 && s->c.emb_groups && (r->first || r->last))
+            MO_TRY(mo_comm_rank(s->g_emb[d * T + r->tp_rank], r->last, r->ctx, &r->emb_comm));
+        if (s->D > 1 && T * P > 1) MO_TRY(mo_comm_rank(s->g_dp[r->stage * T + r->tp_rank], d, r->ctx, &r->dp_comm));
         MO_TRY(mo_comm_rank(s->g_world, r->rank, r->ctx, &r->world_comm));
+        if (s->D > 1 && T * P == 1) r->dp_comm = r->world_comm; // the dp ranks are the world
     }
     return s->make(r, s->make_arg);
 }
@@ -122,11 +127,12 @@ static mo_status rank_create(mo_ranks *s, mo_rank *r) {
 static void rank_destroy(mo_ranks *s, mo_rank *r) {
     if (r->model && s->unmake) s->unmake(r, s->make_arg);
     r->model = NULL;
+    if (r->dp_comm != r->world_comm) mo_comm_destroy(r->dp_comm);
     mo_comm_destroy(r->world_comm);
     mo_comm_destroy(r->emb_comm);
     mo_comm_destroy(r->pp_comm);
     mo_comm_destroy(r->tp_comm);
-    r->world_comm = r->emb_comm = r->pp_comm = r->tp_comm = NULL;
+    r->dp_comm = r->world_comm = r->emb_comm = r->pp_comm = r->tp_comm = NULL;
     if (r->timer_ok) mo_timer_destroy(&r->timer);
     r->timer_ok = 0;
     mo_ctx_destroy(r->ctx);
@@ -194,6 +200,9 @@ static mo_status run_all(mo_ranks *s) {
     if (!s->w.failed) return MO_OK;
     int r = s->w.root_rank;
     if (W == 1) return MO_FAIL(s->w.root_st, "%s", plain(s->w.root_msg));
+    if (s->D > 1)
+        return MO_FAIL(s->w.root_st, "rank %d (dp rank %d, stage %d, tp rank %d): %s", r, s->r[r].dp_rank, s->r[r].stage,
+                       s->r[r].tp_rank, plain(s->w.root_msg));
     return MO_FAIL(s->w.root_st, "rank %d (stage %d, tp rank %d): %s", r, s->r[r].stage, s->r[r].tp_rank,
                    plain(s->w.root_msg));
 }
@@ -214,11 +223,16 @@ static mo_status run_or_break(mo_ranks *s, mo_rank_fn fn, void *arg, int timed) 
 mo_status mo_ranks_run(mo_ranks *s, mo_rank_fn fn, void *arg) { return run_or_break(s, fn, arg, 0); }
 mo_status mo_ranks_run_timed(mo_ranks *s, mo_rank_fn fn, void *arg) { return run_or_break(s, fn, arg, 1); }
 
-mo_status mo_ranks_validate_shape(int tp, int pp, mo_comm_kind comm) {
+mo_status mo_ranks_validate_shape(int tp, int pp, int dp, mo_comm_kind comm) {
+    if (dp == 0) dp = 1;
     if (tp < 1) return MO_FAIL(MO_ERR_INVALID, "--tp %d: must be a positive integer", tp);
     if (pp < 1) return MO_FAIL(MO_ERR_INVALID, "--pp %d: must be a positive integer", pp);
+    if (dp < 1) return MO_FAIL(MO_ERR_INVALID, "--dp %d: must be a positive integer", dp);
     if (comm != MO_COMM_LOCAL && comm != MO_COMM_NCCL)
         return MO_FAIL(MO_ERR_INVALID, "--comm: kind %d is not local or nccl", (int)comm);
+    if (dp > 1 && (long)dp * tp * pp > MO_COMM_MAX_WORLD)
+        return MO_FAIL(MO_ERR_INVALID, "--dp %d --tp %d --pp %d: %ld ranks, more than the communicator's %d", dp, tp, pp,
+                       (long)dp * tp * pp, MO_COMM_MAX_WORLD);
     if ((long)tp * pp > MO_COMM_MAX_WORLD)
         return MO_FAIL(MO_ERR_INVALID, "--tp %d --pp %d: %d ranks, more than the communicator's %d", tp, pp, tp * pp,
                        MO_COMM_MAX_WORLD);
@@ -234,11 +248,12 @@ static mo_status nccl_devices(int W) {
     return MO_OK;
 }
 
-mo_status mo_ranks_validate_devices(int tp, int pp, mo_comm_kind comm, mo_backend_kind backend) {
+mo_status mo_ranks_validate_devices(int tp, int pp, int dp, mo_comm_kind comm, mo_backend_kind backend) {
+    if (dp < 1) dp = 1;
     if (comm == MO_COMM_NCCL && backend != MO_BACKEND_CUDA)
         return MO_FAIL(MO_ERR_INVALID, "--comm nccl: needs --backend cuda (--comm local runs on every backend)");
     // One GPU per rank: checked before anything is built, so the run says "invalid" (exit 2).
-    if (comm == MO_COMM_NCCL) return nccl_devices(tp * pp);
+    if (comm == MO_COMM_NCCL) return nccl_devices(tp * pp * dp);
     return MO_OK;
 }
 
@@ -250,11 +265,12 @@ static mo_status group(mo_ranks *s, int world, mo_comm_group **g) {
 }
 
 static void ranks_free(mo_ranks *s) {
-    if (s->g_tp) for (int i = 0; i < s->c.pp; i++) mo_comm_group_destroy(s->g_tp[i]);
-    if (s->g_pp) for (int i = 0; i < s->c.tp; i++) mo_comm_group_destroy(s->g_pp[i]);
-    if (s->g_emb) for (int i = 0; i < s->c.tp; i++) mo_comm_group_destroy(s->g_emb[i]);
+    if (s->g_tp) for (int i = 0; i < s->D * s->c.pp; i++) mo_comm_group_destroy(s->g_tp[i]);
+    if (s->g_pp) for (int i = 0; i < s->D * s->c.tp; i++) mo_comm_group_destroy(s->g_pp[i]);
+    if (s->g_emb) for (int i = 0; i < s->D * s->c.tp; i++) mo_comm_group_destroy(s->g_emb[i]);
+    if (s->g_dp) for (int i = 0; i < s->c.pp * s->c.tp; i++) mo_comm_group_destroy(s->g_dp[i]);
     mo_comm_group_destroy(s->g_world);
-    free(s->g_tp); free(s->g_pp); free(s->g_emb);
+    free(s->g_tp); free(s->g_pp); free(s->g_emb); free(s->g_dp);
     free(s->r);
     free(s->comm);
     pthread_cond_destroy(&s->w.cv);
@@ -275,25 +291,28 @@ void mo_ranks_destroy(mo_ranks *s) {
 mo_status mo_ranks_create(mo_ranks **out, const mo_ranks_config *c, mo_rank_fn make, mo_rank_free_fn unmake,
                           void *arg) {
     *out = NULL;
-    MO_TRY(mo_ranks_validate_shape(c->tp, c->pp, c->comm));
+    MO_TRY(mo_ranks_validate_shape(c->tp, c->pp, c->dp, c->comm));
     mo_ranks *s = calloc(1, sizeof *s);
     if (!s) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the ranks");
     pthread_mutex_init(&s->w.mu, NULL);
     pthread_cond_init(&s->w.cv, NULL);
     s->c = *c;
-    s->W = c->tp * c->pp;
+    s->D = c->dp > 1 ? c->dp : 1;
+    s->c.dp = s->D;
+    s->W = s->D * c->tp * c->pp;
     s->make = make;
     s->unmake = unmake;
     s->make_arg = arg;
-    int T = c->tp, P = c->pp, W = s->W;
+    int T = c->tp, P = c->pp, D = s->D, W = s->W;
     mo_status st = MO_OK;
     s->r = calloc((size_t)W, sizeof *s->r);
     s->comm = calloc((size_t)W, sizeof *s->comm);
-    s->g_tp = calloc((size_t)P, sizeof *s->g_tp);
-    s->g_pp = calloc((size_t)T, sizeof *s->g_pp);
-    s->g_emb = calloc((size_t)T, sizeof *s->g_emb);
+    s->g_tp = calloc((size_t)D * P, sizeof *s->g_tp);
+    s->g_pp = calloc((size_t)D * T, sizeof *s->g_pp);
+    s->g_emb = calloc((size_t)D * T, sizeof *s->g_emb);
+    s->g_dp = calloc((size_t)P * T, sizeof *s->g_dp);
     s->create_sync = (ranks_sync){&s->w, W, 0, 0};
-    if (!s->r || !s->comm || !s->g_tp || !s->g_pp || !s->g_emb) {
+    if (!s->r || !s->comm || !s->g_tp || !s->g_pp || !s->g_emb || !s->g_dp) {
         ranks_free(s);
         return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the ranks");
     }
@@ -303,17 +322,20 @@ mo_status mo_ranks_create(mo_ranks **out, const mo_ranks_config *c, mo_rank_fn m
         if (st == MO_OK && c->comm == MO_COMM_NCCL) st = nccl_devices(W);
     }
     if (st == MO_OK && W > 1) {
-        for (int i = 0; i < P && st == MO_OK && T > 1; i++) st = group(s, T, &s->g_tp[i]);
-        for (int i = 0; i < T && st == MO_OK && P > 1; i++) st = group(s, P, &s->g_pp[i]);
-        for (int i = 0; i < T && st == MO_OK && P > 1 && c->emb_groups; i++) st = group(s, 2, &s->g_emb[i]);
+        for (int i = 0; i < D * P && st == MO_OK && T > 1; i++) st = group(s, T, &s->g_tp[i]);
+        for (int i = 0; i < D * T && st == MO_OK && P > 1; i++) st = group(s, P, &s->g_pp[i]);
+        for (int i = 0; i < D * T && st == MO_OK && P > 1 && c->emb_groups; i++) st = group(s, 2, &s->g_emb[i]);
+        // dp's groups; with T * P 1 the world is the one dp group (no second communicator).
+        for (int i = 0; i < P * T && st == MO_OK && D > 1 && T * P > 1; i++) st = group(s, D, &s->g_dp[i]);
         if (st == MO_OK) st = group(s, W, &s->g_world);
     }
     if (st != MO_OK) { ranks_free(s); return st; }
     for (int k = 0; k < W; k++) {
         mo_rank *r = &s->r[k];
         r->rank = k;
+        r->dp = D; r->dp_rank = k / (T * P);
         r->tp = T; r->tp_rank = k % T;
-        r->pp = P; r->stage = k / T;
+        r->pp = P; r->stage = (k / T) % P;
         r->world = W;
         r->first = r->stage == 0; r->last = r->stage == P - 1;
         r->device = c->comm == MO_COMM_NCCL ? k : dev0;
@@ -373,8 +395,9 @@ void mo_ranks_reset_peaks(mo_ranks *s) {
 static mo_status rank_comm_stats(mo_rank *r, void *arg) {
     mo_ranks_comm *out = &((mo_ranks *)arg)->comm[r->rank];
     memset(out, 0, sizeof *out);
-    mo_comm *cs[4] = {r->tp_comm, r->pp_comm, r->emb_comm, r->world_comm};
-    for (int i = 0; i < 4; i++) {
+    // dp_comm counted once: with tp * pp 1 it is world_comm.
+    mo_comm *cs[5] = {r->tp_comm, r->pp_comm, r->emb_comm, r->world_comm, r->dp_comm != r->world_comm ? r->dp_comm : NULL};
+    for (int i = 0; i < 5; i++) {
         if (!cs[i]) continue;
         mo_comm_stat st;
         MO_TRY(mo_comm_stats(cs[i], &st));
@@ -388,8 +411,8 @@ static mo_status rank_comm_stats(mo_rank *r, void *arg) {
 
 static mo_status rank_comm_reset(mo_rank *r, void *arg) {
     (void)arg;
-    mo_comm *cs[4] = {r->tp_comm, r->pp_comm, r->emb_comm, r->world_comm};
-    for (int i = 0; i < 4; i++)
+    mo_comm *cs[5] = {r->tp_comm, r->pp_comm, r->emb_comm, r->world_comm, r->dp_comm != r->world_comm ? r->dp_comm : NULL};
+    for (int i = 0; i < 5; i++)
         if (cs[i]) MO_TRY(mo_comm_stats_reset(cs[i]));
     return MO_OK;
 }

@@ -1,15 +1,18 @@
-// The ranks of a split run (--tp T --pp P), whatever the model: W = T * P threads of this process,
+// The ranks of a split run (--tp T --pp P, and --dp D replicas of that split), whatever the model:
+// W = D * T * P threads of this process,
 // each with its own allocator (and cap), context, timer and communicators, so every rank's peak is
 // exact; the model puts its shard on each rank through a callback. models/gpt_split.c and
 // models/mlp_split.c run on it; what is theirs is the shard (which parameters a rank holds) and the
 // step, not the threads.
 //
-// Layout. Rank r = stage * T + tp_rank. Communicators (strategies/comm.h), each guarded
-// (mo_comm_group_guard):
+// Layout. Rank r = dp_rank * T * P + stage * T + tp_rank. Communicators (strategies/comm.h), each
+// guarded (mo_comm_group_guard); every group but dp's and world's lies within one dp replica:
 //   tp_comm    the T ranks of one stage (T > 1), rank tp_rank: the tensor-parallel all-reduces
 //   pp_comm    the P stages of one tp index (P > 1), rank stage: 1F1B's sends and receives
 //   emb_comm   stage 0 (rank 0) and stage P-1 (rank 1) of one tp index (P > 1, only with
 //              mo_ranks_config.emb_groups: GPT's tied embedding)
+//   dp_comm    the D replicas of one (stage, tp index) (D > 1), rank dp_rank: data parallelism's
+//              gradient reductions and ZeRO's gathers; with T * P = 1 it is world_comm itself
 //   world_comm every rank (W > 1), rank r: the global gradient norm and the loss scaler's verdict
 // With W = 1 there are none (the plain model).
 //
@@ -34,7 +37,8 @@ extern "C" {
 #endif
 
 typedef struct mo_ranks_config {
-    int tp, pp;               // >= 1 each; W = tp * pp <= MO_COMM_MAX_WORLD
+    int tp, pp;               // >= 1 each; W = dp * tp * pp <= MO_COMM_MAX_WORLD
+    int dp;                   // data-parallel replicas of the tp x pp split; 0 is read as 1
     mo_comm_kind comm;        // local (threads on one device, or cpu/dry) or nccl (one GPU per rank, cuda)
     mo_backend_kind backend;
     mo_alloc_kind alloc;      // each rank's allocator
@@ -45,13 +49,15 @@ typedef struct mo_ranks_config {
 } mo_ranks_config;
 
 typedef struct mo_rank {
-    int rank, tp_rank, stage;      // rank = stage * tp + tp_rank
-    int tp, pp, world;
+    int rank, tp_rank, stage;      // rank = dp_rank * tp * pp + stage * tp + tp_rank
+    int dp_rank;
+    int tp, pp, dp, world;
     int first, last;               // stage 0; stage pp-1
     int device;                    // cuda: the device this rank's thread runs on
     mo_allocator *alloc;
     mo_ctx *ctx;
     mo_comm *tp_comm, *pp_comm, *emb_comm, *world_comm; // NULL where the layout has none
+    mo_comm *dp_comm;              // NULL with dp 1; world_comm (the same object) with tp * pp 1
     mo_timer timer;
     int timer_ok;
     double step_ms;                // the last mo_ranks_run_timed's time on this rank's stream
@@ -64,10 +70,10 @@ typedef mo_status (*mo_rank_fn)(mo_rank *r, void *arg);
 typedef void (*mo_rank_free_fn)(mo_rank *r, void *arg);
 
 // The model-independent checks of a split, in two halves so a model can put its own between them
-// (its messages name --tp, --pp or --comm): the shape (tp, pp >= 1, the comm kind, W <= the
-// communicator's world), then the devices (nccl needs cuda and one GPU per rank).
-mo_status mo_ranks_validate_shape(int tp, int pp, mo_comm_kind comm);
-mo_status mo_ranks_validate_devices(int tp, int pp, mo_comm_kind comm, mo_backend_kind backend);
+// (its messages name --tp, --pp, --dp or --comm): the shape (tp, pp, dp >= 1, the comm kind, W <= the
+// communicator's world), then the devices (nccl needs cuda and one GPU per rank). dp 0 is read as 1.
+mo_status mo_ranks_validate_shape(int tp, int pp, int dp, mo_comm_kind comm);
+mo_status mo_ranks_validate_devices(int tp, int pp, int dp, mo_comm_kind comm, mo_backend_kind backend);
 
 // Makes the groups, then on every rank's thread its allocator, context and timer, waits for all
 // (nccl's joins wait for every rank), joins the communicators and calls make(r, arg), which builds

@@ -145,6 +145,17 @@ typedef struct mo_sched_group {
     int counted;
 } mo_sched_group;
 
+// ZeRO (data parallelism with sharded optimizer state, models/gpt_zero.c): one contiguous piece of the
+// rank's shard. The update runs AdamW on each part (n floats of master params, working copy wparams
+// of dt, gradients and moments) instead of the whole buffers below; the global norm is the sum of the
+// parts' squares over the world (every element is in one rank's parts only), and the loss scaler's
+// verdict looks at the parts' gradients and travels over the world.
+typedef struct mo_sched_part {
+    float *params, *grads, *adam_m, *adam_v;
+    void *wparams;
+    size_t n;
+} mo_sched_part;
+
 // The optimizer over one flat fp32 master buffer (params) with its dt working copy (wparams ==
 // params for fp32), gradients and Adam moments, all n floats.
 typedef struct mo_sched_optim {
@@ -161,6 +172,10 @@ typedef struct mo_sched_optim {
     int n_groups;
     struct mo_comm *world;
     int world_size, rank;
+    // ZeRO: n_parts > 0 runs the update on these parts of the rank's shard (params .. n above unused;
+    // groups NULL: the parts are the norm's groups). 0: the whole buffers, as before.
+    const mo_sched_part *parts;
+    int n_parts;
 } mo_sched_optim;
 
 // What one update did.

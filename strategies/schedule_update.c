@@ -31,6 +31,12 @@ static mo_status split_sumsq(const mo_sched_optim *o, double *ss) {
         OP_CTX(ctx, MO_PROF_OPTIMIZER, mo_sumsq(ctx, &v, o->groups[g].grad, o->groups[g].n));
         local += v;
     }
+    for (int g = 0; !o->groups && g < o->n_parts; g++) { // ZeRO: the rank's parts
+        if (!o->parts[g].n) continue;
+        double v = 0;
+        OP_CTX(ctx, MO_PROF_OPTIMIZER, mo_sumsq(ctx, &v, o->parts[g].grads, o->parts[g].n));
+        local += v;
+    }
     if (o->world_size <= 1 || !o->world) { *ss = local; return MO_OK; }
     int W = o->world_size;
     float *all = malloc((size_t)W * 2 * sizeof(float)), mine[2];
@@ -76,7 +82,12 @@ static mo_status scaler_check(const mo_sched_optim *o, mo_sched_scaler *sc, int 
     *skip = 0;
     if (!sc->on) return MO_OK;
     int bad = 0;
-    OP_CTX(o->ctx, MO_PROF_OPTIMIZER, mo_nonfinite(o->ctx, o->grads, o->n, &bad));
+    if (o->n_parts > 0) {
+        for (int g = 0; g < o->n_parts && !bad; g++)
+            if (o->parts[g].n) OP_CTX(o->ctx, MO_PROF_OPTIMIZER, mo_nonfinite(o->ctx, o->parts[g].grads, o->parts[g].n, &bad));
+    } else {
+        OP_CTX(o->ctx, MO_PROF_OPTIMIZER, mo_nonfinite(o->ctx, o->grads, o->n, &bad));
+    }
     // The test hook is ignored on dry: there the verdict does not travel (nothing moves), so one rank's
     // injected inf would leave the others waiting in the norm's all-gather.
     if (sc->inject && o->ctx->backend != MO_BACKEND_DRY) bad = 1;
@@ -105,13 +116,21 @@ mo_status mo_sched_update(const mo_sched_optim *o, mo_sched_scaler *sc, int *ste
     if (out) { out->skipped = skip; out->grad_norm = NAN; }
     if (skip) return MO_OK;
     double ss = 0;
-    if (o->groups) MO_TRY(split_sumsq(o, &ss));
+    if (o->groups || o->n_parts > 0) MO_TRY(split_sumsq(o, &ss));
     else OP_CTX(x, MO_PROF_OPTIMIZER, mo_sumsq(x, &ss, o->grads, o->n));
     double norm = sqrt(ss) / scale_used;
     if (out) out->grad_norm = x->backend == MO_BACKEND_DRY ? NAN : norm;
     float scale = 1.0f / scale_used; // unscale, then clip
     if (o->grad_clip > 0 && norm > o->grad_clip) scale = (float)(o->grad_clip / norm) / scale_used;
     ++*step;
+    for (int g = 0; g < o->n_parts; g++) { // ZeRO: each part of the shard, the same per-element update
+        const mo_sched_part *p = &o->parts[g];
+        if (!p->n) continue;
+        OP_CTX(x, MO_PROF_OPTIMIZER, mo_adamw_mixed(x, o->dt, p->params, p->wparams, p->grads, p->adam_m, p->adam_v,
+                                                    p->n, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, *step,
+                                                    scale));
+    }
+    if (o->n_parts > 0) return MO_OK;
     OP_CTX(x, MO_PROF_OPTIMIZER, mo_adamw_mixed(x, o->dt, o->params, o->wparams, o->grads, o->adam_m, o->adam_v, o->n,
                                                 o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, *step, scale));
     return MO_OK;

@@ -79,6 +79,7 @@ static void full_row(mo_csv_row *r) {
     r->predicted_peak_bytes = 17354735616LL;
     r->comm_ms = 1e-300; r->comm_modelled = 1;
     snprintf(r->knobs, sizeof r->knobs, "MEMOPT_CE=loop;MEMOPT_GEMM_TABLE=0");
+    r->dp = 4; r->zero = 3;
 }
 
 static int same_double(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
@@ -102,11 +103,13 @@ static void test_header(void) {
     CHECK(!strncmp(h, start, sizeof start - 1));
     // Schema 2 appends dims, items_per_s and the fragmentation columns to schema 1's 57 columns.
     CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled,dims,items_per_s,") != NULL);
-    CHECK(strstr(h, ",items_per_s,inactive_split_bytes,largest_free_block_bytes,segments,knobs") != NULL);
-    CHECK_EQ_U64(mo_csv_num_columns(), 63);
+    CHECK(strstr(h, ",items_per_s,inactive_split_bytes,largest_free_block_bytes,segments,") != NULL);
+    // Schema 3 adds dp and zero before knobs, which stays the last column.
+    CHECK(strstr(h, ",segments,dp,zero,knobs") != NULL && !strcmp(strrchr(h, ','), ",knobs"));
+    CHECK_EQ_U64(mo_csv_num_columns(), 65);
     int commas = 0;
     for (const char *p = h; *p; p++) commas += *p == ',';
-    CHECK_EQ_U64(commas + 1, 63);
+    CHECK_EQ_U64(commas + 1, 65);
 }
 
 static void test_round_trip(void) {
@@ -190,6 +193,7 @@ static void test_schema1_dims(void) {
         // The key equals the same configuration's as a schema-2 row writes it.
         mo_csv_row now = r;
         now.schema_version = MO_CSV_SCHEMA_VERSION;
+        now.dp = 1; now.zero = 0; // schema 1 had no data parallelism
         snprintf(now.dims, sizeof now.dims, "L12 C768 H12 T1024 V50304");
         char k1[1024], k2[1024];
         CHECK(!strcmp(mo_csv_config_key(&got[0], k1, sizeof k1), mo_csv_config_key(&now, k2, sizeof k2)));
@@ -279,19 +283,29 @@ static void test_refusals(void) {
 
     // Another schema_version.
     char text[8192];
-    snprintf(text, sizeof text, "%s\n3,,,,\n", mo_csv_header());
+    snprintf(text, sizeof text, "%s\n4,,,,\n", mo_csv_header());
     write_file(path, text);
     CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID);
     char want[256];
-    snprintf(want, sizeof want, "%s: schema_version 3, this memopt reads 1 to 2", path);
+    snprintf(want, sizeof want, "%s: schema_version 4, this memopt reads 1 to 3", path);
     CHECK_MSG(strstr(mo_errmsg(), want) != NULL, "%s", mo_errmsg());
-    // A version-3 file with columns this schema lacks still gets the version message first.
-    snprintf(text, sizeof text, "schema_version,new_column\n3,x\n");
+    // A version-4 file with columns this schema lacks still gets the version message first.
+    snprintf(text, sizeof text, "schema_version,new_column\n4,x\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 3, this memopt reads 1 to 2"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 4, this memopt reads 1 to 3"));
+    // A schema 2 row (no dp, zero columns) reads as dp 1, zero 0 and keeps its key.
+    snprintf(text, sizeof text, "schema_version,model,layers,tp,pp\n2,gpt,12,1,1\n");
+    write_file(path, text);
+    if (CHECK_OK(mo_csv_read(path, &got, &n))) {
+        char key[2048];
+        mo_csv_config_key(&got[0], key, sizeof key);
+        CHECK_MSG(n == 1 && got[0].dp == 1 && got[0].zero == 0 && !strstr(key, "dp="), "schema 2 row: dp %lld zero %lld key %s",
+                  (long long)got[0].dp, (long long)got[0].zero, key);
+        free(got);
+    }
     snprintf(text, sizeof text, "schema_version,layers\n0,12\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 2"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 3"));
 
     // A different header: the writer refuses and leaves the file alone.
     write_file(path, "a,b,c\n1,2,3\n");
