@@ -54,7 +54,7 @@ __global__ void bn_stats_kernel(float2 *part, const typename D::S *in, int M, in
     __shared__ float sm[BN_TY][BN_TX], s2[BN_TY][BN_TX];
     __shared__ int sn[BN_TY][BN_TX];
     const int ch = blockIdx.x * BN_TX + threadIdx.x;
-    const int r0 = blockIdx.y * rpb, r1 = min(M, r0 + rpb);
+    const int r0 = blockIdx.y * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
     float mean = 0.0f, m2 = 0.0f;
     int n = 0;
     if (ch < C)
@@ -95,7 +95,7 @@ __global__ void bn_stats_final_kernel(float *mean, float *rstd, float *run_mean,
     double n = 0.0, mu = 0.0, m2 = 0.0;
     for (int g = l; g < G; g += 32) {
         const float2 p = part[(size_t)g * C + ch];
-        const int r0 = g * rpb, r1 = min(M, r0 + rpb);
+        const int r0 = g * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
         chan_merge(n, mu, m2, (double)(r1 - r0), p.x, p.y);
     }
     for (int off = 1; off < 32; off *= 2) { // lane l takes lane l+off's; lane 0 ends with all, in one order
@@ -130,7 +130,7 @@ __global__ void bn_norm_kernel(typename D::S *out, const typename D::S *in, cons
 extern "C" mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
                                          float *run_var, const void *in, const float *gamma, const float *beta, int M,
                                          int C, float momentum, int relu) {
-    int rpb, G;
+    int rpb = 0, G = 0;
     MO_TRY(bn_groups(c, M, C, &rpb, &G));
     float2 *part = (float2 *)c->gemm_ws;
     const dim3 grid((unsigned)((C + BN_TX - 1) / BN_TX), (unsigned)G), block(BN_TX, BN_TY);
@@ -154,7 +154,7 @@ __global__ void bn_bwd_sums_kernel(float2 *part, const typename D::S *dy, const 
                                    const float *rstd, int M, int C, int rpb) {
     __shared__ float sa[BN_TY][BN_TX], sb[BN_TY][BN_TX];
     const int ch = blockIdx.x * BN_TX + threadIdx.x;
-    const int r0 = blockIdx.y * rpb, r1 = min(M, r0 + rpb);
+    const int r0 = blockIdx.y * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
     float a = 0.0f, b = 0.0f;
     if (ch < C) {
         const float m = mean[ch], r = rstd[ch];
@@ -204,7 +204,7 @@ __global__ void bn_dx_kernel(typename D::S *din, const typename D::S *dy, const 
 extern "C" mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
                                           const void *dout, const void *in, const float *gamma, const float *mean,
                                           const float *rstd, int M, int C) {
-    int rpb, G;
+    int rpb = 0, G = 0;
     MO_TRY(bn_groups(c, M, C, &rpb, &G));
     float2 *part = (float2 *)c->gemm_ws;
     float *coef = (float *)(part + (size_t)G * C);

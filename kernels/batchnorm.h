@@ -1,6 +1,6 @@
 // Batch normalization in training mode (the ResNet's), over M = N*H*W rows of C channels (NHWC: channel
-// fastest), eps 1e-5. Dispatch as ops.h: cpu -> plain C (batchnorm.c), cuda -> cuDNN (batchnorm_cuda.c),
-// dry -> nothing computed.
+// fastest), eps 1e-5. Dispatch as ops.h: cpu -> plain C (batchnorm.c), cuda -> the suite's own kernels
+// (batchnorm.cu; MEMOPT_BN=cudnn: cuDNN's, batchnorm_cuda.c), dry -> nothing computed.
 // Precision: in, out, din, dout of dtype dt; gamma, beta, mean, rstd, running statistics and dgamma,
 // dbeta fp32 in every precision (PyTorch AMP keeps batch norm in fp32); fp32 arithmetic, each dt output
 // rounded once.

@@ -569,6 +569,7 @@ static mo_status dgrad_as_forward(mo_ctx *c, void *din, const void *dout, const 
     c->gemm_ws = (char *)ws0 + off, c->gemm_ws_bytes = wsb0 - off;
     const mo_status st = conv_run(c, MO_CONV_FWD, MO_F32, &t, (void *)dout, wf, din, 0);
     c->gemm_ws = ws0, c->gemm_ws_bytes = wsb0;
+    if (st == MO_ERR_UNSUPPORTED) return MO_OK; // no forward engine fits the rest: the backward-data engine runs it
     *done = st == MO_OK;
     return st;
 }
