@@ -140,12 +140,13 @@ static mo_status evaluate(entry *e, const target *t, const mo_run_env *env, int 
     *runs += e->fit.runs;
     e->ms = NAN;
     if (t->time_gpu) {
-        if (!split && !strcmp(e->fit.row.status, "ok") && !trace.overflow && trace.n > 0)
+        if (e->rc.dp > 1) // one rank's batch/dp step plus the link time of the bytes its communicator counted
+            mo_roofline_dp(&e->rc, t->time_gpu, (double)e->fit.row.comm_bytes_rank, &e->roof);
+        else if (!split && !strcmp(e->fit.row.status, "ok") && !trace.overflow && trace.n > 0)
             mo_roofline_from_trace(&trace, &e->rc, t->time_gpu, &e->roof);
         else
             mo_roofline_step(&e->rc, t->time_gpu, &e->roof);
-        e->ms = mo_plan_step_ms(&e->roof, &t->cal, e->rc.precision);
-        if (e->rc.dp > 1) e->ms = NAN; // the roofline has no data-parallel model yet: the peak only (exact, dry)
+        e->ms = mo_plan_step_ms(&e->roof, &t->cal, e->rc.precision); // NAN when comm_s is (no link rate, no count)
     }
     if (want_max && e->fit.plannable) {
         int r = 0;
@@ -200,6 +201,11 @@ static void print_asked(const entry *e, const target *t) {
         printf("  predicted step %.1f ms (%s): GEMM floor %.1f ms / %.2f, memory-bound floor %.1f ms / %.2f; %.0f %s/s, %.1f model TFLOP/s%s%s\n",
                e->ms, t->cal.how[e->rc.precision], 1e3 * e->roof.gemm_s, t->cal.eff_gemm[e->rc.precision], 1e3 * e->roof.mem_s,
                t->cal.eff_mem[e->rc.precision], tokens_per_s(&e->rc, e->ms), item_name(&e->rc), model_tflops(&e->rc, e->ms), note ? "; " : "", note ? note : "");
+        if (e->rc.dp > 1)
+            printf("  data parallel: dp %d, ZeRO %d: one rank's batch-%d step %.1f ms plus communication %.1f ms (%lld bytes per rank "
+                   "at half the stated link, %s), no overlap of the two assumed\n",
+                   e->rc.dp, e->rc.zero, e->rc.batch / e->rc.dp, e->ms - 1e3 * e->roof.comm_s, 1e3 * e->roof.comm_s,
+                   (long long)e->fit.row.comm_bytes_rank, t->time_gpu->link);
         if (e->rc.tp * e->rc.pp > 1)
             printf("  split: %d ranks, one %s each; the last stage's rank: blocks / %d plus the whole head, x 1F1B bubble %.2f; "
                    "communication %.1f ms at half the stated link (%s)\n",
@@ -378,6 +384,66 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
     return MO_OK;
 }
 
+// --gpus N: the ZeRO levels 0..3 at dp N for the asked configuration, each with its exact per-rank
+// peak (the largest rank's, dry), fits or not in one GPU's headroom, and the first-order step time
+// (mo_roofline_dp); the suggestion is the fastest that fits, a tie going to the lower level (less
+// communication to go wrong, the same memory bought for nothing otherwise).
+static mo_status plan_zero(const mo_run_config *point, int N, const target *t, const mo_run_env *env, int *runs) {
+    entry es[4];
+    memset(es, 0, sizeof es);
+    char b1[32], b2[32], s[128];
+    short_strategy(point, s, sizeof s);
+    printf("\ndata parallel over %d GPUs (one %s each): ZeRO levels at dp %d, batch %d per rank, %s\n", N,
+           t->gpu ? t->gpu->key : "device of the target", N, point->batch / N, s);
+    char items_hdr[24];
+    snprintf(items_hdr, sizeof items_hdr, "%s/s", item_name(point));
+    printf("  %4s  %15s  %13s  %4s  %10s  %7s  %9s  %10s\n", "zero", "peak allocated", "peak reserved", "fits", "compute ms",
+           "comm ms", "step ms", items_hdr);
+    int best = -1;
+    for (int z = 0; z < 4; z++) {
+        entry *e = &es[z];
+        e->rc = *point;
+        e->rc.dp = N;
+        e->rc.zero = z;
+        MO_TRY(evaluate(e, t, env, 0, runs));
+        const mo_csv_row *r = &e->fit.row;
+        if (!e->fit.plannable) {
+            printf("  %4d  not plannable: %s: %s\n", z, r->status, r->detail);
+            continue;
+        }
+        char comp[16] = "-", comm[16] = "-", ms[16] = "-", tps[16] = "-";
+        if (!isnan(e->ms)) {
+            snprintf(comp, sizeof comp, "%.1f", e->ms - 1e3 * e->roof.comm_s);
+            snprintf(comm, sizeof comm, "%.1f", 1e3 * e->roof.comm_s);
+            snprintf(ms, sizeof ms, "%.1f", e->ms);
+            snprintf(tps, sizeof tps, "%.0f", tokens_per_s(&e->rc, e->ms));
+        }
+        printf("  %4d  %15s  %13s  %4s  %10s  %7s  %9s  %10s\n", z, gib((uint64_t)(r->peak_allocated_bytes > 0 ? r->peak_allocated_bytes : 0), b1),
+               gib((uint64_t)(r->peak_reserved_bytes > 0 ? r->peak_reserved_bytes : 0), b2),
+               e->fit.fits ? (e->fit.retries ? "yes*" : "yes") : "no", comp, comm, ms, tps);
+        if (!e->fit.fits) continue;
+        // The fastest; without times (no catalog, no link rate) the lowest level that fits.
+        if (best < 0 || (!isnan(e->ms) && !isnan(es[best].ms) && e->ms < es[best].ms)) best = z;
+    }
+    if (best >= 0) {
+        const entry *e = &es[best];
+        if (isnan(e->ms))
+            printf("  suggested: ZeRO %d (the lowest level that fits; no step times), peak reserved %s per rank\n", best,
+                   gib((uint64_t)e->fit.row.peak_reserved_bytes, b1));
+        else
+            printf("  suggested: ZeRO %d, the fastest that fits: %.1f ms per step, %.0f %s/s over the %d GPUs, peak reserved %s per rank\n",
+                   best, e->ms, tokens_per_s(&e->rc, e->ms), item_name(&e->rc), N, gib((uint64_t)e->fit.row.peak_reserved_bytes, b1));
+    } else {
+        printf("  no ZeRO level fits at batch %d on %d GPUs: fewer rows per GPU (a smaller --batch, more --gpus), --ckpt, or a GPU with more memory\n",
+               point->batch, N);
+    }
+    printf("  (per rank: the largest rank's exact dry peak against the %s headroom; time: one rank's batch/%d step (optimizer counted whole)\n"
+           "   plus the bytes its communicator counted at half the stated link (ring: all-reduce 2(D-1)/D, reduce-scatter and\n"
+           "   all-gather (D-1)/D of the payload); communication and compute are assumed not to overlap)\n",
+           gib(t->headroom, b1), N);
+    return MO_OK;
+}
+
 static void print_model(const mo_run_config *rc) {
     const mo_model_ops *m = mo_model_find(rc->model);
     if (!m) return;
@@ -390,13 +456,44 @@ static void print_model(const mo_run_config *rc) {
            m->dims_text(rc, dims, sizeof dims), rc->batch, (double)m->num_params(rc) / 1e6);
 }
 
+// --gpus N against every model point, before anything is printed: N x accum divides the batch, and
+// the model has data-parallel ranks (GPT only for now: the engine refuses --dp elsewhere only when it
+// builds the model, too late for a one-line bad-input exit).
+static mo_status check_gpus(const mo_config *pts, int N) {
+    for (size_t i = 0, n = mo_config_count(pts); i < n; i++) {
+        mo_run_config rc;
+        MO_TRY(mo_config_combination(pts, i, &rc));
+        if (strcmp(rc.model, "gpt"))
+            return MO_FAIL(MO_ERR_INVALID, "--gpus %d: model %s has no data-parallel ranks yet (accepted: --model gpt)", N, rc.model);
+        if (rc.batch % N || (rc.batch / N) % rc.accum)
+            return MO_FAIL(MO_ERR_INVALID, "--gpus %d: batch %d is not divisible by gpus x accum = %d (each GPU takes batch/%d rows; "
+                           "accepted: N with N x accum dividing the batch)", N, rc.batch, N * rc.accum, N);
+        if (N > 1 && rc.tp * rc.pp > 1)
+            return MO_FAIL(MO_ERR_INVALID, "--gpus %d with --tp %d --pp %d: data parallelism runs on unsplit models only for now "
+                           "(accepted: --tp 1 --pp 1 with --gpus)", N, rc.tp, rc.pp);
+    }
+    return MO_OK;
+}
+
 mo_status mo_cmd_plan(const mo_config *cfg) {
     if (cfg->validate[0]) return mo_plan_validate(cfg);
+    if (cfg->gpus) {
+        // --gpus N sets dp itself and lists every level: a --dp or --zero beside it would be ignored.
+        if (cfg->n_dp > 1 || cfg->dp[0] != 1 || cfg->n_zero > 1 || cfg->zero[0] != 0)
+            return MO_FAIL(MO_ERR_INVALID, "--gpus %d: sets dp to %d and lists ZeRO 0..3 itself (accepted: --gpus without --dp and --zero)",
+                           cfg->gpus, cfg->gpus);
+        if (cfg->base.csv[0])
+            return MO_FAIL(MO_ERR_INVALID, "--gpus %d: the ZeRO table is printed, not written (accepted: --gpus or --csv, not both)", cfg->gpus);
+    }
     double t0 = mo_plan_now();
     target *t = calloc(1, sizeof *t);
     mo_config *pts = malloc(sizeof *pts);
     if (!t || !pts) { free(t); free(pts); return MO_FAIL(MO_ERR_INTERNAL, "out of host memory"); }
-    mo_status st = resolve_target(cfg, t);
+    // The model points: every combination of the axes but the four the table explores.
+    memcpy(pts, cfg, sizeof *pts);
+    pts->n_precision = pts->n_attn = pts->n_ckpt = pts->n_accum = 1;
+    mo_status st = cfg->gpus ? check_gpus(pts, cfg->gpus) : MO_OK;
+    if (st == MO_OK) st = resolve_target(cfg, t);
     if (st == MO_OK && cfg->base.csv[0]) { // opened before any work: a bad path is refused at once
         st = mo_mkdir_parent(cfg->base.csv, "--csv");
         if (st == MO_OK && !(t->csv = fopen(cfg->base.csv, "w")))
@@ -407,9 +504,6 @@ mo_status mo_cmd_plan(const mo_config *cfg) {
     }
     mo_run_env env;
     if (st == MO_OK) st = mo_plan_env_init(&env);
-    // The model points: every combination of the axes but the four the table explores.
-    memcpy(pts, cfg, sizeof *pts);
-    pts->n_precision = pts->n_attn = pts->n_ckpt = pts->n_accum = 1;
     size_t npts = st == MO_OK ? mo_config_count(pts) : 0;
     int runs = 0;
     for (size_t i = 0; i < npts && st == MO_OK; i++) {
@@ -423,6 +517,10 @@ mo_status mo_cmd_plan(const mo_config *cfg) {
         if (mo_run_config_validate(&rc) != MO_OK) {
             printf("  skipped: %s\n", mo_errmsg_plain());
             mo_clear_error();
+            continue;
+        }
+        if (cfg->gpus > 1) {
+            st = plan_zero(&rc, cfg->gpus, t, &env, &runs);
             continue;
         }
         entry asked;

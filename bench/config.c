@@ -388,6 +388,11 @@ static mo_status set_mem(mo_config *c, const char *f, const char *v, int idx) {
     return parse_mem(f, v, &c->mem_bytes);
 }
 
+static mo_status set_gpus(mo_config *c, const char *f, const char *v, int idx) {
+    (void)idx;
+    return parse_int(f, v, 1, MO_MAX_DP, &c->gpus);
+}
+
 static mo_status set_csv(mo_config *c, const char *f, const char *v, int idx) {
     (void)idx;
     return set_path(f, v, c->base.csv, sizeof c->base.csv);
@@ -541,6 +546,7 @@ static const flag_def flags[] = {
     {{"--resume", NULL, "sweep: skip combinations whose row is already in --csv", "sweep", B(MO_CMD_SWEEP), 0}, set_resume},
     {{"--gpu", "NAME", "plan: the target GPU by name", "plan", B(MO_CMD_PLAN), 0}, set_gpu},
     {{"--mem", "SIZE", "plan: the target device memory, like 80GiB", "plan", B(MO_CMD_PLAN), 0}, set_mem},
+    {{"--gpus", "N", "plan: data parallelism over N GPUs: each ZeRO level 0..3 at dp N, its per-rank peak, fits, step time, and the fastest that fits (gpt)", "plan", B(MO_CMD_PLAN), 0}, set_gpus},
     {{"--shard", "i/n", "sweep: run only combinations i, i+n, i+2n, ... (CSVs of all shards concatenate)", "sweep", B(MO_CMD_SWEEP), 0}, set_shard},
     {{"--validate", "RESULTS.csv", "plan: predicted against measured peak and step time for every row", "plan", B(MO_CMD_PLAN), 0}, set_validate},
     {{"--format", "text|md", "compare: a text table or a Markdown one for CI summaries (default text)", "compare", B(MO_CMD_COMPARE), 0}, set_format},

@@ -156,6 +156,7 @@ typedef struct mo_config {
     // plan
     char gpu[64];           // --gpu NAME ("" when not given); the planner knows the names
     uint64_t mem_bytes;     // --mem SIZE (0 when not given)
+    int gpus;               // --gpus N: the ZeRO levels 0..3 at dp N, which fits and is fastest (0 when not given)
     // compare
     double tolerance;       // --tolerance F: relative slack before a row counts as a regression
     int format_md;          // --format md: a Markdown table (compare); default text

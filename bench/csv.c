@@ -70,6 +70,7 @@ void mo_csv_row_init(mo_csv_row *row) {
         if (cols[i].type == COL_I64) *i64_at(row, &cols[i]) = -1;
         if (cols[i].type == COL_F64) *f64_at(row, &cols[i]) = NAN;
     }
+    row->comm_bytes_rank = -1;
     row->schema_version = MO_CSV_SCHEMA_VERSION;
 }
 

@@ -66,6 +66,10 @@ typedef struct mo_csv_row {
     // Not a column: the run ran out of memory before its first step (the parameters, gradients,
     // optimizer state and full-batch inputs alone exceed the cap), so no micro-batch can fit.
     int oom_before_step;
+    // Not a column: the busiest rank's communicated bytes per timed step (split and dp runs; -1 none).
+    // The communicator counts every op's ring volume per rank (mo_comm_op_bytes) on every backend, dry
+    // included, so a dry run gives the planner the exact volume its link time is taken from.
+    int64_t comm_bytes_rank;
 
     // schema 2: the model's dimensions and rate
     char dims[128];                // the model's own dimension text, "L12 C768 H12 T1024 V50304"

@@ -157,6 +157,15 @@ typedef struct mo_roofline {
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
 // The same from a trace already made (of rc's unsplit step; rc's tp and pp apply the split model).
 void mo_roofline_from_trace(const mo_cost_trace *t, const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
+// Data parallelism (rc->dp above 1, any ZeRO level), per rank on its own GPU, first order and with
+// no overlap of communication and compute: the unsplit step of one rank's batch (batch/dp, the same
+// accum; the optimizer counted whole, though levels >= 1 update a 1/dp chunk), plus comm_s, the
+// rank's communicated bytes per step at half the catalog's stated link rate (the vendor states both
+// directions together). comm_bytes_rank is what the dry run's communicator counted for the busiest
+// rank (mo_csv_row.comm_bytes_rank: ring volumes, 2(D-1)/D of the gradients for level 0's all-reduce,
+// (D-1)/D each for the reduce-scatters and all-gathers of levels 1-3, level 3's per-block gathers
+// included); a negative value leaves the time unknown (gemm_s etc. 0, comm_s NAN).
+void mo_roofline_dp(const mo_run_config *rc, const mo_gpu_spec *g, double comm_bytes_rank, mo_roofline *out);
 // The trace of rc's step: the dry backend, unsplit, uncapped, one step.
 mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t);
 

@@ -200,6 +200,21 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
     split_of(rc, g, p, out);
 }
 
+void mo_roofline_dp(const mo_run_config *rc, const mo_gpu_spec *g, double comm_bytes_rank, mo_roofline *out) {
+    memset(out, 0, sizeof *out);
+    if (rc->dp <= 1 || rc->batch % rc->dp || comm_bytes_rank < 0) {
+        out->comm_s = NAN;
+        return;
+    }
+    mo_run_config one = *rc; // one rank's step: the whole model on batch/dp
+    one.batch = rc->batch / rc->dp;
+    one.dp = 1;
+    one.zero = 0;
+    mo_roofline_step(&one, g, out);
+    double link = g->link_gbs > 0 ? 0.5e9 * g->link_gbs : 0;
+    out->comm_s = link > 0 ? comm_bytes_rank / link : NAN;
+}
+
 // ---------------------------------------------------------------- calibration
 
 void mo_plan_calib_defaults(mo_plan_calib *c) {

@@ -480,6 +480,7 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->loss_last = s->loss_last;
     row->skipped_steps = s->skipped_steps;
     row->loss_scale = s->loss_scale;
+    if (is_split(rc) && s->n > 0) row->comm_bytes_rank = (int64_t)(s->comm.bytes_max_rank / (uint64_t)s->n);
     if (s->n > 0 && s->be != MO_BACKEND_DRY) {
         qsort(s->recompute, (size_t)s->n, sizeof(double), cmp_double);
         double rec_med = median(s->recompute, s->n);
