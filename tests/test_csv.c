@@ -196,7 +196,8 @@ static void test_schema1_dims(void) {
         // The key equals the same configuration's as a schema-2 row writes it.
         mo_csv_row now = r;
         now.schema_version = MO_CSV_SCHEMA_VERSION;
-        now.dp = 1; now.zero = 0; // schema 1 had no data parallelism
+        now.dp = 1; now.zero = 0; // schema 1 had no data parallelism, nor offload
+        snprintf(now.offload, sizeof now.offload, "none");
         snprintf(now.dims, sizeof now.dims, "L12 C768 H12 T1024 V50304");
         char k1[1024], k2[1024];
         CHECK(!strcmp(mo_csv_config_key(&got[0], k1, sizeof k1), mo_csv_config_key(&now, k2, sizeof k2)));
