@@ -202,7 +202,7 @@ static void invalid_row(const sweep *sw, const mo_run_config *rc, const char *re
 mo_status mo_config_name(const mo_run_config *rc, char *buf, size_t n) {
     const mo_model_ops *m = mo_model_find(rc->model);
     const mo_preset *p = m ? mo_model_preset(m, rc->preset) : NULL;
-    char model[160], ckpt[24], extra[48] = "", attn[24] = "";
+    char model[160], ckpt[24], extra[80] = "", attn[24] = "";
     if (p && p->layers == rc->layers && p->hidden == rc->hidden && p->heads == rc->heads && p->seq == rc->seq &&
         p->vocab == rc->vocab && p->input == rc->input && p->classes == rc->classes)
         snprintf(model, sizeof model, "%s-B%d", p->name, rc->batch);
@@ -220,6 +220,10 @@ mo_status mo_config_name(const mo_run_config *rc, char *buf, size_t n) {
     if (rc->dp > 1 || rc->zero) {
         size_t k = strlen(extra);
         snprintf(extra + k, sizeof extra - k, "/dp:%d/zero:%d", rc->dp, rc->zero);
+    }
+    if (rc->offload) {
+        size_t k = strlen(extra);
+        snprintf(extra + k, sizeof extra - k, "/offload:%s", mo_offload_name(rc->offload));
     }
     snprintf(buf, n, "%s/%s/%s%s/ckpt:%s/accum:%d%s/alloc:%s/cap:%s", mo_backend_name(rc->backend), model,
              mo_precision_name(rc->precision), attn, mo_ckpt_format(rc->ckpt, ckpt, sizeof ckpt),

@@ -39,6 +39,8 @@ static const col_def cols[] = {
     S(dims), F(items_per_s), I(inactive_split_bytes), I(largest_free_block_bytes), I(segments),
     // schema 3 (before knobs, which stays the last column)
     I(dp), I(zero),
+    // schema 4 (before knobs)
+    S(offload), I(host_bytes),
     S(knobs),
 };
 #undef I
@@ -96,6 +98,7 @@ void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t c
     row->pp = rc->pp;
     row->dp = rc->dp > 1 ? rc->dp : 1;
     row->zero = rc->zero;
+    snprintf(row->offload, sizeof row->offload, "%s", mo_offload_name(rc->offload));
     snprintf(row->comm, sizeof row->comm, "%s", mo_comm_name(rc->comm));
     row->cap_bytes = (int64_t)cap_bytes;
     snprintf(row->alloc, sizeof row->alloc, "%s", mo_alloc_kind_name(rc->alloc));
@@ -184,6 +187,8 @@ const char *mo_csv_config_key(const mo_csv_row *r, char *buf, size_t n) {
     size_t k = strlen(buf);
     if ((r->dp > 1 || r->zero > 0) && k < n)
         snprintf(buf + k, n - k, " dp=%lld zero=%lld", (long long)r->dp, (long long)r->zero);
+    k = strlen(buf); // offload likewise
+    if (r->offload[0] && strcmp(r->offload, "none") && k < n) snprintf(buf + k, n - k, " offload=%s", r->offload);
     return buf;
 }
 
@@ -493,6 +498,8 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
 static void upgrade_row(mo_csv_row *r) {
     if (r->schema_version < 3 && r->dp < 0) r->dp = 1; // before schema 3: no data parallelism
     if (r->schema_version < 3 && r->zero < 0) r->zero = 0;
+    if (r->schema_version < 4 && !r->offload[0]) snprintf(r->offload, sizeof r->offload, "none"); // before schema 4: none
+    if (r->schema_version < 4 && r->host_bytes < 0) r->host_bytes = 0;
     if (!r->model[0] || !strcmp(r->model, "gpt")) {
         const mo_model_ops *m = mo_model_find("gpt");
         if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {

@@ -24,7 +24,9 @@ extern "C" {
 //    All added at the end. Schema 1 files (and schema 2 files written before knobs, whose knobs read empty)
 //    are read too (see mo_csv_read); schema 1 had gpt rows only.
 // 3: dp and zero (data-parallel ranks and the ZeRO level), at the end. Older rows read as dp 1, zero 0.
-#define MO_CSV_SCHEMA_VERSION 3
+// 4: offload and host_bytes (--offload and the host allocator's peak), before knobs. Older rows read as
+//    offload none, host_bytes 0.
+#define MO_CSV_SCHEMA_VERSION 4
 #define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {
@@ -76,6 +78,8 @@ typedef struct mo_csv_row {
     double items_per_s;            // the model's items (tokens for gpt) per second
     char knobs[320];               // the MEMOPT_* knobs set (kernels/knobs.h): "NAME=value;NAME=value", "" none
     int64_t dp, zero;              // schema 3: data-parallel ranks (1: none) and the ZeRO level 0..3
+    char offload[16];              // schema 4: none | optimizer
+    int64_t host_bytes;            // schema 4: peak bytes of the host allocator (offloaded state and staging)
 } mo_csv_row;
 
 // Every field unknown, schema_version set.

@@ -147,6 +147,8 @@ struct mo_run_session {
     int skipped_steps;       // loss-scaler skips over all steps (warm-up included); final loss scale
     double loss_scale;
     mo_alloc_stats stats;    // taken when the model is released
+    mo_allocator *ha;        // --offload: the host allocator (NULL otherwise)
+    uint64_t host_bytes;     // its peak allocated bytes, taken at release
     uint64_t static_bytes;
     uint64_t dev_used_before, dev_used_peak_seen;
     double prof_ms[MO_PROF_COUNT]; // --profile: summed over the timed steps
@@ -203,6 +205,10 @@ static mo_status session_build(mo_run_session *s) {
 static mo_status session_build_one(mo_run_session *s) {
     MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
     MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
+    if (s->rc.offload) { // --offload: the host allocator of the offloaded state (its peak is host_bytes)
+        MO_TRY(mo_allocator_create_host(&s->ha, s->be));
+        s->x->host_alloc = s->ha;
+    }
     s->x->tf32 = s->rc.precision == MO_PREC_TF32;
     MO_TRY(s->ops->create(&s->rc, s->x, &s->m));
     MO_TRY(set_synthetic_batch(s));
@@ -255,6 +261,11 @@ static void session_release(mo_run_session *s) {
         return;
     }
     if (s->a) mo_allocator_stats(s->a, &s->stats);
+    if (s->ha) {
+        mo_alloc_stats h;
+        mo_allocator_stats(s->ha, &h);
+        s->host_bytes = h.peak_allocated_bytes;
+    }
     take_summary(s, s->a);
     mo_trace_end(s->alloc_trace);
     s->alloc_trace = NULL;
@@ -263,7 +274,8 @@ static void session_release(mo_run_session *s) {
     if (s->m) s->ops->destroy(s->m);
     mo_ctx_destroy(s->x);
     mo_allocator_destroy(s->a);
-    s->m = NULL; s->x = NULL; s->a = NULL;
+    mo_allocator_destroy(s->ha);
+    s->m = NULL; s->x = NULL; s->a = NULL; s->ha = NULL;
 }
 
 static mo_status session_open(const mo_run_config *rc, const mo_run_env *env, mo_backend_kind be, FILE *out,
@@ -459,6 +471,7 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->master_bytes = (int64_t)a->peak_by_cat[MO_CAT_MASTER];
     row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
     row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
+    row->host_bytes = (int64_t)s->host_bytes;
     row->inactive_split_bytes = (int64_t)a->inactive_split_bytes;
     row->largest_free_block_bytes = (int64_t)a->largest_free_block;
     row->segments = (int64_t)a->num_segments;
@@ -609,6 +622,11 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     for (int c = 0; c < MO_CAT_COUNT; c++)
         fprintf(out, " %s %s%s", mo_category_name((mo_category)c), mo_format_bytes(a->peak_by_cat[c], b1, 32),
                 c + 1 < MO_CAT_COUNT ? "," : "\n");
+    if (rc->offload)
+        fprintf(out, "  offload %s: host_bytes %llu (%s: AdamW m, v%s and the update's staging, %s), not in the device figures above\n",
+                mo_offload_name(rc->offload), (unsigned long long)s->host_bytes, mo_format_bytes(s->host_bytes, b1, 32),
+                rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16 ? ", the fp32 master" : "",
+                rc->backend == MO_BACKEND_CUDA ? "pinned" : rc->backend == MO_BACKEND_DRY ? "modelled" : "malloc");
     if (rc->backend == MO_BACKEND_CUDA)
         fprintf(out, "  cross-check: device memory in use rose by %s at most between steps (allocator reserved peak %s;"
                      " the rest is the cuBLAS handles and the CUDA context)\n",

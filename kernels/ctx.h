@@ -37,6 +37,7 @@ typedef struct mo_ctx {
     // A context and everything it caches belong to one thread at a time (the local communicator gives
     // each rank its own context): nothing below is locked.
     mo_lt_cache *lt_cache;        // cuBLASLt plans per GEMM shape (lt_gemm_cuda.c): lazily, cuda only
+    mo_allocator *host_alloc;     // not owned; NULL unless offloading (mo_allocator_create_host)
     void *stage_host;             // pinned host buffer of mo_stage_* (cudaHostAlloc; malloc on cpu)
     size_t stage_bytes;
     void *stage_event;            // cudaEvent_t recorded after the last upload out of stage_host

@@ -46,6 +46,10 @@ typedef struct mo_gpt_config {
     int scaler_interval;   // 0: 2000
     float lr, beta1, beta2, eps, weight_decay, grad_clip; // AdamW; grad_clip 0 disables clipping
     uint64_t seed;
+    // --offload optimizer: 1 keeps AdamW's m, v and, in 16 bits, the fp32 master in host memory
+    // (ctx->host_alloc, which must be set), with host staging for the update (strategies/schedule.h).
+    // Unsplit models only.
+    int offload;
 } mo_gpt_config;
 
 // The parameter tensors, in the order of the parameter buffer (llm.c's layout).
@@ -75,7 +79,9 @@ typedef struct mo_gpt {
     void *wparam_ptr[GPT_NPARAMS];
     float *grads;        // (num_params)
     float *grad_ptr[GPT_NPARAMS];
-    float *adam_m, *adam_v; // (num_params) each
+    float *adam_m, *adam_v; // (num_params) each; host memory under cfg.offload
+    float *host_grads;      // (num_params) offload: the gradients' host staging (ctx->host_alloc), else NULL
+    float *host_params;     // (num_params) offload in fp32: the weights' host image for the update, else NULL
     int *inputs, *targets;  // (B,T) on the device: the current batch
     int *inputs_host, *targets_host; // (B,T)
     float *losses;          // (B,T) per-position losses of the last step

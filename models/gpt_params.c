@@ -5,6 +5,7 @@
 #include "gpt_zero.h"
 #include "models/ckpt_layout.h"
 #include "kernels/ops_mixed.h"
+#include "kernels/ops_mixed_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -246,14 +247,20 @@ static void init_shard(const mo_gpt_config *c, const mo_gpt_shard *sh, const siz
 void mo_gpt_destroy(mo_gpt *m) {
     if (!m) return;
     mo_allocator *a = m->ctx->alloc;
+    mo_allocator *h = m->cfg.offload ? m->ctx->host_alloc : a; // where m, v (and a 16-bit master) live
+    int mixed = m->cfg.dtype != MO_F32;
     mo_free(a, m->losses);
     mo_free(a, m->targets);
     mo_free(a, m->inputs);
-    mo_free(a, m->adam_v);
-    mo_free(a, m->adam_m);
+    if (m->cfg.offload) {
+        mo_free(h, m->host_params);
+        mo_free(h, m->host_grads);
+    }
+    mo_free(h, m->adam_v);
+    mo_free(h, m->adam_m);
     mo_free(a, m->grads);
     if (m->wparams != m->params) mo_free(a, m->wparams);
-    mo_free(a, m->params);
+    mo_free(mixed ? h : a, m->params);
     gpt_zero_destroy(m); // after the buffers above (some are the ZeRO shards)
     free(m->inputs_host);
     free(m->targets_host);
@@ -278,16 +285,29 @@ mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ct
     mo_allocator *a = ctx->alloc;
     mo_status st;
     int mixed = cfg->dtype != MO_F32;
+    if (cfg->offload && (sh || !ctx->host_alloc)) {
+        free(m);
+        return MO_FAIL(MO_ERR_INVALID, "--offload optimizer: %s",
+                       sh ? "not built for a split or data-parallel model yet (accepted there: --offload none)"
+                          : "the context has no host allocator (ctx->host_alloc)");
+    }
+    // Offload: AdamW's moments and a 16-bit run's master in host memory, plus the update's host staging.
+    mo_allocator *h = cfg->offload ? ctx->host_alloc : a;
+    int on_host = cfg->offload && ctx->backend != MO_BACKEND_DRY; // host buffers are written directly
     // Data parallelism (gpt_zero.h): ZeRO levels >= 1 make their own (sharded) model state.
     if (sh && sh->dp > 1) MO_TRY_GOTO(st, gpt_zero_create(m), fail);
     int own_state = !m->zero || m->zero->level == 0;
     if (own_state) {
-        MO_TRY_GOTO(st, mo_alloc(a, pb, mixed ? MO_CAT_MASTER : MO_CAT_PARAM, (void **)&m->params), fail);
+        MO_TRY_GOTO(st, mo_alloc(mixed ? h : a, pb, mixed ? MO_CAT_MASTER : MO_CAT_PARAM, (void **)&m->params), fail);
         if (mixed) MO_TRY_GOTO(st, mo_alloc(a, m->num_params * mo_dtype_size(cfg->dtype), MO_CAT_PARAM, &m->wparams), fail);
         else m->wparams = m->params;
         MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_GRAD, (void **)&m->grads), fail);
-        MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
-        MO_TRY_GOTO(st, mo_alloc(a, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
+        MO_TRY_GOTO(st, mo_alloc(h, pb, MO_CAT_OPTIM, (void **)&m->adam_m), fail);
+        MO_TRY_GOTO(st, mo_alloc(h, pb, MO_CAT_OPTIM, (void **)&m->adam_v), fail);
+        if (cfg->offload) { // the update's staging: the gradients, and in fp32 the weights
+            MO_TRY_GOTO(st, mo_alloc(h, pb, MO_CAT_GRAD, (void **)&m->host_grads), fail);
+            if (!mixed) MO_TRY_GOTO(st, mo_alloc(h, pb, MO_CAT_PARAM, (void **)&m->host_params), fail);
+        }
     }
     // A shard: the tokens on the first stage (the embedding), the targets and losses on the last.
     if (!sh || sh->first) MO_TRY_GOTO(st, mo_alloc(a, BT * sizeof(int), MO_CAT_ACTIVATION, (void **)&m->inputs), fail);
@@ -314,11 +334,20 @@ mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ct
         if (!h) { st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the initial parameters"); goto fail; }
         if (sh) init_shard(cfg, sh, m->param_sizes, h);
         else init_params(cfg, m->param_sizes, h);
-        st = mo_memcpy_h2d(ctx, m->params, h, pb);
+        if (on_host && mixed) memcpy(m->params, h, pb); // the master is host memory
+        else st = mo_memcpy_h2d(ctx, m->params, h, pb);
         free(h);
         if (st != MO_OK) goto fail;
     }
-    if (own_state) {
+    if (own_state && on_host) {
+        if (mixed) { // the 16-bit working copy: cast on the host (as the offloaded update does), then up
+            MO_TRY_GOTO(st, cast_mixed_cpu(cfg->dtype, m->host_grads, MO_F32, m->params, m->num_params), fail);
+            MO_TRY_GOTO(st, mo_memcpy_h2d(ctx, m->wparams, m->host_grads, m->num_params * mo_dtype_size(cfg->dtype)), fail);
+        }
+        memset(m->adam_m, 0, pb);
+        memset(m->adam_v, 0, pb);
+        MO_TRY_GOTO(st, mo_memset_zero(ctx, m->grads, pb), fail);
+    } else if (own_state) {
         if (mixed) MO_TRY_GOTO(st, mo_cast_mixed(ctx, cfg->dtype, m->wparams, MO_F32, m->params, m->num_params), fail);
         MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_m, pb), fail);
         MO_TRY_GOTO(st, mo_memset_zero(ctx, m->adam_v, pb), fail);

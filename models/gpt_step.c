@@ -478,6 +478,7 @@ mo_status mo_gpt_update(mo_gpt *m) {
         .weight_decay = c->weight_decay, .grad_clip = c->grad_clip,
         .groups = sh ? groups : NULL, .n_groups = sh ? GPT_NPARAMS : 0,
         .world = sh && sh->world > 1 ? sh->world_comm : NULL, .world_size = sh ? sh->world : 1, .rank = sh ? sh->rank : 0,
+        .host_grads = m->host_grads, .host_params = m->host_params,
     };
     if (sh && sh->dp > 1) {
         // Data parallel (gpt_zero.h): level 0 has every rank's gradients equal (all-reduced), so each

@@ -65,6 +65,7 @@ typedef struct {
 struct mo_allocator {
     mo_alloc_kind kind;
     mo_backend_kind backend;
+    int host;                // mo_allocator_create_host: pinned host memory (cudaHostAlloc on cuda)
     uint64_t cap;
     void *stream;
     segment *segments;       // all segments
@@ -197,10 +198,11 @@ static mo_status backend_get(mo_allocator *a, uint64_t size, uintptr_t *out) {
     case MO_BACKEND_CUDA: {
 #ifdef MEMOPT_HAVE_CUDA
         void *p = NULL;
-        cudaError_t e = cudaMalloc(&p, size);
+        cudaError_t e = a->host ? cudaHostAlloc(&p, size, cudaHostAllocDefault) : cudaMalloc(&p, size);
         if (e != cudaSuccess) {
             cudaGetLastError(); // clear the sticky-free error so later calls are not blamed
-            return MO_FAIL(e == cudaErrorMemoryAllocation ? MO_ERR_OOM : MO_ERR_CUDA, "cudaMalloc(%" PRIu64 "): %s", size, cudaGetErrorString(e));
+            return MO_FAIL(e == cudaErrorMemoryAllocation ? MO_ERR_OOM : MO_ERR_CUDA, "%s(%" PRIu64 "): %s",
+                           a->host ? "cudaHostAlloc" : "cudaMalloc", size, cudaGetErrorString(e));
         }
         *out = (uintptr_t)p;
         return MO_OK;
@@ -218,7 +220,8 @@ static mo_status backend_put(mo_allocator *a, uintptr_t p) {
     case MO_BACKEND_CPU: free((void *)p); return MO_OK;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        CUDA_CHECK(cudaFree((void *)p));
+        if (a->host) CUDA_CHECK(cudaFreeHost((void *)p));
+        else CUDA_CHECK(cudaFree((void *)p));
 #endif
         return MO_OK;
     }
@@ -630,6 +633,12 @@ static void trace_event(mo_allocator *a, int is_free, uintptr_t ptr, uint64_t by
 static mo_status free_block(mo_allocator *a, block *b, void *ptr);
 
 // async on cpu/dry has no pool to ask: it is modelled as raw (reserved == allocated).
+mo_status mo_allocator_create_host(mo_allocator **out, mo_backend_kind backend) {
+    MO_TRY(mo_allocator_create(out, MO_ALLOC_RAW, backend, 0, NULL));
+    (*out)->host = 1;
+    return MO_OK;
+}
+
 static int is_async_pool(const mo_allocator *a) { return a->kind == MO_ALLOC_ASYNC && a->backend == MO_BACKEND_CUDA; }
 
 mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {

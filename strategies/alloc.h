@@ -79,6 +79,11 @@ typedef struct mo_allocator mo_allocator;
 // cap_bytes 0 means no cap. stream: the cudaStream_t for async (NULL: the default stream).
 mo_status mo_allocator_create(mo_allocator **out, mo_alloc_kind kind, mo_backend_kind backend,
                               uint64_t cap_bytes, void *stream);
+// Host memory for offloaded state (--offload optimizer): a raw allocator (one block per request,
+// rounded to 512 B as the device's) whose memory is pinned host memory on cuda (cudaHostAlloc, so the
+// copies run at full PCIe speed), aligned malloc on cpu and fake addresses on dry, as for the device.
+// Its categories are the tensors' own (optim, master, grad staging); its peak is the run's host_bytes.
+mo_status mo_allocator_create_host(mo_allocator **out, mo_backend_kind backend);
 void mo_allocator_destroy(mo_allocator *a); // frees every segment; live blocks are a leak and are reported
 
 // 256-byte aligned device pointer for at least `bytes` (bytes 0 gives a valid 512-byte block).

@@ -176,6 +176,12 @@ typedef struct mo_sched_optim {
     // groups NULL: the parts are the norm's groups). 0: the whole buffers, as before.
     const mo_sched_part *parts;
     int n_parts;
+    // Offload (--offload optimizer; the whole buffers only, n_parts 0): adam_m, adam_v and, in 16 bits,
+    // params (the fp32 master) are host memory; host_grads (n fp32) and, in fp32, host_params (n fp32,
+    // the device weights' host image) are the host staging. The update copies the gradients (and fp32
+    // weights) device->host, runs the CPU AdamW there and copies the weights (16-bit: cast on the host)
+    // back, synchronously. NULL host_grads: no offload.
+    float *host_grads, *host_params;
 } mo_sched_optim;
 
 // What one update did.

@@ -7,6 +7,8 @@
 #include "kernels/cost.h"
 #include "kernels/ops.h"
 #include "kernels/ops_mixed.h"
+#include "kernels/ops_mixed_impl.h"
+#include "kernels/adamw.h"
 #include "models/step_ops.h"
 #include "strategies/comm.h"
 
@@ -105,6 +107,30 @@ static mo_status scaler_check(const mo_sched_optim *o, mo_sched_scaler *sc, int 
     return MO_OK;
 }
 
+// The offloaded AdamW (mo_sched_optim's host_grads): the CPU reference on host buffers, the same
+// code and data as the device update, so the weights come out bit-identical. Copies are synchronous
+// (mo_memcpy_*: on the context's stream, then a stream synchronize). On dry nothing moves (the host
+// addresses are fake, never touched).
+static mo_status offload_adamw(const mo_sched_optim *o, int step, float scale) {
+    mo_ctx *x = o->ctx;
+    size_t n = o->n, fb = n * sizeof(float);
+    // The host AdamW's traffic is host memory; the device sees the gradients out and the weights in.
+    mo_cost_record(x, "adamw_offload", MO_COST_MEMORY, 12.0 * n, (o->dt == MO_F32 ? 8.0 : 4.0 + mo_dtype_size(o->dt)) * n);
+    if (x->backend == MO_BACKEND_DRY) return MO_OK;
+    MO_TRY(mo_memcpy_d2h(x, o->host_grads, o->grads, fb));
+    if (o->dt == MO_F32) {
+        MO_TRY(mo_memcpy_d2h(x, o->host_params, o->params, fb));
+        MO_TRY(adamw_cpu(o->host_params, o->host_grads, o->adam_m, o->adam_v, n, o->lr, o->beta1, o->beta2, o->eps,
+                         o->weight_decay, step, scale));
+        return mo_memcpy_h2d(x, o->params, o->host_params, fb);
+    }
+    // 16-bit: the master on the host; its working copy cast there into the (consumed) gradient staging.
+    MO_TRY(adamw_cpu(o->params, o->host_grads, o->adam_m, o->adam_v, n, o->lr, o->beta1, o->beta2, o->eps,
+                     o->weight_decay, step, scale));
+    MO_TRY(cast_mixed_cpu(o->dt, o->host_grads, MO_F32, o->params, n));
+    return mo_memcpy_h2d(x, o->wparams, o->host_grads, n * mo_dtype_size(o->dt));
+}
+
 mo_status mo_sched_update(const mo_sched_optim *o, mo_sched_scaler *sc, int *step, mo_sched_update_info *out) {
     mo_ctx *x = o->ctx;
     // The gradients carry the loss scale of the step that made them (the scaler changes it below).
@@ -131,6 +157,11 @@ mo_status mo_sched_update(const mo_sched_optim *o, mo_sched_scaler *sc, int *ste
                                                     scale));
     }
     if (o->n_parts > 0) return MO_OK;
+    if (o->host_grads) {
+        if (*step < 1) return MO_FAIL(MO_ERR_INVALID, "adamw: step t=%d must be >= 1", *step);
+        OP_CTX(x, MO_PROF_OPTIMIZER, offload_adamw(o, *step, scale));
+        return MO_OK;
+    }
     OP_CTX(x, MO_PROF_OPTIMIZER, mo_adamw_mixed(x, o->dt, o->params, o->wparams, o->grads, o->adam_m, o->adam_v, o->n,
                                                 o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, *step, scale));
     return MO_OK;

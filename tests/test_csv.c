@@ -80,6 +80,8 @@ static void full_row(mo_csv_row *r) {
     r->comm_ms = 1e-300; r->comm_modelled = 1;
     snprintf(r->knobs, sizeof r->knobs, "MEMOPT_CE=loop;MEMOPT_GEMM_TABLE=0");
     r->dp = 4; r->zero = 3;
+    snprintf(r->offload, sizeof r->offload, "optimizer");
+    r->host_bytes = 1991614464LL;
 }
 
 static int same_double(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
@@ -105,11 +107,12 @@ static void test_header(void) {
     CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled,dims,items_per_s,") != NULL);
     CHECK(strstr(h, ",items_per_s,inactive_split_bytes,largest_free_block_bytes,segments,") != NULL);
     // Schema 3 adds dp and zero before knobs, which stays the last column.
-    CHECK(strstr(h, ",segments,dp,zero,knobs") != NULL && !strcmp(strrchr(h, ','), ",knobs"));
-    CHECK_EQ_U64(mo_csv_num_columns(), 65);
+    // Schema 4 adds offload and host_bytes after them, still before knobs.
+    CHECK(strstr(h, ",segments,dp,zero,offload,host_bytes,knobs") != NULL && !strcmp(strrchr(h, ','), ",knobs"));
+    CHECK_EQ_U64(mo_csv_num_columns(), 67);
     int commas = 0;
     for (const char *p = h; *p; p++) commas += *p == ',';
-    CHECK_EQ_U64(commas + 1, 65);
+    CHECK_EQ_U64(commas + 1, 67);
 }
 
 static void test_round_trip(void) {
@@ -193,7 +196,8 @@ static void test_schema1_dims(void) {
         // The key equals the same configuration's as a schema-2 row writes it.
         mo_csv_row now = r;
         now.schema_version = MO_CSV_SCHEMA_VERSION;
-        now.dp = 1; now.zero = 0; // schema 1 had no data parallelism
+        now.dp = 1; now.zero = 0; // schema 1 had no data parallelism, nor offload
+        snprintf(now.offload, sizeof now.offload, "none");
         snprintf(now.dims, sizeof now.dims, "L12 C768 H12 T1024 V50304");
         char k1[1024], k2[1024];
         CHECK(!strcmp(mo_csv_config_key(&got[0], k1, sizeof k1), mo_csv_config_key(&now, k2, sizeof k2)));
@@ -283,16 +287,31 @@ static void test_refusals(void) {
 
     // Another schema_version.
     char text[8192];
-    snprintf(text, sizeof text, "%s\n4,,,,\n", mo_csv_header());
+    snprintf(text, sizeof text, "%s\n5,,,,\n", mo_csv_header());
     write_file(path, text);
     CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID);
     char want[256];
-    snprintf(want, sizeof want, "%s: schema_version 4, this memopt reads 1 to 3", path);
+    snprintf(want, sizeof want, "%s: schema_version 5, this memopt reads 1 to 4", path);
     CHECK_MSG(strstr(mo_errmsg(), want) != NULL, "%s", mo_errmsg());
-    // A version-4 file with columns this schema lacks still gets the version message first.
-    snprintf(text, sizeof text, "schema_version,new_column\n4,x\n");
+    // A version-5 file with columns this schema lacks still gets the version message first.
+    snprintf(text, sizeof text, "schema_version,new_column\n5,x\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 4, this memopt reads 1 to 3"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 5, this memopt reads 1 to 4"));
+    // A schema 3 row (no offload, host_bytes columns) reads as offload none, host_bytes 0, its key unchanged;
+    // a schema 4 row with offload optimizer has it in its key.
+    snprintf(text, sizeof text, "schema_version,model,layers,dp,zero\n3,gpt,12,2,1\n4,gpt,12,2,1\n");
+    write_file(path, text);
+    if (CHECK_OK(mo_csv_read(path, &got, &n))) {
+        char key[2048], key2[2048];
+        mo_csv_config_key(&got[0], key, sizeof key);
+        CHECK_MSG(n == 2 && !strcmp(got[0].offload, "none") && got[0].host_bytes == 0 && !strstr(key, "offload="),
+                  "schema 3 row: offload '%s' host_bytes %lld key %s", got[0].offload, (long long)got[0].host_bytes, key);
+        CHECK(n == 2 && got[1].host_bytes == -1); // schema 4 without the cell: unknown
+        snprintf(got[0].offload, sizeof got[0].offload, "optimizer");
+        mo_csv_config_key(&got[0], key2, sizeof key2);
+        CHECK_MSG(strstr(key2, " offload=optimizer") && strncmp(key, key2, strlen(key)) == 0, "offload key: %s", key2);
+        free(got);
+    }
     // A schema 2 row (no dp, zero columns) reads as dp 1, zero 0 and keeps its key.
     snprintf(text, sizeof text, "schema_version,model,layers,tp,pp\n2,gpt,12,1,1\n");
     write_file(path, text);
@@ -305,7 +324,7 @@ static void test_refusals(void) {
     }
     snprintf(text, sizeof text, "schema_version,layers\n0,12\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 3"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 4"));
 
     // A different header: the writer refuses and leaves the file alone.
     write_file(path, "a,b,c\n1,2,3\n");

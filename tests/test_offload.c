@@ -1,0 +1,182 @@
+// --offload optimizer (models/gpt.h cfg.offload): AdamW's m, v and a 16-bit run's fp32 master in the
+// host allocator. The weights after two steps are bit-identical to no offload (the same CPU AdamW on
+// the same data), the device's peak drops by exactly the offloaded bytes, and dry predicts cpu to the
+// byte for the device and the host allocator alike.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "models/gpt_zero.h"
+#include "tests/gpt_fixture.h"
+
+typedef struct off_fixture {
+    gpt_fixture f;
+    mo_allocator *host;
+} off_fixture;
+
+static int off_open(off_fixture *o, mo_backend_kind be, const mo_gpt_config *c) {
+    memset(o, 0, sizeof *o);
+    gpt_fixture *f = &o->f;
+    if (!CHECK_OK(mo_allocator_create(&f->alloc, MO_ALLOC_CACHING, be, 0, NULL))) return 0;
+    if (!CHECK_OK(mo_allocator_create_host(&o->host, be))) return 0;
+    if (!CHECK_OK(mo_ctx_create(&f->ctx, be, f->alloc))) return 0;
+    f->ctx->host_alloc = o->host;
+    if (!CHECK_OK(mo_gpt_create(&f->m, c, f->ctx))) return 0;
+    size_t BT = (size_t)c->batch * c->seq;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    mo_gpt_synthetic_batch(c, 7, tok, tgt);
+    int ok = CHECK_OK(mo_gpt_set_batch(f->m, tok, tgt));
+    free(tok);
+    free(tgt);
+    return ok;
+}
+
+static void off_close(off_fixture *o) {
+    fixture_close(&o->f); // checks the device allocator for leaks
+    if (o->host) {
+        mo_alloc_stats s;
+        mo_allocator_stats(o->host, &s);
+        CHECK_MSG(s.allocated_bytes == 0, "host leak: %llu bytes", (unsigned long long)s.allocated_bytes);
+    }
+    mo_allocator_destroy(o->host);
+    o->host = NULL;
+}
+
+static int same_bits(const void *a, const void *b, size_t bytes, const char *what, const char *tag) {
+    return CHECK_MSG(!memcmp(a, b, bytes), "%s: %s differs with --offload optimizer", tag, what);
+}
+
+// Two steps with and without offload on cpu: master/params, 16-bit working copy, m and v equal bit for bit.
+static void test_equivalence(void) {
+    struct { mo_dtype dt; int accum; mo_ckpt_kind ckpt; const char *tag; } cases[] = {
+        {MO_F32, 1, MO_CKPT_NONE, "fp32"},
+        {MO_F32, 2, MO_CKPT_FULL, "fp32 accum 2 ckpt full"},
+        {MO_BF16, 1, MO_CKPT_NONE, "bf16"},
+        {MO_BF16, 2, MO_CKPT_FULL, "bf16 accum 2 ckpt full"},
+        {MO_F16, 2, MO_CKPT_SELECTIVE, "fp16 accum 2 ckpt selective"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        mo_gpt_config c = tiny_config();
+        c.dtype = cases[k].dt;
+        c.accum = cases[k].accum;
+        c.ckpt = cases[k].ckpt;
+        c.grad_clip = 1.0f;
+        c.loss_scaling = c.dtype == MO_F16;
+        gpt_fixture ref;
+        off_fixture off;
+        c.offload = 0;
+        if (!fixture_open(&ref, MO_BACKEND_CPU, &c, 7)) return;
+        c.offload = 1;
+        if (!off_open(&off, MO_BACKEND_CPU, &c)) return;
+        for (int s = 0; s < 2; s++) {
+            CHECK_OK(mo_gpt_step(ref.m));
+            CHECK_OK(mo_gpt_step(off.f.m));
+        }
+        size_t n = ref.m->num_params;
+        CHECK_EQ_U64(off.f.m->step, 2);
+        CHECK(off.f.m->host_grads != NULL);
+        CHECK((off.f.m->host_params != NULL) == (c.dtype == MO_F32));
+        same_bits(ref.m->params, off.f.m->params, n * sizeof(float), "params / master", cases[k].tag);
+        same_bits(ref.m->adam_m, off.f.m->adam_m, n * sizeof(float), "adam.m", cases[k].tag);
+        same_bits(ref.m->adam_v, off.f.m->adam_v, n * sizeof(float), "adam.v", cases[k].tag);
+        if (c.dtype != MO_F32)
+            same_bits(ref.m->wparams, off.f.m->wparams, n * mo_dtype_size(c.dtype), "16-bit working copy", cases[k].tag);
+        CHECK_MSG(ref.m->last_loss == off.f.m->last_loss, "%s: loss %.9g vs %.9g", cases[k].tag, ref.m->last_loss,
+                  off.f.m->last_loss);
+        // The weights moved (a no-op update would also be "equal").
+        mo_gpt_config c0 = c;
+        float *init = malloc(n * sizeof(float));
+        gpt_init_full(&c0, init);
+        CHECK_MSG(memcmp(init, off.f.m->params, n * sizeof(float)) != 0, "%s: weights did not change", cases[k].tag);
+        free(init);
+        fixture_close(&ref);
+        off_close(&off);
+    }
+}
+
+static uint64_t r512(uint64_t b) { return (b + 511) / 512 * 512; }
+
+// Bytes: the device loses m, v (and the master), the host holds them and the staging; dry == cpu.
+static void test_bytes(void) {
+    mo_dtype dts[] = {MO_F32, MO_F16, MO_BF16};
+    mo_ckpt_kind ckpts[] = {MO_CKPT_NONE, MO_CKPT_FULL, MO_CKPT_SELECTIVE, MO_CKPT_SQRT};
+    int accums[] = {1, 2};
+    int combos = 0;
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < 4; k++)
+            for (int a = 0; a < 2; a++) {
+                mo_gpt_config c = tiny_config();
+                c.dtype = dts[d];
+                c.ckpt = ckpts[k];
+                c.accum = accums[a];
+                c.loss_scaling = c.dtype == MO_F16;
+                mo_alloc_stats dev[2], host[2], none;
+                c.offload = 0;
+                if (!fixture_two_step_stats(MO_BACKEND_CPU, &c, 7, &none)) return;
+                c.offload = 1;
+                for (int b = 0; b < 2; b++) {
+                    off_fixture o;
+                    if (!off_open(&o, b ? MO_BACKEND_DRY : MO_BACKEND_CPU, &c)) return;
+                    CHECK_OK(mo_gpt_step(o.f.m));
+                    CHECK_OK(mo_gpt_step(o.f.m));
+                    mo_allocator_stats(o.f.alloc, &dev[b]);
+                    mo_allocator_stats(o.host, &host[b]);
+                    off_close(&o);
+                }
+                char tag[64];
+                snprintf(tag, sizeof tag, "%s ckpt %d accum %d", mo_dtype_name(c.dtype), (int)c.ckpt, c.accum);
+                // dry == cpu, every figure of both allocators.
+                const mo_alloc_stats *p[2][2] = {{&dev[0], &dev[1]}, {&host[0], &host[1]}};
+                for (int w = 0; w < 2; w++) {
+                    const mo_alloc_stats *x = p[w][0], *y = p[w][1];
+                    CHECK_MSG(x->peak_allocated_bytes == y->peak_allocated_bytes && x->peak_reserved_bytes == y->peak_reserved_bytes,
+                              "%s %s: cpu peak %llu/%llu, dry %llu/%llu", tag, w ? "host" : "device",
+                              (unsigned long long)x->peak_allocated_bytes, (unsigned long long)x->peak_reserved_bytes,
+                              (unsigned long long)y->peak_allocated_bytes, (unsigned long long)y->peak_reserved_bytes);
+                    for (int q = 0; q < MO_CAT_COUNT; q++)
+                        CHECK_MSG(x->peak_by_cat[q] == y->peak_by_cat[q] && x->at_peak_by_cat[q] == y->at_peak_by_cat[q],
+                                  "%s %s %s: cpu %llu, dry %llu", tag, w ? "host" : "device", mo_category_name((mo_category)q),
+                                  (unsigned long long)x->peak_by_cat[q], (unsigned long long)y->peak_by_cat[q]);
+                }
+                uint64_t pb = r512((uint64_t)mo_gpt_num_params(&c) * sizeof(float));
+                int mixed = c.dtype != MO_F32;
+                uint64_t moved = (mixed ? 3 : 2) * pb; // m, v (and the master)
+                CHECK_EQ_U64(dev[0].peak_by_cat[MO_CAT_OPTIM], 0);
+                CHECK_EQ_U64(dev[0].peak_by_cat[MO_CAT_MASTER], 0);
+                CHECK_EQ_U64(host[0].peak_by_cat[MO_CAT_OPTIM], 2 * pb);
+                CHECK_EQ_U64(host[0].peak_by_cat[MO_CAT_MASTER], mixed ? pb : 0);
+                CHECK_EQ_U64(host[0].peak_allocated_bytes, 4 * pb); // and the staging: gradients, fp32 weights
+                CHECK_MSG(none.peak_allocated_bytes - dev[0].peak_allocated_bytes == moved,
+                          "%s: device peak %llu without offload, %llu with: expected a drop of %llu", tag,
+                          (unsigned long long)none.peak_allocated_bytes, (unsigned long long)dev[0].peak_allocated_bytes,
+                          (unsigned long long)moved);
+                combos++;
+            }
+    CHECK_EQ_U64(combos, 24);
+}
+
+// Refusals: no host allocator in the context.
+static void test_refusal(void) {
+    mo_gpt_config c = tiny_config();
+    c.offload = 1;
+    mo_allocator *a = NULL;
+    mo_ctx *x = NULL;
+    mo_gpt *m = NULL;
+    CHECK_OK(mo_allocator_create(&a, MO_ALLOC_CACHING, MO_BACKEND_DRY, 0, NULL));
+    CHECK_OK(mo_ctx_create(&x, MO_BACKEND_DRY, a));
+    mo_status st = mo_gpt_create(&m, &c, x);
+    CHECK_MSG(st == MO_ERR_INVALID && strstr(mo_errmsg(), "--offload"), "status %d, '%s'", (int)st, mo_errmsg());
+    CHECK(m == NULL);
+    mo_clear_error();
+    mo_ctx_destroy(x);
+    mo_alloc_stats s;
+    mo_allocator_stats(a, &s);
+    CHECK_EQ_U64(s.allocated_bytes, 0);
+    mo_allocator_destroy(a);
+}
+
+int main(void) {
+    test_equivalence();
+    test_bytes();
+    test_refusal();
+    return test_finish();
+}
