@@ -13,7 +13,7 @@
 #   split model's GPU test and the eight precision x attention rows; "profile" --profile's measured time
 #   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused); "trace" the
 #   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
-#   "bench" times make bench; "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
+#   "bench" times make bench; "shard" the --offload optimizer and --dp 2 --zero 0..3 rows (h200-shard.csv); "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
 #   (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
 #   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log); "mlp" the
 #   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them; "attnimpl" the
@@ -315,6 +315,19 @@ if has headline; then
     $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $prec --attn $attn --csv "$R/h200-gpt2-124m-headline.csv" \
       | grep -E "step:|peak alloc" | sed "s/^/$prec $attn: /"
   done; done
+fi
+if has shard; then
+  # issue 20's rows on the one GPU: --offload optimizer beside none (fp32, bf16), then --dp 2 --zero 0..3
+  # with the local communicator (the two ranks as threads on this GPU), into h200-shard.csv
+  csv="$R/h200-shard.csv"
+  for prec in fp32 bf16; do for off in none optimizer; do
+    timeout 120 $M run --preset gpt2-124m --precision $prec --offload $off --steps 10 --warmup 3 --csv "$csv" \
+      | grep -E "step:|peak alloc|host|offload" | sed "s/^/$prec offload $off: /"
+  done; done
+  for z in 0 1 2 3; do
+    timeout 120 $M run --preset gpt2-124m --precision fp32 --dp 2 --zero $z --steps 10 --warmup 3 --csv "$csv" \
+      | grep -E "step:|peak alloc|rank|comm" | sed "s/^/fp32 dp 2 zero $z: /"
+  done
 fi
 if has revab; then
   # this revision's GPT-2 124M step against an older one built from .old/src-REV.tar, interleaved
