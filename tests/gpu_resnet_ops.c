@@ -23,6 +23,9 @@
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/pool.h"
+#ifdef MEMOPT_HAVE_CUDA
+#include "kernels/resnet_ops_impl.h"
+#endif
 #include "strategies/alloc.h"
 #include "tests/testlib.h"
 
@@ -131,6 +134,30 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
         down(dx[run], d_dx, nx * e);
         down(dw[run], d_dw, nw * 4);
     }
+#ifdef MEMOPT_HAVE_CUDA
+    // cuDNN writes every element of the staged filter gradient: the same call with its scratch poisoned
+    // (NaN) must give run 0's bits, NaN-free. compute-sanitizer's initcheck reports acc_f32_kernel's reads
+    // of that scratch when it is fresh memory (tools/gpu_sanitize.sh); this shows the bytes it reads are
+    // cuDNN's output.
+    if (ok) {
+        void *d_scr = dnew(mo_conv_backward_filter_scratch_bytes(dt, &s));
+        float *dwp = fnew(nw);
+        poison(d_scr, mo_conv_backward_filter_scratch_bytes(dt, &s));
+        up(d_dw, dw0, nw * 4);
+        ok &= CHECK_OK(conv_backward_filter_cuda(gc, dt, d_dw, d_dy, d_x, &s, d_scr));
+        down(dwp, d_dw, nw * 4);
+        size_t nan = 0;
+        for (size_t i = 0; i < nw; i++) nan += dwp[i] != dwp[i];
+        CHECK_MSG(nan == 0, "%s %s: %zu of %zu dw values NaN with the scratch poisoned (cuDNN left them unwritten)",
+                  q->name, label, nan, nw);
+        CHECK_MSG(memcmp(dwp, dw[0], nw * 4) == 0, "%s %s: dw with a poisoned scratch differs from run 0", q->name,
+                  label);
+        printf("  %-4s backward filter, scratch poisoned: %zu NaN, %s run 0\n", q->name, nan,
+               memcmp(dwp, dw[0], nw * 4) ? "differs from" : "the bits of");
+        free(dwp);
+        dfree(d_scr);
+    }
+#endif
     gc->tf32 = 0;
     if (ok) {
         check(q->name, dt, y[0], y[1], y_ref, ny, tol_conv(q), "forward");

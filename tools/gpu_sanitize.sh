@@ -31,6 +31,20 @@
 #   sanitizer false reports on Hopper's asynchronous WGMMA: compute-sanitizer-samples#19, memcheck), so
 #   they are not claimed to be false: the raw run stays with its count, and a second run "racecheck-ours"
 #   with --kernel-name-exclude kns=nvjet_ checks every kernel but cuBLAS's nvjet ones (our kernels' verdict).
+#   The same holds for gpu_ops_gemm_attn_mixed (nvjet_: 25 hazards in a pass at 7886e10 whose log was lost
+#   with its machine) and for gpu_attention_cudnn,
+#   whose hazards are all inside cuDNN's generated SDPA kernels (cudnn_generated_fort_native_sdpa_sm90_*):
+#   its filtered run excludes kns=cudnn_generated.
+# One open finding, in our kernels, explained but not fixed (docs/DESIGN.md):
+# - initcheck, in that pass: "Uninitialized __global__ memory read of size 2" in the materialized softmax
+#   (am_load_upto, bf16: score columns at or before the causal diagonal, which the score GEMM writes) and
+#   of size 2 in acc_f32_kernel (pool.cu: the staged filter gradient, which cuDNN's backward-filter
+#   engine writes). The loads are guarded to the written part (the PTX predicates them), and the GPU
+#   tests show every byte read is the library's output: gpu_attention_chunks and gpu_ops_gemm_attn_mixed
+#   poison att with NaN before the forward and compare it with the reference; gpu_resnet_ops runs the
+#   filter gradient into a NaN-poisoned scratch and requires run 0's bits. So initcheck does not see
+#   those library kernels' stores (nvjet and cuDNN's Hopper kernels store through TMA); the reports stay
+#   in the log, counted as ours.
 set -uo pipefail
 B="${1:?usage: gpu_sanitize.sh BUILD_DIR LOG_DIR SUMMARY_LOG}"
 L="${2:?}"
@@ -72,11 +86,20 @@ cost() {
   case $1 in racecheck*) c=$((c * 3 / 2));; esac
   echo $c
 }
+# racecheck-ours: the library kernels a binary's raw racecheck found hazards in (a --kernel-name-exclude
+# filter); empty: no filtered run
+ours_filter() {
+  case $1 in
+    gpu_attention_fused_mixed|gpu_ops_gemm_attn_mixed) echo kns=nvjet_;;
+    gpu_attention_cudnn) echo kns=cudnn_generated;;
+  esac
+}
+export -f ours_filter
 # the run list: tool and binary, plus the filtered runs beside the raw ones of the two known findings
 runs=$(for t in $tools; do for b in $bins; do
          echo "$t $b"
          [ "$t $b" = "memcheck gpu_comm" ] && echo "memcheck-noapi $b"
-         [ "$t $b" = "racecheck gpu_attention_fused_mixed" ] && echo "racecheck-ours $b"
+         [ "$t" = racecheck ] && [ -n "$(ours_filter "$b")" ] && echo "racecheck-ours $b"
        done; done |
        while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1nr -k2 -k3 |
        awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
@@ -86,7 +109,7 @@ one() {
   case $tool in
     memcheck) opts="--tool memcheck --leak-check full";;
     memcheck-noapi) opts="--tool memcheck --leak-check full --report-api-errors no";;
-    racecheck-ours) opts="--tool racecheck --kernel-name-exclude kns=nvjet_";;
+    racecheck-ours) opts="--tool racecheck --kernel-name-exclude $(ours_filter "$bin")";;
     *) opts="--tool $tool";;
   esac
   now=$(date +%s); left=$((deadline - now))
@@ -118,7 +141,7 @@ echo "$runs" | while read -r t b; do
 done | tee -a "$S"
 # Whose code each finding is in, by its first "at" (device code) line or first host frame above the CUDA
 # runtime and driver: one in a library
-# (NCCL, cuBLAS's nvjet_* and cutlass kernels, cuDNN) is counted apart from ours; both are listed, never
+# (NCCL, cuBLAS's nvjet_* and cutlass kernels, cuDNN's libraries and generated kernels) is counted apart from ours; both are listed, never
 # dropped.
 echo "$runs" | while read -r t b; do
   f="$L/cs-$t-$b.log"
@@ -126,6 +149,6 @@ echo "$runs" | while read -r t b; do
   awk -v f="$(basename "$f")" '
     /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning|Leaked)/ { if (rec != "") tally(); rec = $0; where = ""; next }
     /^=========/ { if (rec != "" && where == "" && ($0 ~ /^=========     at / || ($0 ~ /Host Frame/ && $0 !~ /libcuda\.so|libcudart/))) where = $0; next }
-    function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|nvjet|cutlass|libcublas|libcudnn|sm90_xmma/) lib++; else own++; rec = "" }
+    function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|nvjet|cutlass|libcublas|libcudnn|sm90_xmma|cudnn_generated/) lib++; else own++; rec = "" }
     END { if (rec != "") tally(); if (lib + own) printf "owners    %-40s %d in library code (NCCL, cuBLAS, cuDNN), %d in ours\n", f, lib, own }' "$f"
 done | tee -a "$S"
