@@ -36,13 +36,13 @@ static const char *const attn_names[] = {"materialized", "fused"};
 static const char *const precision_names[] = {"fp32", "tf32", "fp16", "bf16"};
 static const char *const comm_names[] = {"local", "nccl"};
 static const char *const on_oom_names[] = {"fail", "shrink"};
-static const char *const offload_names[] = {"none", "optimizer"};
+static const char *const offload_names[] = {"none", "optimizer", "activations"}; // MO_OFFLOAD_*
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 const char *mo_attn_name(mo_attn_kind a) { return (unsigned)a < 2 ? attn_names[a] : "?"; }
 const char *mo_precision_name(mo_precision p) { return (unsigned)p < 4 ? precision_names[p] : "?"; }
 const char *mo_comm_name(mo_comm_kind c) { return (unsigned)c < 2 ? comm_names[c] : "?"; }
-const char *mo_offload_name(int o) { return (unsigned)o < 2 ? offload_names[o] : "?"; }
+const char *mo_offload_name(int o) { return (unsigned)o < (unsigned)COUNT(offload_names) ? offload_names[o] : "?"; }
 const char *mo_on_oom_name(mo_on_oom o) { return (unsigned)o < 2 ? on_oom_names[o] : "?"; }
 
 // "FLAG: unknown value 'X' (accepted: a, b, c)"
@@ -312,8 +312,6 @@ static mo_status set_comm(mo_config *c, const char *f, const char *v, int idx) {
 
 static mo_status set_offload(mo_config *c, const char *f, const char *v, int idx) {
     (void)idx;
-    if (!strcmp(v, "activations"))
-        return MO_FAIL(MO_ERR_INVALID, "%s activations: not built yet (accepted: none, optimizer)", f);
     int i = 0;
     MO_TRY(parse_enum(f, v, offload_names, COUNT(offload_names), &i));
     c->base.offload = i;
@@ -539,7 +537,7 @@ static const flag_def flags[] = {
     {{"--dp", "D", "data-parallel ranks, each on batch/D; D x accum divides batch (default 1; gpt, with --tp 1 --pp 1)", "strategy", CMDS_CONFIG, 1}, set_dp},
     {{"--zero", "0|1|2|3", "ZeRO level over the --dp ranks: 1 shards AdamW state and master, 2 also gradients, 3 also parameters (default 0)", "strategy", CMDS_CONFIG, 1}, set_zero},
     {{"--comm", "local|nccl", "communicator: ranks as threads, or one rank per GPU (default local)", "strategy", CMDS_EXEC, 0}, set_comm},
-    {{"--offload", "none|optimizer", "optimizer: AdamW's m, v and the 16-bit runs' fp32 master in host memory, AdamW on the host (default none; gpt, unsplit)", "strategy", CMDS_EXEC, 0}, set_offload},
+    {{"--offload", "none|optimizer|activations", "optimizer: AdamW's m, v and the 16-bit runs' fp32 master in host memory, AdamW on the host (gpt); activations: the checkpointed segments' inputs in host memory between forward and recompute, copied on a stream of their own (every model; needs --ckpt full, every:K, sqrt or segments:N). Default none; unsplit runs", "strategy", CMDS_EXEC, 0}, set_offload},
     {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or retry with a smaller micro-batch (default fail)", "strategy", B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_CLAIMS), 0}, set_on_oom},
     // run
     {{"--backend", "cuda|cpu|dry", "where it runs: GPU kernels, CPU reference, or allocator only (default cuda)", "run", CMDS_EXEC, 0}, set_backend},
@@ -856,11 +854,17 @@ mo_status mo_run_config_validate(const mo_run_config *r) {
     if (r->zero > 0 && r->dp <= 1)
         return MO_FAIL(MO_ERR_INVALID, "--zero %d: needs --dp above 1 (ZeRO shards the model state over data-parallel ranks; "
                        "accepted without --dp: --zero 0)", r->zero);
-    if (r->offload && strcmp(m->name, "gpt"))
-        return MO_FAIL(MO_ERR_INVALID, "--offload optimizer: model %s has no offloaded update yet (accepted: --offload none)", m->name);
+    if (r->offload == MO_OFFLOAD_OPTIMIZER && strcmp(m->name, "gpt"))
+        return MO_FAIL(MO_ERR_INVALID, "--offload optimizer: model %s has no offloaded update yet (accepted: --offload none, activations)", m->name);
     if (r->offload && (r->dp > 1 || r->tp * r->pp > 1))
-        return MO_FAIL(MO_ERR_INVALID, "--offload optimizer with --dp %d --tp %d --pp %d: offload runs on one unsplit rank "
-                       "only for now (accepted: --offload none, or --dp 1 --tp 1 --pp 1)", r->dp, r->tp, r->pp);
+        return MO_FAIL(MO_ERR_INVALID, "--offload %s with --dp %d --tp %d --pp %d: offload runs on one unsplit rank "
+                       "only for now (accepted: --offload none, or --dp 1 --tp 1 --pp 1)", mo_offload_name(r->offload), r->dp,
+                       r->tp, r->pp);
+    if (r->offload == MO_OFFLOAD_ACTIVATIONS && (r->ckpt.kind == MO_CKPT_NONE || r->ckpt.kind == MO_CKPT_SELECTIVE))
+        return MO_FAIL(MO_ERR_INVALID, "--offload activations with --ckpt %s: it moves the checkpointed segments' inputs to "
+                       "the host, and %s (accepted: --ckpt full, every:K, sqrt, segments:N)",
+                       r->ckpt.kind == MO_CKPT_NONE ? "none" : "selective",
+                       r->ckpt.kind == MO_CKPT_NONE ? "there are none" : "selective has no segments");
     if (r->dp > 1 && !m->split)
         return MO_FAIL(MO_ERR_INVALID, "--dp %d: model %s has no data-parallel ranks yet (accepted: --dp 1)", r->dp, m->name);
     if (r->dp > 1 && r->tp * r->pp > 1)

@@ -69,7 +69,9 @@ const char *mo_attn_name(mo_attn_kind a);
 const char *mo_precision_name(mo_precision p);
 const char *mo_comm_name(mo_comm_kind c);
 const char *mo_on_oom_name(mo_on_oom o);
-const char *mo_offload_name(int offload); // "none", "optimizer"
+// --offload: what lives in host memory
+enum { MO_OFFLOAD_NONE = 0, MO_OFFLOAD_OPTIMIZER = 1, MO_OFFLOAD_ACTIVATIONS = 2 };
+const char *mo_offload_name(int offload); // "none", "optimizer", "activations"
 const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n); // "none", "full", "every:4", "sqrt", "selective", "segments:4"
 mo_status mo_precision_parse(const char *s, mo_precision *out);
 mo_status mo_ckpt_parse(const char *s, mo_ckpt *out);
@@ -104,7 +106,8 @@ typedef struct mo_run_config {
     int tp, pp;
     int dp, zero;                    // data-parallel ranks and the ZeRO level 0..3 (models/gpt_zero.h)
     mo_comm_kind comm;
-    int offload;                     // --offload: 0 none, 1 optimizer (AdamW state and 16-bit master on the host)
+    int offload;                     // --offload: MO_OFFLOAD_NONE, _OPTIMIZER (AdamW state and 16-bit master on the
+                                     // host) or _ACTIVATIONS (checkpointed segments' inputs on the host)
     mo_on_oom on_oom;
     // run
     mo_backend_kind backend;

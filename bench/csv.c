@@ -41,6 +41,8 @@ static const col_def cols[] = {
     I(dp), I(zero),
     // schema 4 (before knobs)
     S(offload), I(host_bytes),
+    // schema 5 (before knobs)
+    F(offload_copy_ms), F(offload_stall_ms),
     S(knobs),
 };
 #undef I

@@ -26,7 +26,10 @@ extern "C" {
 // 3: dp and zero (data-parallel ranks and the ZeRO level), at the end. Older rows read as dp 1, zero 0.
 // 4: offload and host_bytes (--offload and the host allocator's peak), before knobs. Older rows read as
 //    offload none, host_bytes 0.
-#define MO_CSV_SCHEMA_VERSION 4
+// 5: offload_copy_ms and offload_stall_ms (--offload activations: the copy stream's busy time and the
+//    compute stream's wait for it, means over the timed steps), before knobs. Empty in older rows and
+//    wherever nothing was copied.
+#define MO_CSV_SCHEMA_VERSION 5
 #define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {
@@ -78,8 +81,10 @@ typedef struct mo_csv_row {
     double items_per_s;            // the model's items (tokens for gpt) per second
     char knobs[320];               // the MEMOPT_* knobs set (kernels/knobs.h): "NAME=value;NAME=value", "" none
     int64_t dp, zero;              // schema 3: data-parallel ranks (1: none) and the ZeRO level 0..3
-    char offload[16];              // schema 4: none | optimizer
+    char offload[16];              // schema 4: none | optimizer | activations (schema 5)
     int64_t host_bytes;            // schema 4: peak bytes of the host allocator (offloaded state and staging)
+    double offload_copy_ms;        // schema 5: --offload activations, the copies' busy time a step
+    double offload_stall_ms;       // schema 5: the time compute waited for them a step (overlap 1 - stall / copy)
 } mo_csv_row;
 
 // Every field unknown, schema_version set.

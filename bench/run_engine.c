@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "kernels/copy_stream.h"
 #include "models/model.h" // the model is reached through its table only
 
 #ifdef MEMOPT_HAVE_CUDA
@@ -149,6 +150,7 @@ struct mo_run_session {
     mo_alloc_stats stats;    // taken when the model is released
     mo_allocator *ha;        // --offload: the host allocator (NULL otherwise)
     uint64_t host_bytes;     // its peak allocated bytes, taken at release
+    mo_copy_stats copies;    // --offload activations: the copy stream over the timed steps (summed)
     uint64_t static_bytes;
     uint64_t dev_used_before, dev_used_peak_seen;
     double prof_ms[MO_PROF_COUNT]; // --profile: summed over the timed steps
@@ -206,8 +208,11 @@ static mo_status session_build_one(mo_run_session *s) {
     MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
     MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
     if (s->rc.offload) { // --offload: the host allocator of the offloaded state (its peak is host_bytes)
-        MO_TRY(mo_allocator_create_host(&s->ha, s->be));
+        // activations come and go every step: a caching one keeps its pinned segments
+        MO_TRY(mo_allocator_create_host_kind(&s->ha, s->rc.offload == MO_OFFLOAD_ACTIVATIONS ? MO_ALLOC_CACHING : MO_ALLOC_RAW,
+                                             s->be));
         s->x->host_alloc = s->ha;
+        s->x->offload_act = s->rc.offload == MO_OFFLOAD_ACTIVATIONS;
     }
     s->x->tf32 = s->rc.precision == MO_PREC_TF32;
     MO_TRY(s->ops->create(&s->rc, s->x, &s->m));
@@ -365,6 +370,12 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
         session_release(s); // an out-of-memory unwinds here: nothing stays allocated
         return st;
     }
+    if (!s->sp && s->x->offload_act) { // the copy stream's figures of this step
+        mo_copy_stats cs = {0};
+        if ((st = mo_copy_collect(s->x, &cs)) != MO_OK) return session_fail(s, st);
+        if (s->timed) s->copies.copy_ms += cs.copy_ms, s->copies.stall_ms += cs.stall_ms, s->copies.bytes += cs.bytes,
+                      s->copies.copies += cs.copies;
+    }
     if (s->rc.profile) {
         double ms_cat[MO_PROF_COUNT] = {0};
         if ((st = mo_prof_collect(s->x, ms_cat)) != MO_OK) return session_fail(s, st);
@@ -472,6 +483,10 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
     row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
     row->host_bytes = (int64_t)s->host_bytes;
+    if (rc->offload == MO_OFFLOAD_ACTIVATIONS && s->n > 0 && s->be != MO_BACKEND_DRY) {
+        row->offload_copy_ms = s->copies.copy_ms / s->n; // means over the timed steps
+        row->offload_stall_ms = s->copies.stall_ms / s->n;
+    }
     row->inactive_split_bytes = (int64_t)a->inactive_split_bytes;
     row->largest_free_block_bytes = (int64_t)a->largest_free_block;
     row->segments = (int64_t)a->num_segments;
@@ -622,7 +637,21 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
     for (int c = 0; c < MO_CAT_COUNT; c++)
         fprintf(out, " %s %s%s", mo_category_name((mo_category)c), mo_format_bytes(a->peak_by_cat[c], b1, 32),
                 c + 1 < MO_CAT_COUNT ? "," : "\n");
-    if (rc->offload)
+    if (rc->offload == MO_OFFLOAD_ACTIVATIONS) {
+        fprintf(out, "  offload activations: host_bytes %llu (%s: the checkpointed segments' inputs, %s), not in the device "
+                     "figures above\n", (unsigned long long)s->host_bytes, mo_format_bytes(s->host_bytes, b1, 32),
+                rc->backend == MO_BACKEND_CUDA ? "pinned" : rc->backend == MO_BACKEND_DRY ? "modelled" : "malloc");
+        if (s->n > 0 && s->copies.copies > 0) {
+            char how[64] = "overlap n/a";
+            if (rc->backend == MO_BACKEND_DRY) snprintf(how, sizeof how, "dry: nothing copied");
+            else if (rc->backend == MO_BACKEND_CPU) snprintf(how, sizeof how, "cpu: synchronous memcpy, no overlap");
+            else if (s->copies.copy_ms > 0)
+                snprintf(how, sizeof how, "overlap %.0f%%", 100.0 * (1.0 - s->copies.stall_ms / s->copies.copy_ms));
+            fprintf(out, "  copy stream: %d copies, %s a step; copies %.3f ms, compute stalled %.3f ms a step (%s)\n",
+                    s->copies.copies / s->n, mo_format_bytes(s->copies.bytes / (uint64_t)s->n, b1, 32),
+                    s->copies.copy_ms / s->n, s->copies.stall_ms / s->n, how);
+        }
+    } else if (rc->offload)
         fprintf(out, "  offload %s: host_bytes %llu (%s: AdamW m, v%s and the update's staging, %s), not in the device figures above\n",
                 mo_offload_name(rc->offload), (unsigned long long)s->host_bytes, mo_format_bytes(s->host_bytes, b1, 32),
                 rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16 ? ", the fp32 master" : "",

@@ -1,6 +1,7 @@
 #include "ctx.h"
 #include "attention_cudnn.h"
 #include "cost.h"
+#include "copy_stream.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,7 @@ static void prof_free(mo_profiler *p);
 
 void mo_ctx_destroy(mo_ctx *c) {
     if (!c) return;
+    mo_copy_destroy(c); // its stream drained before anything it copied is given back
     prof_free(c->prof);
     mo_free(c->alloc, c->gemm_ws); // in stream order, before the stream goes
 #ifdef MEMOPT_HAVE_CUDA

@@ -92,6 +92,9 @@ typedef struct mo_ctx {
                                   // MEMOPT_ATTN_IMPL=own | cudnn sets it (to measure); another value fails
                                   // mo_ctx_create
     mo_attn_dnn_cache *attn_dnn;  // the cuDNN attention plans per shape (attention_cudnn_cuda.c): lazily, cuda only
+    int offload_act;              // --offload activations: the schedule keeps checkpointed segments' inputs in
+                                  // host_alloc between their forward and their recompute (schedule.h)
+    struct mo_copy_engine *copy;  // the copy stream and its events (copy_stream.h): lazily, at the first copy
 } mo_ctx;
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):

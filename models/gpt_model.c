@@ -30,7 +30,7 @@ static void gpt_config_of(const mo_run_config *rc, mo_gpt_config *g) {
     g->loss_scaling = rc->precision == MO_PREC_FP16; // DESIGN.md: fp16 with the dynamic loss scaler
     g->lr = (float)rc->lr; g->beta1 = 0.9f; g->beta2 = 0.95f; g->eps = 1e-8f; g->weight_decay = 0.0f; g->grad_clip = 1.0f;
     g->seed = rc->seed;
-    g->offload = rc->offload;
+    g->offload = rc->offload == MO_OFFLOAD_OPTIMIZER; // activations are the schedule's (ctx->offload_act)
 }
 
 // The cross-flag rules of a GPT combination, in the order config.c had them (the generic accum rule

@@ -20,6 +20,7 @@
 #include "step_ops.h"
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
+#include "kernels/copy_stream.h"
 #include "kernels/cost.h"
 #include "kernels/pool.h"
 #include "models/ckpt_layout.h"
@@ -194,6 +195,11 @@ typedef struct step_state {
     void *g, *gi, *dc, *dsc; // backward: the gradient in flight (of a block's out), inside a block, a conv's
                              // output gradient, the shortcut's input gradient
     double recompute_ms;
+    // --offload activations (ctx->offload_act): block l's output while it lives on the host (the input of
+    // a checkpointed segment), its requested bytes and its copy in flight (-1: none); (nblocks) each
+    void **h;
+    size_t *hb;
+    int *tk;
 } step_state;
 
 #define DT (m->c.dt)
@@ -310,6 +316,16 @@ static mo_status block_backward(resnet *m, step_state *s, int l, block_acts *a) 
 
 static void free_all(step_state *s) {
     resnet *m = s->m;
+    int live = 0; // after a clean backward every host copy is freed and every copy joined
+    for (int l = 0; m->ctx->offload_act && l < m->a.nblocks; l++) live |= s->h[l] != NULL || s->tk[l] >= 0;
+    if (live) { // a failure: no copy may still read or write what is freed below
+        (void)mo_ctx_sync(m->ctx);
+        (void)mo_copy_sync(m->ctx);
+        for (int l = 0; l < m->a.nblocks; l++) {
+            if (s->h[l]) (void)mo_free(m->ctx->host_alloc, s->h[l]);
+            s->h[l] = NULL, s->tk[l] = -1;
+        }
+    }
     for (int l = 0; l < m->a.nblocks; l++) {
         block_free_internals(m, &s->acts[l]);
         act_free(m, &s->acts[l].out);
@@ -323,6 +339,37 @@ static void free_all(step_state *s) {
 static const void *images_of(step_state *s) {
     const rn_arch *a = &s->m->a;
     return s->xin ? s->xin : (const void *)(s->m->images + (size_t)s->micro * s->N * a->S * a->S * 3);
+}
+
+// ---- --offload activations: the schedule's policy (strategies/schedule.c) on this model's own loops ----
+// Segment g's input is block a0-1's output (a0 = g * len; segment 0's is the max pool's output, which the
+// stem's backward reads anyway). Segments 1 .. n-2 have theirs copied to the host while block a0 runs
+// forward, the device copy freed after it; in backward segment g fetches g-1's input while it runs and
+// joins its own before its recompute.
+static int rn_offloaded(const step_state *s, int g) {
+    const mo_ckpt_layout K = s->m->c.seg;
+    return s->m->ctx->offload_act && g >= 1 && g < mo_ckpt_layout_segments(K) - 1;
+}
+
+static mo_status rn_fetch(step_state *s, int o) { // block o's output back to the device
+    resnet *m = s->m;
+    mo_alloc_trace_tensor(m->ctx->alloc, "acts[l].out (from host)");
+    MO_TRY(mo_alloc(m->ctx->alloc, s->hb[o], MO_CAT_ACTIVATION, &s->acts[o].out));
+    return mo_copy_async(m->ctx, s->acts[o].out, s->h[o], s->hb[o], 0, &s->tk[o]);
+}
+
+static mo_status rn_segment_start(step_state *s, int g) {
+    resnet *m = s->m;
+    const int len = m->c.seg.len, o = g * len - 1; // o: the block whose output is segment g's input
+    if (g > 1 && rn_offloaded(s, g - 1)) MO_TRY(rn_fetch(s, o - len));
+    if (rn_offloaded(s, g)) {
+        MO_TRY(mo_copy_join(m->ctx, s->tk[o]));
+        s->tk[o] = -1;
+        MO_TRY(mo_free(m->ctx->host_alloc, s->h[o]));
+        s->h[o] = NULL;
+        s->acts[o + 1].in = s->acts[o].out;
+    }
+    return MO_OK;
 }
 
 static mo_status forward(step_state *s) {
@@ -344,10 +391,22 @@ static mo_status forward(step_state *s) {
     for (int l = 0; l < L; l++) {
         block_acts *a = &s->acts[l];
         a->in = l == 0 ? s->pool : s->acts[l - 1].out;
+        const int off = l < seg.blocks && l % seg.len == 0 && rn_offloaded(s, l / seg.len);
+        if (off) { // segment l/len's input to the host, during block l's forward
+            s->hb[l - 1] = mo_alloc_requested_bytes(x->alloc, a->in);
+            MO_TRY(mo_alloc(x->host_alloc, s->hb[l - 1], MO_CAT_ACTIVATION, &s->h[l - 1]));
+            MO_TRY(mo_copy_async(x, s->h[l - 1], a->in, s->hb[l - 1], 1, &s->tk[l - 1]));
+        }
         MO_TRY(block_forward(m, s, l, a, 1));
         if (l < seg.blocks) { // in a checkpointed segment: only the segment's input is kept
             block_free_internals(m, a);
             if (l % seg.len != 0) { act_free(m, &s->acts[l - 1].out); a->in = NULL; }
+        }
+        if (off) {
+            MO_TRY(mo_copy_join(x, s->tk[l - 1]));
+            s->tk[l - 1] = -1;
+            act_free(m, &s->acts[l - 1].out);
+            a->in = NULL;
         }
     }
     mo_cost_set_region(x, MO_COST_HEAD);
@@ -383,6 +442,7 @@ static mo_status backward(step_state *s) {
     for (int l = L - 1; l >= seg.blocks; l--) MO_TRY(block_backward(m, s, l, &s->acts[l]));
     for (int g = mo_ckpt_layout_segments(seg) - 1; g >= 0; g--) {
         int a0 = g * seg.len, b0 = a0 + seg.len - 1 < seg.blocks - 1 ? a0 + seg.len - 1 : seg.blocks - 1;
+        if (x->offload_act) MO_TRY(rn_segment_start(s, g));
         // The segment's last output was kept (the next block's input, read by its backward, done now):
         // recomputed with the rest, so the old copy goes first.
         act_free(m, &s->acts[b0].out);
@@ -418,20 +478,29 @@ static mo_status backward(step_state *s) {
 static mo_status forward_backward(resnet *m) {
     mo_ctx *x = m->ctx;
     step_state s;
+    mo_status st0 = MO_OK;
     memset(&s, 0, sizeof s);
     s.m = m;
     s.N = m->c.B / m->c.accum;
     s.acts = calloc((size_t)m->a.nblocks, sizeof *s.acts);
-    if (!s.acts) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
+    s.h = calloc((size_t)m->a.nblocks, sizeof *s.h);
+    s.hb = calloc((size_t)m->a.nblocks, sizeof *s.hb);
+    s.tk = malloc((size_t)m->a.nblocks * sizeof *s.tk);
+    if (!s.acts || !s.h || !s.hb || !s.tk) {
+        free(s.acts), free(s.h), free(s.hb), free(s.tk);
+        return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
+    }
+    for (int l = 0; l < m->a.nblocks; l++) s.tk[l] = -1;
+    if (x->offload_act && !x->host_alloc) st0 = MO_FAIL(MO_ERR_INVALID, "--offload activations: no host allocator");
     mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients
-    mo_status st = mo_memset_zero(x, m->grads, m->a.n_params * sizeof(float));
+    mo_status st = st0 != MO_OK ? st0 : mo_memset_zero(x, m->grads, m->a.n_params * sizeof(float));
     for (int k = 0; k < m->c.accum && st == MO_OK; k++) {
         s.micro = k;
         st = forward(&s);
         if (st == MO_OK) st = backward(&s);
         free_all(&s); // a failure (out of memory) unwinds every live activation
     }
-    free(s.acts);
+    free(s.acts), free(s.h), free(s.hb), free(s.tk);
     m->recompute_ms = s.recompute_ms;
     MO_TRY(st);
     if (x->backend == MO_BACKEND_DRY) { m->last_loss = NAN; return MO_OK; }

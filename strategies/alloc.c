@@ -151,6 +151,13 @@ static int map_put(ptr_map *m, uintptr_t k, block *v) {
     return 0;
 }
 
+static block *map_get(const ptr_map *m, uintptr_t k) {
+    if (!m->cap) return NULL;
+    for (size_t j = hash_ptr(k, m->cap); m->keys[j]; j = (j + 1) & (m->cap - 1))
+        if (m->keys[j] == k) return m->vals[j];
+    return NULL;
+}
+
 static block *map_take(ptr_map *m, uintptr_t k) {
     if (!m->cap) return NULL;
     size_t j = hash_ptr(k, m->cap);
@@ -634,9 +641,19 @@ static mo_status free_block(mo_allocator *a, block *b, void *ptr);
 
 // async on cpu/dry has no pool to ask: it is modelled as raw (reserved == allocated).
 mo_status mo_allocator_create_host(mo_allocator **out, mo_backend_kind backend) {
-    MO_TRY(mo_allocator_create(out, MO_ALLOC_RAW, backend, 0, NULL));
+    return mo_allocator_create_host_kind(out, MO_ALLOC_RAW, backend);
+}
+
+mo_status mo_allocator_create_host_kind(mo_allocator **out, mo_alloc_kind kind, mo_backend_kind backend) {
+    if (kind == MO_ALLOC_ASYNC) return MO_FAIL(MO_ERR_INVALID, "a host allocator is raw or caching, not async");
+    MO_TRY(mo_allocator_create(out, kind, backend, 0, NULL));
     (*out)->host = 1;
     return MO_OK;
+}
+
+size_t mo_alloc_requested_bytes(const mo_allocator *a, const void *ptr) {
+    const block *b = ptr ? map_get(&a->live, (uintptr_t)ptr) : NULL;
+    return b ? (size_t)b->requested : 0;
 }
 
 static int is_async_pool(const mo_allocator *a) { return a->kind == MO_ALLOC_ASYNC && a->backend == MO_BACKEND_CUDA; }

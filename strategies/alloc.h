@@ -84,6 +84,11 @@ mo_status mo_allocator_create(mo_allocator **out, mo_alloc_kind kind, mo_backend
 // copies run at full PCIe speed), aligned malloc on cpu and fake addresses on dry, as for the device.
 // Its categories are the tensors' own (optim, master, grad staging); its peak is the run's host_bytes.
 mo_status mo_allocator_create_host(mo_allocator **out, mo_backend_kind backend);
+// The same of another kind: caching for --offload activations, whose blocks come and go every step
+// (pinned segments kept, as the device's, instead of a cudaHostAlloc per block). Not async.
+mo_status mo_allocator_create_host_kind(mo_allocator **out, mo_alloc_kind kind, mo_backend_kind backend);
+// The bytes a live block was requested with (0 for a pointer not allocated here).
+size_t mo_alloc_requested_bytes(const mo_allocator *a, const void *ptr);
 void mo_allocator_destroy(mo_allocator *a); // frees every segment; live blocks are a leak and are reported
 
 // 256-byte aligned device pointer for at least `bytes` (bytes 0 gives a valid 512-byte block).

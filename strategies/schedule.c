@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/copy_stream.h"
 #include "kernels/cost.h"
 #include "models/step_ops.h"
 #include "strategies/comm.h"
@@ -15,6 +16,11 @@ typedef struct sched_slot {
     void **x;       // (L+1) x[0] the body's input, x[l+1] block l's output: (N, C) dt
     void *d;        // (N, C) dt the stream's gradient in backward
     int micro;
+    // --offload activations: x[l]'s host copy (host_alloc) while it is offloaded, its requested bytes and
+    // the ticket of its copy in flight (-1: none)
+    void **h;
+    size_t *hb;
+    int *tk;
 } sched_slot;
 
 typedef struct sched {
@@ -22,6 +28,7 @@ typedef struct sched {
     const mo_sched_model *ops;
     void *m;
     double recompute_ms;
+    int offload; // --offload activations (ctx->offload_act): the checkpointed segments' inputs go to the host
 } sched;
 
 static void *blk_of(const sched *s, sched_slot *t, int l) { return t->blocks + (size_t)l * s->ops->block_bytes; }
@@ -32,10 +39,74 @@ static void sfree(const sched *s, void **p) { mo_step_free(s->c->ctx, p); }
 
 // Whatever is still live in the slot (all of it after a failure; nothing after a clean backward).
 static void slot_unwind(const sched *s, sched_slot *t) {
+    int live = 0; // after a clean backward every host copy is freed and every copy joined
+    for (int l = 0; s->offload && l <= s->c->blocks; l++) live |= t->h[l] != NULL || t->tk[l] >= 0;
+    if (live) { // a failure: no copy may still read or write what is freed below
+        (void)mo_ctx_sync(s->c->ctx);
+        (void)mo_copy_sync(s->c->ctx);
+        for (int l = 0; l <= s->c->blocks; l++) {
+            if (t->h[l]) (void)mo_free(s->c->ctx->host_alloc, t->h[l]);
+            t->h[l] = NULL, t->tk[l] = -1;
+        }
+    }
     for (int l = 0; l < s->c->blocks; l++) s->ops->block_unwind(s->m, blk_of(s, t, l));
     for (int l = 0; l <= s->c->blocks; l++) sfree(s, &t->x[l]);
     s->ops->slot_unwind(s->m, t->mstate);
     sfree(s, &t->d);
+}
+
+// ---- --offload activations --------------------------------------------------------------------
+// The input of every checkpointed segment but the last (the first one backward needs, right after the
+// head) is copied to host memory as soon as it exists, on the copy stream (kernels/copy_stream.h), while
+// the segment's first block runs; the device copy is freed after that block's forward (the compute
+// stream first waits for the copy). In backward, when segment g starts, segment g-1's input is
+// allocated on the device again and fetched while g recomputes and runs backward; g's own input, fetched
+// during g+1, is joined before its recompute, and its host copy freed. So the device holds at most two
+// segment inputs (plus the last one's) instead of all of them. Every allocation and free is at a fixed
+// point of the op order, so dry gives the device and host peaks of cpu and cuda to the byte.
+static int offloaded(const sched *s, int l) {
+    mo_ckpt_layout K = s->c->seg;
+    return s->offload && l < K.blocks && l % K.len == 0 && l / K.len < mo_ckpt_layout_segments(K) - 1;
+}
+
+// x[l] to the host (its copy in flight)
+static mo_status offload_out(sched *s, sched_slot *t, int l) {
+    mo_ctx *x = s->c->ctx;
+    t->hb[l] = mo_alloc_requested_bytes(x->alloc, t->x[l]);
+    MO_TRY(mo_alloc(x->host_alloc, t->hb[l], MO_CAT_ACTIVATION, &t->h[l]));
+    return mo_copy_async(x, t->h[l], t->x[l], t->hb[l], 1, &t->tk[l]);
+}
+
+// After block l's forward: the device x[l] goes once its copy is done.
+static mo_status offload_release(sched *s, sched_slot *t, int l) {
+    MO_TRY(mo_copy_join(s->c->ctx, t->tk[l]));
+    t->tk[l] = -1;
+    sfree(s, &t->x[l]);
+    return MO_OK;
+}
+
+// x[l] back to the device (its copy in flight): a fresh block, the copy ordered after the compute
+// stream's work so far (the block may have been another tensor's until then).
+static mo_status offload_fetch(sched *s, sched_slot *t, int l) {
+    mo_ctx *x = s->c->ctx;
+    mo_alloc_trace_tensor(x->alloc, "x[l] (from host)");
+    MO_TRY(mo_alloc(x->alloc, t->hb[l], MO_CAT_ACTIVATION, &t->x[l]));
+    return mo_copy_async(x, t->x[l], t->h[l], t->hb[l], 0, &t->tk[l]);
+}
+
+// Before segment g's recompute (first block a0): fetch segment g-1's input, then join g's own.
+static mo_status offload_segment_start(sched *s, sched_slot *t, int g) {
+    const int len = s->c->seg.len, a0 = g * len;
+    if (offloaded(s, a0) && !t->x[a0]) MO_TRY(offload_fetch(s, t, a0)); // not prefetched (cannot happen)
+    if (g > 0 && offloaded(s, a0 - len)) MO_TRY(offload_fetch(s, t, a0 - len));
+    if (offloaded(s, a0)) {
+        MO_TRY(mo_copy_join(s->c->ctx, t->tk[a0]));
+        t->tk[a0] = -1;
+        // later copies into this host block run after this one on the same copy stream
+        MO_TRY(mo_free(s->c->ctx->host_alloc, t->h[a0]));
+        t->h[a0] = NULL;
+    }
+    return MO_OK;
 }
 
 // A stage after the first finds x[0] received; a stage before the last leaves x[L] to send.
@@ -49,10 +120,13 @@ static mo_status forward(sched *s, sched_slot *t) {
     if (first_stage(s)) MO_TRY(s->ops->input_fwd(s->m, t->mstate, t->micro, &t->x[0]));
     for (int l = 0; l < L; l++) {
         int ck = l < K.blocks; // in a checkpointed segment
+        if (offloaded(s, l)) MO_TRY(offload_out(s, t, l));
         MO_TRY(s->ops->block_fwd(s->m, t->mstate, blk_of(s, t, l), l, t->micro, t->x[l], &t->x[l + 1],
                                  ck ? MO_SCHED_FWD_DROP : MO_SCHED_FWD_KEEP));
-        // Only a segment's first input is kept; the inputs inside a segment are recomputed.
+        // Only a segment's first input is kept (offloaded: on the host); the inputs inside a segment are
+        // recomputed.
         if (ck && l % K.len != 0) sfree(s, &t->x[l]);
+        if (offloaded(s, l)) MO_TRY(offload_release(s, t, l));
     }
     if (!last_stage(s)) return MO_OK;
     mo_cost_set_region(x, MO_COST_HEAD);
@@ -83,6 +157,7 @@ static mo_status backward(sched *s, sched_slot *t) {
     }
     for (int g = mo_ckpt_layout_segments(K) - 1; g >= 0 && st == MO_OK; g--) {
         int a0 = g * K.len, b0 = a0 + K.len - 1 < K.blocks - 1 ? a0 + K.len - 1 : K.blocks - 1;
+        if (s->offload && (st = offload_segment_start(s, t, g)) != MO_OK) break;
         mo_timer tm;
         MO_TRY(mo_timer_init(x, &tm));
         st = mo_timer_start(x, &tm);
@@ -208,9 +283,12 @@ mo_status mo_sched_forward_backward(const mo_sched_config *c, const mo_sched_mod
     if (c->seg.blocks < 0 || c->seg.blocks > c->blocks || (c->seg.blocks > 0 && c->seg.len < 1))
         return MO_FAIL(MO_ERR_INVALID, "schedule: bad checkpoint layout (%d blocks in segments of %d, of %d)",
                        c->seg.blocks, c->seg.len, c->blocks);
-    sched s = {c, ops, m, 0};
+    sched s = {c, ops, m, 0, c->ctx->offload_act};
     mo_ctx *x = c->ctx;
     int pipe = c->pp > 1;
+    if (s.offload && (pipe || !x->host_alloc))
+        return MO_FAIL(MO_ERR_INVALID, "schedule: --offload activations %s", pipe ? "runs unpipelined only (pp 1)"
+                                                                                : "needs the context's host allocator");
     // One micro-batch in flight (no pipeline), or min(P - stage, M) on a pipeline stage.
     int nslots = pipe ? (c->pp - c->stage < c->accum ? c->pp - c->stage : c->accum) : 1;
     sched_slot *slot = calloc((size_t)nslots, sizeof *slot);
@@ -220,7 +298,13 @@ mo_status mo_sched_forward_backward(const mo_sched_config *c, const mo_sched_mod
         slot[i].mstate = calloc(1, ops->slot_bytes ? ops->slot_bytes : 1);
         slot[i].blocks = calloc((size_t)c->blocks, ops->block_bytes ? ops->block_bytes : 1);
         slot[i].x = calloc((size_t)c->blocks + 1, sizeof *slot[i].x);
-        if (!slot[i].mstate || !slot[i].blocks || !slot[i].x) st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
+        slot[i].h = calloc((size_t)c->blocks + 1, sizeof *slot[i].h);
+        slot[i].hb = calloc((size_t)c->blocks + 1, sizeof *slot[i].hb);
+        slot[i].tk = malloc(((size_t)c->blocks + 1) * sizeof *slot[i].tk);
+        if (!slot[i].mstate || !slot[i].blocks || !slot[i].x || !slot[i].h || !slot[i].hb || !slot[i].tk)
+            st = MO_FAIL(MO_ERR_OOM, "host memory exhausted for the step");
+        else
+            for (int l = 0; l <= c->blocks; l++) slot[i].tk[l] = -1;
     }
     mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients: the optimizer's part of the step
     if (st == MO_OK && c->grads) st = mo_memset_zero(x, c->grads, c->n_grads * sizeof(float));
@@ -237,10 +321,13 @@ mo_status mo_sched_forward_backward(const mo_sched_config *c, const mo_sched_mod
         st = pipeline(&s, slot, nslots);
     }
     for (int i = 0; i < nslots; i++) {
-        if (slot[i].mstate && slot[i].blocks && slot[i].x) slot_unwind(&s, &slot[i]);
+        if (slot[i].mstate && slot[i].blocks && slot[i].x && slot[i].h && slot[i].hb && slot[i].tk) slot_unwind(&s, &slot[i]);
         free(slot[i].mstate);
         free(slot[i].blocks);
         free(slot[i].x);
+        free(slot[i].h);
+        free(slot[i].hb);
+        free(slot[i].tk);
     }
     free(slot);
     if (recompute_ms) *recompute_ms = s.recompute_ms;

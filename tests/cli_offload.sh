@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# --offload through the memopt binary: bad input exits 2 with one line naming the flag (activations:
-# "not built yet"; with --dp / a split / a model other than gpt: refused with the reason); a dry and a
-# cpu run of the same shape write the same host_bytes and device peak to the CSV (schema 4), the
+# --offload through the memopt binary: bad input exits 2 with one line naming the flag (activations
+# without checkpoint segments; with --dp / a split / optimizer for a model other than gpt: refused with
+# the reason); a dry and a cpu run of the same shape write the same host_bytes and device peak to the
+# CSV (schema 5), the
 # offloaded run's device peak is lower than without offload by exactly m + v (+ the 16-bit master),
 # and the run summary names host_bytes.
 # Usage: cli_offload.sh path/to/memopt [source dir]
@@ -28,8 +29,10 @@ bad() {
   fi
 }
 
-bad "--offload: unknown value 'foo' (accepted: none, optimizer)" run $S --backend dry --offload foo
-bad "--offload activations: not built yet" run $S --backend dry --offload activations
+bad "--offload: unknown value 'foo' (accepted: none, optimizer, activations)" run $S --backend dry --offload foo
+bad "--offload activations with --ckpt none" run $S --backend dry --offload activations
+bad "--offload activations with --ckpt selective" run $S --backend dry --offload activations --ckpt selective
+bad "--offload activations with --dp 1 --tp 2" run $S --backend dry --offload activations --ckpt full --tp 2
 bad "--offload optimizer with --dp 2" run $S --backend dry --offload optimizer --dp 2
 bad "--offload optimizer with --dp 1 --tp 2" run $S --backend dry --offload optimizer --tp 2
 bad "--offload optimizer: model mlp" run --model mlp --preset mlp-small --backend dry --offload optimizer
@@ -50,7 +53,7 @@ done
 # host_bytes, peak, params.
 awk -F, 'NR==1{for(i=1;i<=NF;i++)c[$i]=i; next}{print $c["schema_version"], $c["precision"], $c["offload"], $c["host_bytes"], $c["peak_allocated_bytes"], $c["params"], $c["status"]}' "$tmp/r.csv" >"$tmp/rows"
 check() { if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; cat "$tmp/rows"; fi; }
-check '[ "$(wc -l <"$tmp/rows")" -eq 8 ] && ! grep -qv " ok$" "$tmp/rows" && ! grep -qv "^4 " "$tmp/rows"' "8 ok rows of schema 4"
+check '[ "$(wc -l <"$tmp/rows")" -eq 8 ] && ! grep -qv " ok$" "$tmp/rows" && ! grep -qv "^5 " "$tmp/rows"' "8 ok rows of schema 5"
 k=0
 while read -r _ prec off host peak np _; do
   eval "r${k}_host=$host r${k}_peak=$peak r${k}_np=$np r${k}_off=$off"
@@ -73,6 +76,34 @@ if "$M" sweep $S --backend dry --offload optimizer --csv "$tmp/s.csv" >"$tmp/out
 else
   fail=$((fail + 1)); echo "FAIL: sweep --offload optimizer:"; cat "$tmp/err"
 fi
+
+# --offload activations, every model: dry == cpu for the device peak and host_bytes; the device peak is
+# lower than without offload, host_bytes is the offloaded segment inputs (all but the last segment's);
+# the summary names the copy stream. 4 blocks in full checkpointing: 3 inputs offloaded and fetched back
+# (the ResNet 2: its first segment's input is the max pool's output, which the stem's backward reads).
+A_GPT="--preset gpt2-124m --layers 4 --hidden 64 --heads 2 --batch 2 --seq 16 --vocab 97"
+A_MLP="--model mlp --layers 4 --hidden 64 --batch 8 --input 32 --classes 10"
+A_RES="--model resnet --preset resnet-tiny"
+for mdl in GPT MLP RES; do
+  eval "shape=\$A_$mdl"
+  for o in none activations; do
+    for b in dry cpu; do
+      if ! "$M" run $shape --ckpt full --steps 1 --warmup 1 --offload "$o" --backend "$b" --csv "$tmp/a-$mdl.csv" \
+           >"$tmp/out-$mdl-$o-$b" 2>"$tmp/err"; then
+        fail=$((fail + 1)); echo "FAIL: run $mdl --offload $o --backend $b:"; cat "$tmp/err"
+      fi
+    done
+  done
+  awk -F, 'NR==1{for(i=1;i<=NF;i++)c[$i]=i; next}{print $c["offload"], $c["host_bytes"], $c["peak_allocated_bytes"], $c["status"]}' \
+    "$tmp/a-$mdl.csv" >"$tmp/rows"
+  read -r _ h0 p0 s0 _ h1 p1 s1 _ h2 p2 s2 _ h3 p3 s3 <<<"$(tr '\n' ' ' <"$tmp/rows")"
+  check '[ "$s0$s1$s2$s3" = okokokok ]' "$mdl: 4 ok rows"
+  check '[ "$p0" = "$p1" ] && [ "$p2" = "$p3" ] && [ "$h2" = "$h3" ]' "$mdl: dry == cpu (peaks $p0 $p1 $p2 $p3, host $h2 $h3)"
+  check '[ "$h2" -gt 0 ] && [ "$p2" -lt "$p0" ]' "$mdl: offloaded host_bytes $h2 > 0 and device peak $p2 < $p0"
+  if grep -q "offload activations: host_bytes [1-9]" "$tmp/out-$mdl-activations-cpu" &&
+     grep -q "copy stream: $( [ $mdl = RES ] && echo 4 || echo 6 ) copies" "$tmp/out-$mdl-activations-dry"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL: $mdl: the summary lines"; cat "$tmp/out-$mdl-activations-dry"; fi
+done
 
 echo "cli_offload: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

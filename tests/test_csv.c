@@ -107,12 +107,14 @@ static void test_header(void) {
     CHECK(strstr(h, ",predicted_peak_bytes,comm_ms,comm_modelled,dims,items_per_s,") != NULL);
     CHECK(strstr(h, ",items_per_s,inactive_split_bytes,largest_free_block_bytes,segments,") != NULL);
     // Schema 3 adds dp and zero before knobs, which stays the last column.
-    // Schema 4 adds offload and host_bytes after them, still before knobs.
-    CHECK(strstr(h, ",segments,dp,zero,offload,host_bytes,knobs") != NULL && !strcmp(strrchr(h, ','), ",knobs"));
-    CHECK_EQ_U64(mo_csv_num_columns(), 67);
+    // Schema 4 adds offload and host_bytes after them, schema 5 offload_copy_ms and offload_stall_ms,
+    // still before knobs.
+    CHECK(strstr(h, ",segments,dp,zero,offload,host_bytes,offload_copy_ms,offload_stall_ms,knobs") != NULL &&
+          !strcmp(strrchr(h, ','), ",knobs"));
+    CHECK_EQ_U64(mo_csv_num_columns(), 69);
     int commas = 0;
     for (const char *p = h; *p; p++) commas += *p == ',';
-    CHECK_EQ_U64(commas + 1, 67);
+    CHECK_EQ_U64(commas + 1, 69);
 }
 
 static void test_round_trip(void) {
@@ -287,16 +289,16 @@ static void test_refusals(void) {
 
     // Another schema_version.
     char text[8192];
-    snprintf(text, sizeof text, "%s\n5,,,,\n", mo_csv_header());
+    snprintf(text, sizeof text, "%s\n6,,,,\n", mo_csv_header());
     write_file(path, text);
     CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID);
     char want[256];
-    snprintf(want, sizeof want, "%s: schema_version 5, this memopt reads 1 to 4", path);
+    snprintf(want, sizeof want, "%s: schema_version 6, this memopt reads 1 to 5", path);
     CHECK_MSG(strstr(mo_errmsg(), want) != NULL, "%s", mo_errmsg());
-    // A version-5 file with columns this schema lacks still gets the version message first.
-    snprintf(text, sizeof text, "schema_version,new_column\n5,x\n");
+    // A version-6 file with columns this schema lacks still gets the version message first.
+    snprintf(text, sizeof text, "schema_version,new_column\n6,x\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 5, this memopt reads 1 to 4"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 6, this memopt reads 1 to 5"));
     // A schema 3 row (no offload, host_bytes columns) reads as offload none, host_bytes 0, its key unchanged;
     // a schema 4 row with offload optimizer has it in its key.
     snprintf(text, sizeof text, "schema_version,model,layers,dp,zero\n3,gpt,12,2,1\n4,gpt,12,2,1\n");
@@ -324,7 +326,7 @@ static void test_refusals(void) {
     }
     snprintf(text, sizeof text, "schema_version,layers\n0,12\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 4"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 5"));
 
     // A different header: the writer refuses and leaves the file alone.
     write_file(path, "a,b,c\n1,2,3\n");

@@ -1,0 +1,68 @@
+// --offload activations on the GPU, for every model: the checkpointed segments' inputs go to pinned host
+// memory on the copy stream (kernels/copy_stream.c) and come back before their recompute. Over
+// precisions x checkpoint policies x accumulation, three steps' losses are bit-identical to the same
+// cuda run without offload (the kernels are deterministic; a copy that came back late or not at all
+// would change them), the dry backend predicts the cuda run's device peak (allocated and reserved)
+// and the pinned host peak to the byte, and every copy was made. The copy stream's busy time and the
+// compute stream's stall are printed (the overlap is a benchmark figure, not asserted).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "tests/offload_act_fixture.h"
+
+static const char *const gpt_base[] = {"--preset", "gpt2-124m", "--layers", "6", "--hidden", "128", "--heads", "4",
+                                       "--batch", "4", "--seq", "64", "--vocab", "1000", NULL};
+static const char *const mlp_base[] = {"--model", "mlp", "--layers", "6", "--hidden", "128", "--input", "64",
+                                       "--classes", "10", "--batch", "64", NULL};
+static const char *const res_base[] = {"--model", "resnet", "--layers", "18", "--hidden", "8", "--input", "32",
+                                       "--classes", "5", "--batch", "8", NULL};
+
+static void one_case(const char *model, const char *const *base, int blocks, const char *prec, const char *ckpt, const char *accum) {
+    const char *kv_none[] = {"--precision", prec, "--ckpt", ckpt, "--accum", accum, NULL};
+    const char *kv_off[] = {"--precision", prec, "--ckpt", ckpt, "--accum", accum, "--offload", "activations", NULL};
+    mo_run_config rc_none, rc_off, rc_dry;
+    oa_config(base, kv_none, MO_BACKEND_CUDA, &rc_none);
+    oa_config(base, kv_off, MO_BACKEND_CUDA, &rc_off);
+    oa_config(base, kv_off, MO_BACKEND_DRY, &rc_dry);
+    oa_result none, off, dry;
+    oa_run(&rc_none, &none);
+    oa_run(&rc_off, &off);
+    oa_run(&rc_dry, &dry);
+    if (!CHECK_MSG(none.ok && off.ok && dry.ok, "%s %s %s accum %s: a run failed", model, prec, ckpt, accum)) return;
+    CHECK_MSG(!memcmp(none.loss, off.loss, sizeof none.loss) && isfinite(off.loss[OA_STEPS - 1]),
+              "%s %s %s accum %s: losses %.9g %.9g %.9g with offload, %.9g %.9g %.9g without", model, prec, ckpt,
+              accum, off.loss[0], off.loss[1], off.loss[2], none.loss[0], none.loss[1], none.loss[2]);
+    CHECK_MSG(off.dev_peak == dry.dev_peak && off.dev_reserved == dry.dev_reserved && off.host_peak == dry.host_peak,
+              "%s %s %s accum %s: cuda device %llu (reserved %llu) host %llu, dry %llu (%llu) %llu", model, prec, ckpt,
+              accum, (unsigned long long)off.dev_peak, (unsigned long long)off.dev_reserved,
+              (unsigned long long)off.host_peak, (unsigned long long)dry.dev_peak, (unsigned long long)dry.dev_reserved,
+              (unsigned long long)dry.host_peak);
+    const int noff = offloaded_inputs(&rc_off, !strcmp(model, "resnet"), blocks);
+    CHECK_MSG(off.copies.copies == 2 * noff * rc_off.accum * OA_STEPS && off.copies.copies == dry.copies.copies &&
+                  off.copies.bytes == dry.copies.bytes,
+              "%s %s %s: %d copies on cuda, %d on dry, want %d", model, prec, ckpt, off.copies.copies, dry.copies.copies,
+              2 * noff * rc_off.accum * OA_STEPS);
+    CHECK_MSG(off.dev_peak < none.dev_peak || noff < 2, "%s %s %s accum %s: device peak %llu with offload, %llu without", model,
+              prec, ckpt, accum, (unsigned long long)off.dev_peak, (unsigned long long)none.dev_peak);
+    CHECK_MSG(off.host_left == 0 && (off.copies.copy_ms > 0 || noff == 0) && off.copies.stall_ms >= 0,
+              "%s %s %s: host left %llu, copies %.4f ms, stall %.4f ms", model, prec, ckpt,
+              (unsigned long long)off.host_left, off.copies.copy_ms, off.copies.stall_ms);
+    printf(" %s %s %s accum %s: device peak %llu -> %llu, host %llu; %d copies of %llu bytes, copy %.3f ms, stall %.3f ms"
+           " over %d steps\n", model, prec, ckpt, accum, (unsigned long long)none.dev_peak,
+           (unsigned long long)off.dev_peak, (unsigned long long)off.host_peak, off.copies.copies,
+           (unsigned long long)off.copies.bytes, off.copies.copy_ms, off.copies.stall_ms, OA_STEPS);
+}
+
+int main(void) {
+    test_require_gpu();
+    static const char *const precs[] = {"fp32", "tf32", "bf16", "fp16"};
+    static const char *const ckpts[] = {"full", "every:2", "sqrt", "segments:3"};
+    static const char *const accums[] = {"1", "2"};
+    struct { const char *name; const char *const *base; int blocks; } models[] = {
+        {"gpt", gpt_base, 6}, {"mlp", mlp_base, 6}, {"resnet", res_base, 8}};
+    for (int m = 0; m < 3; m++)
+        for (int p = 0; p < 4; p++)
+            for (int c = 0; c < 4; c++)
+                for (int a = 0; a < 2; a++) one_case(models[m].name, models[m].base, models[m].blocks, precs[p], ckpts[c], accums[a]);
+    return test_finish();
+}
