@@ -13,7 +13,7 @@
 #   split model's GPU test and the eight precision x attention rows; "profile" --profile's measured time
 #   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused); "trace" the
 #   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
-#   "bench" times make bench; "shard" the --offload optimizer and --dp 2 --zero 0..3 rows (h200-shard.csv); "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
+#   "bench" times make bench; "shard" the --offload optimizer and --dp 2 --zero 0..3 rows, and --offload activations beside none for GPT, the MLP and ResNet-50 (h200-shard.csv); "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
 #   (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
 #   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log); "mlp" the
 #   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them; "attnimpl" the
@@ -327,6 +327,16 @@ if has shard; then
   for z in 0 1 2 3; do
     timeout 120 $M run --preset gpt2-124m --precision fp32 --dp 2 --zero $z --steps 10 --warmup 3 --csv "$csv" \
       | grep -E "step:|peak alloc|rank|comm" | sed "s/^/fp32 dp 2 zero $z: /"
+  done
+  # --offload activations beside the same checkpointing without it: GPT-2 124M fp32 and bf16 ckpt full,
+  # the MLP's mlp-act bf16 ckpt full, ResNet-50 batch 128 bf16 ckpt full (the copy stream's busy time and
+  # the compute stream's stall are in the row: offload_copy_ms, offload_stall_ms)
+  for a in "--preset gpt2-124m --precision fp32" "--preset gpt2-124m --precision bf16" \
+           "--model mlp --preset mlp-act --precision bf16" "--model resnet --preset resnet50 --batch 128 --precision bf16"; do
+    for off in none activations; do
+      timeout 120 $M run $a --ckpt full --offload $off --steps 10 --warmup 3 --csv "$csv" \
+        | grep -E "step:|peak alloc|offload|copy stream" | sed "s/^/$(echo $a | awk '{print $2, $NF}') ckpt full offload $off: /"
+    done
   done
 fi
 if has revab; then
