@@ -483,7 +483,7 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
     row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
     row->host_bytes = (int64_t)s->host_bytes;
-    if (rc->offload == MO_OFFLOAD_ACTIVATIONS && s->n > 0 && s->be != MO_BACKEND_DRY) {
+    if (rc->offload == MO_OFFLOAD_ACTIVATIONS && s->n > 0 && s->be != MO_BACKEND_DRY && s->copies.copies > 0) {
         row->offload_copy_ms = s->copies.copy_ms / s->n; // means over the timed steps
         row->offload_stall_ms = s->copies.stall_ms / s->n;
     }
@@ -641,6 +641,9 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
         fprintf(out, "  offload activations: host_bytes %llu (%s: the checkpointed segments' inputs, %s), not in the device "
                      "figures above\n", (unsigned long long)s->host_bytes, mo_format_bytes(s->host_bytes, b1, 32),
                 rc->backend == MO_BACKEND_CUDA ? "pinned" : rc->backend == MO_BACKEND_DRY ? "modelled" : "malloc");
+        if (s->n > 0 && s->copies.copies == 0)
+            fprintf(out, "  copy stream: nothing to offload (the checkpoint layout has no segment input but the ones "
+                         "kept on the device)\n");
         if (s->n > 0 && s->copies.copies > 0) {
             char how[64] = "overlap n/a";
             if (rc->backend == MO_BACKEND_DRY) snprintf(how, sizeof how, "dry: nothing copied");

@@ -259,16 +259,26 @@ static void engine_run(const mo_run_config *rc, const mo_run_env *env, uint64_t 
               (unsigned long long)(g1.leaked_bytes - g0.leaked_bytes), (unsigned long long)g1.live_allocators);
 }
 
-// offact: --offload activations with ckpt full over 3 layers (two segment inputs on the host); stride: try
-// every stride-th k (times fault_stride()).
+// offact: 1 --offload activations with ckpt full over 3 GPT layers (two segment inputs on the host); 2 the
+// same on a ResNet of 8 blocks (its own step loop) at accum 2. stride: try every stride-th k (times
+// fault_stride()).
 static void test_engine(mo_backend_kind be, int tp, int offact, uint64_t stride, fault_totals *tot) {
     signal(SIGALRM, fault_alarm);
-    mo_config c;
+    static mo_config c;
     mo_config_defaults(&c, MO_CMD_RUN);
     mo_run_config rc = c.base;
-    rc.layers = 2; rc.hidden = 32; rc.heads = 2; rc.seq = 16; rc.batch = 4; rc.vocab = 64;
+    if (offact == 2) {
+        static const char *const kv[] = {"--model", "resnet", "--layers", "18", "--hidden", "4", "--input", "32",
+                                         "--classes", "5", "--batch", "4", "--accum", "2", "--ckpt", "full",
+                                         "--offload", "activations", NULL};
+        for (int i = 0; kv[i]; i += 2) CHECK_OK(mo_config_set(&c, kv[i], kv[i + 1]));
+        CHECK_OK(mo_config_finish(&c));
+        CHECK_OK(mo_config_combination(&c, 0, &rc));
+    } else {
+        rc.layers = 2; rc.hidden = 32; rc.heads = 2; rc.seq = 16; rc.batch = 4; rc.vocab = 64;
+        if (offact) rc.layers = 3, rc.ckpt.kind = MO_CKPT_FULL, rc.offload = MO_OFFLOAD_ACTIVATIONS;
+    }
     rc.backend = be; rc.steps = 2; rc.warmup = 1; rc.tp = tp;
-    if (offact) rc.layers = 3, rc.ckpt.kind = MO_CKPT_FULL, rc.offload = MO_OFFLOAD_ACTIVATIONS;
     mo_run_env env;
     CHECK_OK(mo_run_env_init(&env, &rc));
     // The dry replay that predicts a cpu run's peak makes as many allocations as a dry run.
@@ -310,7 +320,7 @@ static void test_engine(mo_backend_kind be, int tp, int offact, uint64_t stride,
         else bad++;
     }
     printf("fault injection: engine (memopt run) tp %d%s %s: %4llu allocations (%llu in the run), every %llu failed once: %s\n",
-           tp, offact ? " offload activations" : "          ", mo_backend_name(be), (unsigned long long)n,
+           tp, offact == 2 ? " resnet offload activations" : offact ? " offload activations" : "", mo_backend_name(be), (unsigned long long)n,
            (unsigned long long)n_run, (unsigned long long)(stride * fault_stride()), bad ? "FAILURES" : "all rows right");
 }
 

@@ -66,6 +66,7 @@ int main(void) {
     fault_rebase = rebase;
     test_engine(MO_BACKEND_CUDA, 1, 0, 4, &tot);
     test_engine(MO_BACKEND_CUDA, 1, 1, 4, &tot);
+    test_engine(MO_BACKEND_CUDA, 1, 2, 4, &tot);
     printf("fault injection total (cuda): %llu faults injected, %llu survived (unwound as oom, next run normal, device "
            "memory back), %llu bytes leaked\n",
            (unsigned long long)tot.injected, (unsigned long long)tot.survived, (unsigned long long)tot.leaked_bytes);
