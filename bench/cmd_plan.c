@@ -110,8 +110,8 @@ static int has_attn(const mo_run_config *rc) {
 static void short_strategy(const mo_run_config *rc, char *buf, size_t n) {
     char ck[24], at[32] = "";
     if (has_attn(rc)) snprintf(at, sizeof at, ", attn %s", mo_attn_name(rc->attn));
-    snprintf(buf, n, "%s%s, ckpt %s, accum %d", mo_precision_name(rc->precision), at, mo_ckpt_format(rc->ckpt, ck, sizeof ck),
-             rc->accum);
+    snprintf(buf, n, "%s%s, ckpt %s, accum %d%s", mo_precision_name(rc->precision), at, mo_ckpt_format(rc->ckpt, ck, sizeof ck),
+             rc->accum, rc->sp ? ", sp" : "");
 }
 
 // What the model's items are ("tokens" for gpt, "samples" for mlp).

@@ -26,7 +26,9 @@ extern "C" {
 // 3: dp and zero (data-parallel ranks and the ZeRO level), at the end. Older rows read as dp 1, zero 0.
 // 4: offload and host_bytes (--offload and the host allocator's peak), before knobs. Older rows read as
 //    offload none, host_bytes 0.
-#define MO_CSV_SCHEMA_VERSION 4
+// 5: (another branch's offload_copy_ms, offload_stall_ms; not in this one).
+// 6: sp (--sp: sequence parallelism over the tp ranks, 0 or 1), before knobs. Older rows read as sp 0.
+#define MO_CSV_SCHEMA_VERSION 6
 #define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {
@@ -80,6 +82,7 @@ typedef struct mo_csv_row {
     int64_t dp, zero;              // schema 3: data-parallel ranks (1: none) and the ZeRO level 0..3
     char offload[16];              // schema 4: none | optimizer
     int64_t host_bytes;            // schema 4: peak bytes of the host allocator (offloaded state and staging)
+    int64_t sp;                    // schema 6: sequence parallelism over the tp ranks (--sp), 0 or 1
 } mo_csv_row;
 
 // Every field unknown, schema_version set.
@@ -125,8 +128,8 @@ mo_status mo_mkdir_parent(const char *path, const char *flag);
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 
 // A string naming the configuration of a row (backend, model and its dims text, the GPT columns, precision, attn, ckpt,
-// accum, tp, pp, comm, cap_bytes, alloc, knobs): rows with equal keys are the same experiment, for
-// sweep --resume and compare. Device, times and results are not part of it.
+// accum, tp, pp, comm, cap_bytes, alloc, knobs; dp and zero, offload, sp where not their defaults): rows with equal
+// keys are the same experiment, for sweep --resume and compare. Device, times and results are not part of it.
 const char *mo_csv_config_key(const mo_csv_row *row, char *buf, size_t n);
 
 // A row index with its configuration key, for sorting rows by key (ties by index: row order kept)

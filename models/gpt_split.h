@@ -32,6 +32,29 @@
 // exactly); fp16's loss scaler takes one verdict for all ranks (inf/nan on any rank skips the step on
 // every rank), so the scale stays the same everywhere. W = 1 (tp 1, pp 1) is the plain model, unchanged.
 //
+// Sequence parallelism (sp 1, with tp > 1; Korthikanti et al. 2022, "Reducing Activation Recomputation
+// in Large Transformer Models"): what the tp ranks of a stage kept whole and alike (the residual stream,
+// the LayerNorms' inputs, outputs and statistics) is sharded along the sequence: tp rank r holds
+// positions [r T/tp, (r+1) T/tp) of every sequence, (B, T/tp, C) slices. Per block, the all-reduces give
+// way to all-gathers of the LN outputs along T before qkv and fc and reduce-scatters of proj's and
+// fcproj's partial outputs; backward, all-gathers of the output gradients of proj and fcproj,
+// reduce-scatters of d(ln1), d(ln2), and the stored LN output slices gathered again for the weight
+// gradients: per block per micro-batch 2 all-gathers + 2 reduce-scatters forward, 4 all-gathers + 2
+// reduce-scatters backward, each of one (B/accum, T, C) tensor (gathers in the activation dtype, the
+// scatters' sums in fp32, 16 bits widened as the all-reduces are). A rank embeds its own positions and
+// runs the final LayerNorm, the LM head (logits (B/accum, T/tp, V)) and the loss on them, so wte, wpe and
+// the LayerNorms' gradients are partial: all-reduced over the tp ranks once per step (4 all-reduces on
+// the last stage, wte+wpe, ln1, ln2, lnf; fewer on others). The loss is the mean of the last stage's tp
+// ranks' means. The schedule's stream, and so the pipeline's messages, are the (B/accum, T/tp, C) slices.
+// What one layer keeps per rank for backward, in bytes, d the activation dtype's size, s = T, b the
+// micro-batch, h = C, a = heads (tests/test_gpt_sp.c checks it to the byte):
+//   no sp:  sbh(4d + 12d/t) + 16sb + A,   sp:  sbh(16d)/t + 16sb/t + A,
+//   A = d as^2b/t materialized (the softmax probabilities), 4asb/t fused (the log-sum-exp),
+// i.e. sp removes (t-1)/t of the 4d sbh of the block input, ln1 and ln2 outputs and resid2 and of the
+// 16sb of the LayerNorms' fp32 mean and rstd. In 16 bits: sbh(32/t + 2as/(ht)) + 16sb/t against the
+// paper's sbh(34/t + 5as/(ht)): no dropout here (no masks, no dropout outputs), and the statistics, which
+// the paper leaves out.
+//
 // Numerics: the split sums the same terms as the unsplit model in other groupings (a GEMM over C/tp
 // inputs, then the all-reduce; wte's two halves; the norm's partial sums), so loss and gradients agree
 // to fp32 rounding: tests/test_gpt_split.c bounds the relative L2 error of every gradient tensor, after
@@ -67,6 +90,8 @@ typedef struct mo_gpt_split_config {
     // the global batch (dp * accum must divide it), with ZeRO level zero (0..3). 0 is read as 1 (dp)
     // and 0 (zero), so a config that never sets them is the split as before. dp > 1 needs tp 1, pp 1.
     int dp, zero;
+    // Sequence parallelism (--sp; needs tp > 1 and seq % tp == 0): see "Sequence parallelism" above. 0 off.
+    int sp;
 } mo_gpt_split_config;
 
 // Bad shapes or combinations: MO_ERR_INVALID naming --tp, --pp or --comm (nccl with fewer GPUs than
