@@ -207,10 +207,11 @@ static void print_asked(const entry *e, const target *t) {
                    e->rc.dp, e->rc.zero, e->rc.batch / e->rc.dp, e->ms - 1e3 * e->roof.comm_s, 1e3 * e->roof.comm_s,
                    (long long)e->fit.row.comm_bytes_rank, t->time_gpu->link);
         if (e->rc.tp * e->rc.pp > 1)
-            printf("  split: %d ranks, one %s each; the last stage's rank: blocks / %d plus the whole head, x 1F1B bubble %.2f; "
+            printf("  split: %d ranks, one %s each; the last stage's rank: blocks / %d plus %s, x 1F1B bubble %.2f; "
                    "communication %.1f ms at half the stated link (%s)\n",
-                   e->rc.tp * e->rc.pp, t->time_gpu->key, e->rc.tp * e->rc.pp, e->roof.bubble, 1e3 * e->roof.comm_s,
-                   t->time_gpu->link);
+                   e->rc.tp * e->rc.pp, t->time_gpu->key, e->rc.tp * e->rc.pp,
+                   e->rc.sp ? "the head / tp (sequence parallel: its seq/tp positions)" : "the whole head", e->roof.bubble,
+                   1e3 * e->roof.comm_s, t->time_gpu->link);
     }
 }
 

@@ -229,6 +229,13 @@ mo_status mo_gpt_split_comm_stats(mo_gpt_split *s, mo_gpt_split_comm *out) {
 
 mo_status mo_gpt_split_comm_reset(mo_gpt_split *s) { return mo_ranks_comm_reset(s->rk); }
 
+mo_status mo_gpt_split_tp_comm_stats(mo_gpt_split *s, int rank, mo_comm_stat *out) {
+    memset(out, 0, sizeof *out);
+    if (rank < 0 || rank >= s->W) return MO_FAIL(MO_ERR_INVALID, "tp comm stats: rank %d of %d", rank, s->W);
+    mo_comm *c = mo_ranks_at(s->rk, rank)->tp_comm;
+    return c ? mo_comm_stats(c, out) : MO_OK;
+}
+
 // Data parallel: every element from the ranks that own it (all of them at ZeRO level 0, which must agree).
 static mo_status gather_dp(mo_gpt_split *s, float *full, int *replicas_equal) {
     size_t n = mo_gpt_num_params(&s->cfg);

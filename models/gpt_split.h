@@ -71,6 +71,7 @@
 #include <stdint.h>
 #include "gpt.h"
 #include "strategies/alloc.h"
+#include "strategies/comm.h" // mo_comm_stat
 
 #ifdef __cplusplus
 extern "C" {
@@ -147,6 +148,9 @@ typedef struct mo_gpt_split_comm {
 } mo_gpt_split_comm;
 mo_status mo_gpt_split_comm_stats(mo_gpt_split *s, mo_gpt_split_comm *out);
 mo_status mo_gpt_split_comm_reset(mo_gpt_split *s);
+// Rank r's tensor-parallel communicator's own statistics (per op kind: mo_comm_stat's op_count,
+// op_bytes), since create or the last reset; all zero without one (tp 1). Not while a call runs.
+mo_status mo_gpt_split_tp_comm_stats(mo_gpt_split *s, int rank, mo_comm_stat *out);
 
 // The parameters (what 0) or gradients (what 1) of all ranks in the unsplit model's layout
 // (mo_gpt_num_params(cfg) floats, the order of mo_gpt's buffers). Replicated tensors are taken from

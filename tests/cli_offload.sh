@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --offload through the memopt binary: bad input exits 2 with one line naming the flag (activations:
 # "not built yet"; with --dp / a split / a model other than gpt: refused with the reason); a dry and a
-# cpu run of the same shape write the same host_bytes and device peak to the CSV (schema 4), the
+# cpu run of the same shape write the same host_bytes and device peak to the CSV (schema 4 on; 6 now), the
 # offloaded run's device peak is lower than without offload by exactly m + v (+ the 16-bit master),
 # and the run summary names host_bytes.
 # Usage: cli_offload.sh path/to/memopt [source dir]
@@ -50,7 +50,7 @@ done
 # host_bytes, peak, params.
 awk -F, 'NR==1{for(i=1;i<=NF;i++)c[$i]=i; next}{print $c["schema_version"], $c["precision"], $c["offload"], $c["host_bytes"], $c["peak_allocated_bytes"], $c["params"], $c["status"]}' "$tmp/r.csv" >"$tmp/rows"
 check() { if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; cat "$tmp/rows"; fi; }
-check '[ "$(wc -l <"$tmp/rows")" -eq 8 ] && ! grep -qv " ok$" "$tmp/rows" && ! grep -qv "^4 " "$tmp/rows"' "8 ok rows of schema 4"
+check '[ "$(wc -l <"$tmp/rows")" -eq 8 ] && ! grep -qv " ok$" "$tmp/rows" && ! grep -qv "^6 " "$tmp/rows"' "8 ok rows of schema 6"
 k=0
 while read -r _ prec off host peak np _; do
   eval "r${k}_host=$host r${k}_peak=$peak r${k}_np=$np r${k}_off=$off"
