@@ -14,7 +14,8 @@
 // unsplit kernels run on them. The split starts from exactly the unsplit model's initial values of the
 // same seed (each rank computes its own elements of the same random stream: gpt_params.c).
 //
-// Communication of one step (all fp32, every sum in rank order: the same bits on every rank):
+// Communication of one step (all fp32 but sequence parallelism's gathers, below; every sum in rank order:
+// the same bits on every rank):
 //   tp  forward: all-reduce of proj's and fcproj's outputs (partial sums; the bias is added by tp
 //       rank 0 only) before the residual add; backward: all-reduce of d(ln1) and d(ln2), the
 //       column-parallel GEMMs' partial input gradients, before the LayerNorm backward. Checkpoint
@@ -41,7 +42,8 @@
 // reduce-scatters of d(ln1), d(ln2), and the stored LN output slices gathered again for the weight
 // gradients: per block per micro-batch 2 all-gathers + 2 reduce-scatters forward, 4 all-gathers + 2
 // reduce-scatters backward, each of one (B/accum, T, C) tensor (gathers in the activation dtype, the
-// scatters' sums in fp32, 16 bits widened as the all-reduces are). A rank embeds its own positions and
+// scatters' sums in fp32, 16 bits widened as the all-reduces are); checkpoint recompute repeats the
+// forward ones (a segment's last block without fcproj's scatter). A rank embeds its own positions and
 // runs the final LayerNorm, the LM head (logits (B/accum, T/tp, V)) and the loss on them, so wte, wpe and
 // the LayerNorms' gradients are partial: all-reduced over the tp ranks once per step (4 all-reduces on
 // the last stage, wte+wpe, ln1, ln2, lnf; fewer on others). The loss is the mean of the last stage's tp
@@ -58,7 +60,9 @@
 // Numerics: the split sums the same terms as the unsplit model in other groupings (a GEMM over C/tp
 // inputs, then the all-reduce; wte's two halves; the norm's partial sums), so loss and gradients agree
 // to fp32 rounding: tests/test_gpt_split.c bounds the relative L2 error of every gradient tensor, after
-// gathering the shards back to the unsplit layout, by 1e-5, and the loss by 1e-6 relative.
+// gathering the shards back to the unsplit layout, by 1e-5, and the loss by 1e-6 relative;
+// tests/test_gpt_sp.c the same with sequence parallelism (which regroups the wte, wpe and LayerNorm
+// gradients' sums over positions too).
 //
 // Failures: a rank that fails (out of memory under its cap, most likely) stops, and every other rank
 // stops at its next communication (host barriers before each op: no rank enters an op that a failed

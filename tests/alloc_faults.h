@@ -235,8 +235,8 @@ static int fault_cases(fault_case *out, int max) {
     c = s;
     ADD("split tp 2 (local)", (void)0, MO_ALLOC_CACHING, 2, 1);
     ADD("split pp 2 accum 2 (local)", g->accum = 2, MO_ALLOC_CACHING, 1, 2);
-    ADD("split tp 2 sp, ckpt full accum 2 (local)", (g->ckpt = MO_CKPT_FULL, g->accum = 2), MO_ALLOC_CACHING, 2, 1);
-    if (n > 0 && strstr(out[n - 1].name, " sp,")) out[n - 1].sp = 1;
+    ADD("split tp 2 sp full accum 2", (g->ckpt = MO_CKPT_FULL, g->accum = 2), MO_ALLOC_CACHING, 2, 1);
+    if (n > 0 && strstr(out[n - 1].name, " sp ")) out[n - 1].sp = 1;
 #undef ADD
     return n;
 }
