@@ -26,9 +26,10 @@
 // embedding and the head work on the rank's slice too: it embeds its own positions (wpe rows [r T/tp,
 // ...)), and the final LayerNorm, the tied LM head (logits (B, T/tp, V)) and the cross-entropy run on
 // the slice; the loss is the mean over the ranks' slices. So wte, wpe and every LayerNorm's gradient are
-// partial sums over the rank's positions: summed over the tp ranks once per step (sp_reduce_grads). The order of it all (micro-
-// batches, checkpoint segments, the pipeline, the update) is the generic schedule's
-// (strategies/schedule.h); this file gives it GPT's embedding, blocks and head.
+// partial sums over the rank's positions: summed over the tp ranks once per step (sp_reduce_grads).
+//
+// The order of it all (micro-batches, checkpoint segments, the pipeline, the update) is the generic
+// schedule's (strategies/schedule.h); this file gives it GPT's embedding, blocks and head.
 #include "gpt.h"
 
 #include <math.h>
@@ -71,12 +72,13 @@ typedef struct block_acts {
 typedef struct step_state {
     int Bm, N;          // micro-batch, rows = Bm*T
     int Ts, Ns;         // the positions this rank holds of each sequence (T/tp under --sp, else T); Ns = Bm*Ts
-    void *enc;          // (B,T,C) dt embedding output, until handed over as x[0]
-    void *lnf;          // (B,T,C) dt
-    float *lnf_mean, *lnf_rstd; // (B,T) fp32
-    void *logits;       // (B,T,V) dt; dlogits in backward
-    void *dhead;        // (B,T,C) dt d(lnf) in backward
-    void *dresid;       // (B,T,C) dt the residual stream's gradient, until handed over
+    // The embedding's and head's tensors hold the rank's Ts positions of each sequence (T unless --sp).
+    void *enc;          // (B,Ts,C) dt embedding output, until handed over as x[0]
+    void *lnf;          // (B,Ts,C) dt
+    float *lnf_mean, *lnf_rstd; // (B,Ts) fp32
+    void *logits;       // (B,Ts,V) dt; dlogits in backward
+    void *dhead;        // (B,Ts,C) dt d(lnf) in backward
+    void *dresid;       // (B,Ts,C) dt the residual stream's gradient, until handed over
     double recompute_ms; // selective checkpointing's attention recompute
 } step_state;
 
