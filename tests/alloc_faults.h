@@ -4,8 +4,9 @@
 //   - every byte comes back: allocated 0 once the model and context are gone, reserved 0 after
 //     mo_empty_cache, and no allocator anywhere in the process holds or leaked a byte;
 //   - the next configuration runs normally: the same run, unarmed, gives the reference loss bit for bit;
-//   - a split run (tp 2 or pp 2, local communicator, ranks as threads) with one rank failing stops every
-//     rank (an alarm turns a hang into a failure) and a dead split stays dead.
+//   - a split run (tp 2, with and without sequence parallelism, or pp 2, local communicator, ranks as
+//     threads) with one rank failing stops every rank (an alarm turns a hang into a failure) and a dead
+//     split stays dead.
 // Shared by tests/test_alloc_faults.c (cpu, dry) and tests/gpu_alloc_faults.c (cuda, which adds
 // cudaMemGetInfo back to where it started through the hook below).
 #ifndef MEMOPT_TESTS_ALLOC_FAULTS_H
@@ -26,6 +27,7 @@ typedef struct fault_case {
     mo_gpt_config cfg;
     mo_alloc_kind alloc;
     int tp, pp; // both 1: the plain model
+    int sp;     // sequence parallelism over the tp ranks (gpt_split.h)
     int steps;
 } fault_case;
 
@@ -108,6 +110,7 @@ static mo_status fault_run(const fault_case *fc, mo_backend_kind be, uint64_t k,
         mo_gpt_split *sp = NULL;
         mo_gpt_split_config sc = split_sc(fc->tp, fc->pp, be);
         sc.alloc = fc->alloc;
+        sc.sp = fc->sp;
         st = mo_gpt_split_create(&sp, &fc->cfg, &sc);
         if (st == MO_OK) {
             size_t BT = (size_t)fc->cfg.batch * fc->cfg.seq;
@@ -237,6 +240,8 @@ static int fault_cases(fault_case *out, int max) {
     c = s;
     ADD("split tp 2 (local)", (void)0, MO_ALLOC_CACHING, 2, 1);
     ADD("split pp 2 accum 2 (local)", g->accum = 2, MO_ALLOC_CACHING, 1, 2);
+    ADD("split tp 2 sp full accum 2", (g->ckpt = MO_CKPT_FULL, g->accum = 2), MO_ALLOC_CACHING, 2, 1);
+    if (n > 0 && strstr(out[n - 1].name, " sp ")) out[n - 1].sp = 1;
 #undef ADD
     return n;
 }
