@@ -10,7 +10,7 @@
 
 // One copy: where the compute stream stood when it was enqueued (the copy stream waits for it), and the
 // copy's own start and end on the copy stream. One join: two marks on the compute stream around its wait.
-typedef struct copy_rec { void *ev_ready, *ev_start, *ev_end; } copy_rec;
+typedef struct copy_rec { void *ev_ready, *ev_start, *ev_end; int to_host; } copy_rec;
 typedef struct join_rec { void *ev_a, *ev_b; } join_rec;
 
 mo_copy_test mo_copy_testing;
@@ -83,7 +83,7 @@ static mo_status grow(struct mo_copy_engine *e, mo_backend_kind be, int copy) {
                     if (ev[k]) cudaEventDestroy((cudaEvent_t)ev[k]);
                 return st;
             }
-            if (copy) e->copies[i] = (copy_rec){ev[0], ev[1], ev[2]};
+            if (copy) e->copies[i] = (copy_rec){ev[0], ev[1], ev[2], 0};
             else e->joins[i] = (join_rec){ev[0], ev[1]};
             *cap = i + 1;
         }
@@ -112,6 +112,7 @@ mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int
     }
 #ifdef MEMOPT_HAVE_CUDA
     copy_rec *r = &e->copies[*ticket];
+    r->to_host = to_host;
     cudaStream_t cs = (cudaStream_t)e->stream, ms = (cudaStream_t)c->stream;
     if (mo_copy_testing.poison && !to_host) CUDA_CHECK(cudaMemsetAsync(dst, 0xFF, bytes, ms));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)r->ev_ready, ms));
@@ -133,8 +134,9 @@ mo_status mo_copy_join(mo_ctx *c, int ticket) {
     if (ticket < 0 || ticket >= e->n_copies)
         return MO_FAIL(MO_ERR_INTERNAL, "copy stream: join of copy %d, %d enqueued since the last collect", ticket,
                        e->n_copies);
-    if (c->backend != MO_BACKEND_CUDA || mo_copy_testing.skip_joins) return MO_OK; // done already (cpu, dry)
+    if (c->backend != MO_BACKEND_CUDA) return MO_OK; // the copy is done already (cpu, dry)
 #ifdef MEMOPT_HAVE_CUDA
+    if (mo_copy_testing.skip_out_joins && e->copies[ticket].to_host) return MO_OK;
     MO_TRY(grow(e, c->backend, 0));
     join_rec *j = &e->joins[e->n_joins++];
     cudaStream_t ms = (cudaStream_t)c->stream;

@@ -45,10 +45,12 @@ void mo_copy_destroy(mo_ctx *c);
 // Test hooks (tests/gpu_offload_act.c; cuda only, all 0 in every run of memopt): delay_us spins the copy
 // stream that long before each copy, so copies land late; poison fills each host -> device destination
 // with 0xFF bytes (NaN in every float type) on the compute stream before its copy, so reading it before
-// the copy is joined gives NaN; skip_joins makes mo_copy_join a no-op (the negative control: the test
-// must then see wrong numbers).
+// the copy is joined gives NaN; skip_out_joins makes mo_copy_join a no-op for device -> host copies (the
+// negative control: the device block is then freed and reused while its late copy still reads it, so the
+// host gets other bytes and the test must see wrong numbers; host -> device joins stay, so no late copy
+// writes into a block that was freed and given to another tensor).
 typedef struct mo_copy_test {
-    int delay_us, poison, skip_joins;
+    int delay_us, poison, skip_out_joins;
 } mo_copy_test;
 extern mo_copy_test mo_copy_testing;
 #ifdef MEMOPT_HAVE_CUDA

@@ -296,7 +296,15 @@ static void test_engine(mo_backend_kind be, int tp, int offact, uint64_t stride,
     uint64_t n = fault_last_calls;
     CHECK_MSG(!strcmp(row.status, "ok"), "engine reference: %s %s", row.status, row.detail);
     int64_t ref_peak = row.peak_allocated_bytes;
-    if (fault_rebase) fault_rebase();
+    if (fault_rebase) {
+        // One armed run first: on cuda the ResNet's first failing run leaves the device 2 MiB fuller once
+        // (seen on an H100: the same +2097152 bytes after k = 1, 5, 9, 13 and 17, so a lazy one-time load on
+        // the failure path, not a leak per run); the baseline is taken after it, and every later run must
+        // come back to it.
+        engine_run(&rc, &env, 1, &row);
+        engine_run(&rc, &env, 0, &row);
+        fault_rebase();
+    }
     uint64_t n_run = be == MO_BACKEND_DRY ? n : n - n_dry;
     int bad = 0;
     for (uint64_t k = 1; k <= n && bad < 5; k += stride * fault_stride()) {

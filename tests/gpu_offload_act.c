@@ -55,8 +55,8 @@ static void one_case(const char *model, const char *const *base, int blocks, con
 
 // The copies made late on purpose (the copy stream spins before each) and every fetched block poisoned with
 // NaN before its copy: still bit-identical, so every read waits for its copy. Then the negative control:
-// with the joins skipped the same runs must come out different (NaN or other bits), or this test could
-// not see a missing join at all.
+// with the device -> host joins skipped (each offloaded block freed and reused while its late copy still
+// reads it) the same runs must come out different, or this test could not see a missing join at all.
 static void test_late_copies(void) {
     static const struct { const char *const *base; const char *prec, *ckpt, *accum; } cases[] = {
         {gpt_base, "bf16", "full", "2"}, {gpt_base, "fp32", "every:2", "1"}, {mlp_base, "fp32", "full", "2"},
@@ -70,9 +70,9 @@ static void test_late_copies(void) {
         oa_config(cases[i].base, kv_off, MO_BACKEND_CUDA, &rc_off);
         oa_result none, late, skip;
         oa_run(&rc_none, &none);
-        mo_copy_testing = (mo_copy_test){.delay_us = 300, .poison = 1, .skip_joins = 0};
+        mo_copy_testing = (mo_copy_test){.delay_us = 1000, .poison = 1, .skip_out_joins = 0};
         oa_run(&rc_off, &late);
-        mo_copy_testing.skip_joins = 1;
+        mo_copy_testing.skip_out_joins = 1;
         oa_run(&rc_off, &skip);
         mo_copy_testing = (mo_copy_test){0};
         const char *model = rc_off.model;

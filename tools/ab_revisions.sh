@@ -5,7 +5,7 @@
 # and temperature cannot pose as a difference between the revisions.
 # Usage: tools/ab_revisions.sh OLD_TAR NEW_MEMOPT CSV [precision:attn ...]
 #   default rows: fp32:materialized tf32:materialized bf16:materialized bf16:fused
-# Each run is 10 timed steps after 3 warm-up; rows go to CSV with -old / -new before .csv (the two
+# AB_REPS rounds (default 2). Each run is 10 timed steps after 3 warm-up; rows go to CSV with -old / -new before .csv (the two
 # revisions may write different schemas), each with its revision in git_rev.
 set -uo pipefail
 old_tar="${1:?usage: tools/ab_revisions.sh OLD_TAR NEW_MEMOPT CSV [prec:attn ...]}"
@@ -24,7 +24,7 @@ cmake --build "$src/build" -j "$(nproc)" --target memopt >"$src/build.log" 2>&1 
 echo "old revision $rev built in $(( $(date +%s) - t0 )) s"
 old="$src/build/memopt"
 new_rev="${MEMOPT_GIT_REV:-new}"
-for rep in 1 2; do
+for rep in $(seq "${AB_REPS:-2}"); do
   for row in $rows; do
     prec=${row%%:*}; attn=${row#*:}
     for side in old new; do
