@@ -1,5 +1,6 @@
 // The copy stream of --offload activations (copy_stream.h): cuda streams and events, or memcpy on cpu.
 #include "copy_stream.h"
+#include "cost.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,10 @@ mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int
     *ticket = e->n_copies++;
     e->acc.bytes += bytes;
     e->acc.copies++;
+    // On every backend, dry included: the planner times the copies, and the compute between each and its
+    // join that it can hide behind, from the step's cost trace.
+    mo_cost_record_copy(c, to_host ? "offload_act_d2h" : "offload_act_h2d", to_host ? MO_COST_COPY_OUT : MO_COST_COPY_BACK,
+                        (double)bytes, *ticket);
     if (c->backend == MO_BACKEND_DRY || bytes == 0) return MO_OK;
     if (c->backend == MO_BACKEND_CPU) {
         const double t0 = mo_host_ms();
@@ -125,6 +130,7 @@ mo_status mo_copy_join(mo_ctx *c, int ticket) {
     if (ticket < 0 || ticket >= e->n_copies)
         return MO_FAIL(MO_ERR_INTERNAL, "copy stream: join of copy %d, %d enqueued since the last collect", ticket,
                        e->n_copies);
+    mo_cost_record_copy(c, "offload_act_join", MO_COST_COPY_JOIN, 0, ticket);
     if (c->backend != MO_BACKEND_CUDA) return MO_OK; // the copy is done already
 #ifdef MEMOPT_HAVE_CUDA
     MO_TRY(grow(e, c->backend, 0));
