@@ -9,7 +9,10 @@
 // op's FLOPs at the catalog's dense matrix rate
 // for the precision, its bytes at the memory bandwidth, whichever is slower), divided by efficiencies
 // that are fitted to the measured rows in results/*.csv when there are any for the device, and
-// otherwise the stated defaults (MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM).
+// otherwise the stated defaults (MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM). --offload adds what its code
+// records in the same trace: copies between device and host memory at the catalog's host link
+// (host_gbs), the CPU's work at MO_PLAN_HOST_GBS, and the copy stream's copies beside the compute they
+// can hide behind (mo_plan_offload_exposed_ms); none of it is fitted.
 //
 // The three parts live in three files: planner_catalog.c (the GPU catalog bench/gpus.txt),
 // planner.c (dry runs: peaks, fits, largest batch, the strategy table), planner_roofline.c (the time

@@ -192,6 +192,20 @@ static void test_offload_axis(void) {
         mo_clear_error();
     }
     CHECK_EQ_U64(valid, 5);
+    // After --dp and --zero, the axes added before it: --dp 1,2 nests outside --offload.
+    CHECK_OK(mo_config_set(&cfg, "--dp", "1,2"));
+    CHECK_OK(mo_config_finish(&cfg));
+    CHECK_EQ_U64(mo_config_count(&cfg), 12);
+    for (size_t i = 0; i < 12; i++) {
+        mo_run_config rc;
+        CHECK_OK(mo_config_combination(&cfg, i, &rc));
+        CHECK_MSG(rc.offload == want_off[i % 3] && rc.dp == (int)(i / 3 % 2) + 1 && rc.ckpt.kind == (i < 6 ? MO_CKPT_NONE : MO_CKPT_FULL),
+                  "combination %zu: offload %s dp %d ckpt %d", i, mo_offload_name(rc.offload), rc.dp, rc.ckpt.kind);
+        if (rc.dp > 1 && rc.offload) {
+            CHECK(mo_run_config_validate(&rc) == MO_ERR_INVALID && strstr(mo_errmsg_plain(), "offload runs on one unsplit rank"));
+            mo_clear_error();
+        }
+    }
     // With one value the grid is the one without the flag, combination by combination.
     fresh(MO_CMD_SWEEP);
     CHECK_OK(mo_config_set(&cfg, "--ckpt", "none,full"));
