@@ -498,7 +498,7 @@ static mo_status plan_zero(const mo_run_config *point, int N, const target *t, c
 // --offload with a list: the asked configuration under each value side by side (exact device peak,
 // host memory, the step time with the offload's copies and host work), and the fastest that fits, a
 // tie going to the value that keeps less in host memory. have[k] 0: value k was not plannable.
-static void plan_offload_compare(const entry *es, const int *have, int n, const target *t) {
+static void plan_offload_compare(const entry *es, const int *have, int n) {
     char b1[32], b2[32], b3[32], s[128];
     int first = -1;
     for (int k = 0; k < n && first < 0; k++)
@@ -548,7 +548,6 @@ static void plan_offload_compare(const entry *es, const int *have, int n, const 
         printf("  suggested: --offload %s, the fastest that fits: %.1f ms per step, peak reserved %s, host memory %s\n",
                mo_offload_name(e->rc.offload), e->ms, gib((uint64_t)e->fit.row.peak_reserved_bytes, b1),
                gib((uint64_t)(e->fit.row.host_bytes > 0 ? e->fit.row.host_bytes : 0), b2));
-    (void)t;
 }
 
 static void print_model(const mo_run_config *rc) {
@@ -646,7 +645,7 @@ mo_status mo_cmd_plan(const mo_config *cfg) {
             if (group) group[k_off] = asked, have[k_off] = 1;
             st = plan_table(cfg, &rc, t, &env, &runs);
         }
-        if (st == MO_OK && group && k_off == n_off - 1) plan_offload_compare(group, have, n_off, t);
+        if (st == MO_OK && group && k_off == n_off - 1) plan_offload_compare(group, have, n_off);
     }
     free(group);
     if (st == MO_OK)

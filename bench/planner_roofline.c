@@ -71,9 +71,9 @@ typedef struct roof_parts {
 } roof_parts;
 
 // The copies on the copy stream not yet joined, each with the compute floors recorded since it was
-// issued (what it runs beside). A schedule joins each copy before its direction's next one (at most
-// two are in flight: one out, one back); past OPEN_MAX the oldest is closed early (its window only
-// shortens: the wait is overstated, never hidden).
+// issued (what it runs beside). The schedules keep at most two open (in backward a segment's fetch is
+// issued just before the join of the fetch before it); past OPEN_MAX the oldest is closed early (its
+// window only shortens: the wait is overstated, never hidden).
 #define OPEN_MAX 16
 typedef struct open_copy {
     int ref, dir;
