@@ -53,7 +53,7 @@ extern "C" {
 #define MO_PLAN_KERNEL_FLOOR_S 2.5e-6
 // The host's rate for the CPU's part of --offload optimizer (adamw_cpu and the 16-bit cast, plain C on
 // one thread), in GB/s of host memory traffic (the trace's MO_COST_HOST bytes: 28 per parameter for
-// AdamW). An assumption, not a figure of the GPU's host: adamw_cpu at 64M parameters ran at 7.5-7.9 GB/s
+// AdamW). An assumption, not a figure of the GPU's host: adamw_cpu at 2^26 parameters ran at 7.5-7.9 GB/s
 // (0.27-0.28 G parameters/s) on one core of the development machine's AMD EPYC (gcc -O2/-O3, -std=c11);
 // no offloaded row has been measured on a GPU host yet.
 #define MO_PLAN_HOST_GBS 8.0
