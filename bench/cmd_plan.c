@@ -114,8 +114,8 @@ static int has_attn(const mo_run_config *rc) {
 static void short_strategy(const mo_run_config *rc, char *buf, size_t n) {
     char ck[24], at[32] = "";
     if (has_attn(rc)) snprintf(at, sizeof at, ", attn %s", mo_attn_name(rc->attn));
-    snprintf(buf, n, "%s%s, ckpt %s, accum %d", mo_precision_name(rc->precision), at, mo_ckpt_format(rc->ckpt, ck, sizeof ck),
-             rc->accum);
+    snprintf(buf, n, "%s%s, ckpt %s, accum %d%s", mo_precision_name(rc->precision), at, mo_ckpt_format(rc->ckpt, ck, sizeof ck),
+             rc->accum, rc->sp ? ", sp" : "");
 }
 
 // What the model's items are ("tokens" for gpt, "samples" for mlp).
@@ -246,10 +246,11 @@ static void print_asked(const entry *e, const target *t) {
                    e->rc.dp, e->rc.zero, e->rc.batch / e->rc.dp, e->ms - 1e3 * e->roof.comm_s, 1e3 * e->roof.comm_s,
                    (long long)e->fit.row.comm_bytes_rank, t->time_gpu->link);
         if (e->rc.tp * e->rc.pp > 1)
-            printf("  split: %d ranks, one %s each; the last stage's rank: blocks / %d plus the whole head, x 1F1B bubble %.2f; "
+            printf("  split: %d ranks, one %s each; the last stage's rank: blocks / %d plus %s, x 1F1B bubble %.2f; "
                    "communication %.1f ms at half the stated link (%s)\n",
-                   e->rc.tp * e->rc.pp, t->time_gpu->key, e->rc.tp * e->rc.pp, e->roof.bubble, 1e3 * e->roof.comm_s,
-                   t->time_gpu->link);
+                   e->rc.tp * e->rc.pp, t->time_gpu->key, e->rc.tp * e->rc.pp,
+                   e->rc.sp ? "the head / tp (sequence parallel: its seq/tp positions)" : "the whole head", e->roof.bubble,
+                   1e3 * e->roof.comm_s, t->time_gpu->link);
     } else if (e->rc.offload && t->time_gpu && !(t->time_gpu->host_gbs > 0)) {
         printf("  no step time: the catalog entry %s has no host_gbs (the host link the offloaded copies take)\n", t->time_gpu->key);
     }

@@ -225,6 +225,10 @@ mo_status mo_config_name(const mo_run_config *rc, char *buf, size_t n) {
         size_t k = strlen(extra);
         snprintf(extra + k, sizeof extra - k, "/offload:%s", mo_offload_name(rc->offload));
     }
+    if (rc->sp) {
+        size_t k = strlen(extra);
+        snprintf(extra + k, sizeof extra - k, "/sp:%d", rc->sp);
+    }
     snprintf(buf, n, "%s/%s/%s%s/ckpt:%s/accum:%d%s/alloc:%s/cap:%s", mo_backend_name(rc->backend), model,
              mo_precision_name(rc->precision), attn, mo_ckpt_format(rc->ckpt, ckpt, sizeof ckpt),
              rc->accum, extra, mo_alloc_kind_name(rc->alloc), rc->cap_text[0] ? rc->cap_text : "none");

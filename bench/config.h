@@ -106,6 +106,7 @@ typedef struct mo_run_config {
     mo_precision precision;
     int tp, pp;
     int dp, zero;                    // data-parallel ranks and the ZeRO level 0..3 (models/gpt_zero.h)
+    int sp;                          // --sp 1: sequence parallelism over the tp ranks (gpt, --tp above 1)
     mo_comm_kind comm;
     int offload;                     // --offload: MO_OFFLOAD_NONE, _OPTIMIZER (AdamW state and 16-bit master on the
                                      // host) or _ACTIVATIONS (checkpointed segments' inputs on the host)
@@ -146,6 +147,7 @@ typedef struct mo_config {
     int n_pp;        int pp[MO_LIST_MAX];
     int n_dp;        int dp[MO_LIST_MAX];
     int n_zero;      int zero[MO_LIST_MAX];
+    int n_sp;        int sp[MO_LIST_MAX];
     int n_offload;   int offload[MO_LIST_MAX]; // MO_OFFLOAD_*
     int n_accum;     int accum[MO_LIST_MAX];
     int n_ckpt;      mo_ckpt ckpt[MO_LIST_MAX];
@@ -193,7 +195,7 @@ mo_status mo_config_finish(mo_config *c);
 size_t mo_config_count(const mo_config *c);
 // Combination i, 0 <= i < count. Order: nested loops, the first axis outermost, the last fastest:
 //   preset, layers, hidden, heads, seq, vocab, batch, attn, precision, tp, pp, accum, ckpt, alloc, cap,
-//   input, classes, dp, zero, offload
+//   input, classes, dp, zero, sp, offload
 // (axes added later are appended, so an older grid's combinations keep their indices)
 // (each list in the order given on the command line). Dimensions not given come from the preset.
 // Does not validate: call mo_run_config_validate.
@@ -202,7 +204,8 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
 // The cross-flag rules of one combination: the model's own (its table's validate; GPT:
 //   hidden % heads == 0, heads % tp == 0 and (4*hidden) % tp == 0, layers % pp == 0), what the
 //   model lacks (attention for --attn fused and --ckpt selective, a split for --tp/--pp), and the
-//   generic ones: batch % accum == 0; every:K has K <= layers; --comm nccl needs --backend cuda.
+//   generic ones: batch % accum == 0; every:K has K <= layers; --comm nccl needs --backend cuda;
+//   --sp 1 needs gpt, --tp above 1 and seq % tp == 0.
 mo_status mo_run_config_validate(const mo_run_config *rc);
 // Two of the generic rules, for a model's validate that checks them in its own order: batch % accum,
 // and every:K with K <= layers.

@@ -43,6 +43,8 @@ static const col_def cols[] = {
     S(offload), I(host_bytes),
     // schema 5 (before knobs)
     F(offload_copy_ms), F(offload_stall_ms),
+    // schema 6 (before knobs)
+    I(sp),
     S(knobs),
 };
 #undef I
@@ -100,6 +102,7 @@ void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t c
     row->pp = rc->pp;
     row->dp = rc->dp > 1 ? rc->dp : 1;
     row->zero = rc->zero;
+    row->sp = rc->sp ? 1 : 0;
     snprintf(row->offload, sizeof row->offload, "%s", mo_offload_name(rc->offload));
     snprintf(row->comm, sizeof row->comm, "%s", mo_comm_name(rc->comm));
     row->cap_bytes = (int64_t)cap_bytes;
@@ -191,6 +194,8 @@ const char *mo_csv_config_key(const mo_csv_row *r, char *buf, size_t n) {
         snprintf(buf + k, n - k, " dp=%lld zero=%lld", (long long)r->dp, (long long)r->zero);
     k = strlen(buf); // offload likewise
     if (r->offload[0] && strcmp(r->offload, "none") && k < n) snprintf(buf + k, n - k, " offload=%s", r->offload);
+    k = strlen(buf); // sequence parallelism likewise
+    if (r->sp > 0 && k < n) snprintf(buf + k, n - k, " sp=%lld", (long long)r->sp);
     return buf;
 }
 
@@ -502,6 +507,7 @@ static void upgrade_row(mo_csv_row *r) {
     if (r->schema_version < 3 && r->zero < 0) r->zero = 0;
     if (r->schema_version < 4 && !r->offload[0]) snprintf(r->offload, sizeof r->offload, "none"); // before schema 4: none
     if (r->schema_version < 4 && r->host_bytes < 0) r->host_bytes = 0;
+    if (r->schema_version < 6 && r->sp < 0) r->sp = 0; // before schema 6: no sequence parallelism
     if (!r->model[0] || !strcmp(r->model, "gpt")) {
         const mo_model_ops *m = mo_model_find("gpt");
         if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {

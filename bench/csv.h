@@ -29,7 +29,8 @@ extern "C" {
 // 5: offload_copy_ms and offload_stall_ms (--offload activations: the copy stream's busy time and the
 //    compute stream's wait for it, means over the timed steps), before knobs. Empty in older rows and
 //    wherever nothing was copied.
-#define MO_CSV_SCHEMA_VERSION 5
+// 6: sp (--sp: sequence parallelism over the tp ranks, 0 or 1), before knobs. Older rows read as sp 0.
+#define MO_CSV_SCHEMA_VERSION 6
 #define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {
@@ -85,6 +86,7 @@ typedef struct mo_csv_row {
     int64_t host_bytes;            // schema 4: peak bytes of the host allocator (offloaded state and staging)
     double offload_copy_ms;        // schema 5: --offload activations, the copies' busy time a step
     double offload_stall_ms;       // schema 5: the time compute waited for them a step (overlap 1 - stall / copy)
+    int64_t sp;                    // schema 6: sequence parallelism over the tp ranks (--sp), 0 or 1
 } mo_csv_row;
 
 // Every field unknown, schema_version set.
@@ -130,8 +132,8 @@ mo_status mo_mkdir_parent(const char *path, const char *flag);
 mo_status mo_csv_read(const char *path, mo_csv_row **rows, size_t *n);
 
 // A string naming the configuration of a row (backend, model and its dims text, the GPT columns, precision, attn, ckpt,
-// accum, tp, pp, comm, cap_bytes, alloc, knobs): rows with equal keys are the same experiment, for
-// sweep --resume and compare. Device, times and results are not part of it.
+// accum, tp, pp, comm, cap_bytes, alloc, knobs; dp and zero, offload, sp where not their defaults): rows with equal
+// keys are the same experiment, for sweep --resume and compare. Device, times and results are not part of it.
 const char *mo_csv_config_key(const mo_csv_row *row, char *buf, size_t n);
 
 // A row index with its configuration key, for sorting rows by key (ties by index: row order kept)

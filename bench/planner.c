@@ -173,6 +173,7 @@ mo_status mo_plan_config_from_row(const mo_csv_row *r, mo_run_config *rc) {
     rc->pp = r->pp > 0 ? (int)r->pp : 1;
     rc->dp = r->dp > 0 ? (int)r->dp : 1;
     rc->zero = r->zero > 0 ? (int)r->zero : 0;
+    rc->sp = r->sp > 0 ? 1 : 0;
     if (r->precision[0]) MO_TRY(mo_precision_parse(r->precision, &rc->precision));
     if (!strcmp(r->attn, "fused")) rc->attn = MO_ATTN_FUSED;
     else if (!r->attn[0] || !strcmp(r->attn, "materialized")) rc->attn = MO_ATTN_MATERIALIZED;

@@ -144,14 +144,22 @@ static void roof_of_trace(const mo_cost_trace *t, const mo_gpu_spec *g, mo_preci
 // widen to fp32 before the sum; a ring moves 2 (tp-1)/tp of each), one activation forward and one
 // gradient back per stage boundary (16 bits when mixed), and once per step what the first and last
 // stage sum (GPT's tied wte gradient, V*C fp32); recompute's extra forward all-reduces are ignored.
-// The parts per region come from the unsplit step's trace.
+// Sequence parallel (--sp, GPT): the head runs on T/tp positions, so it is divided by tp too; the link
+// carries what gpt_step.c sends instead of the 4 all-reduces: per block and micro-batch 4 reduce-scatters
+// of the (B/accum, T, C) partial sums in fp32 and 6 all-gathers of (B/accum, T, C) in the activation
+// dtype (2 forward, 4 backward: 2 output gradients, the 2 LayerNorm outputs gathered again), each ring
+// moving (tp-1)/tp of it (so a gather and a scatter of one tensor move what one all-reduce of it
+// does), and once per step the all-reduce of the gradients each rank took over its own positions (the
+// critical rank's: wte, the stage's LayerNorms and lnf, wpe too when pp is 1; fp32). The parts per region
+// come from the unsplit step's trace.
 static void split_of(const mo_run_config *rc, const mo_gpu_spec *g, const roof_parts *pp_, mo_roofline *out) {
     int tp = rc->tp, pp = rc->pp, W = tp * pp;
     if (W <= 1) return;
     double bubble = (double)(rc->accum + pp - 1) / rc->accum;
     double part[3]; // the device parts (offload runs unsplit only)
+    const double head_div = rc->sp ? tp : 1; // sequence parallel: the head on the rank's T/tp positions
     for (int k = 0; k < 3; k++)
-        part[k] = (pp_->s[MO_COST_BODY][k] / W + pp_->s[MO_COST_HEAD][k]) * bubble + pp_->s[MO_COST_OPTIMIZER][k] / W;
+        part[k] = (pp_->s[MO_COST_BODY][k] / W + pp_->s[MO_COST_HEAD][k] / head_div) * bubble + pp_->s[MO_COST_OPTIMIZER][k] / W;
     out->gemm_s = part[0];
     out->mem_s = part[1];
     out->kern_s = part[2];
@@ -163,7 +171,12 @@ static void split_of(const mo_run_config *rc, const mo_gpu_spec *g, const roof_p
     double N = (double)(rc->batch / rc->accum) * ops->items_per_sample(rc), C = rc->hidden;
     double act32 = N * C * 4, act = N * C * (half ? 2 : 4); // one (B/accum, T, C) activation, bytes
     double bytes = 0;
-    if (tp > 1) bytes += rc->accum * (double)(rc->layers / pp) * so->tp_allreduces_per_block * act32 * 2.0 * (tp - 1) / tp;
+    if (tp > 1 && !rc->sp) bytes += rc->accum * (double)(rc->layers / pp) * so->tp_allreduces_per_block * act32 * 2.0 * (tp - 1) / tp;
+    if (tp > 1 && rc->sp) {
+        double ring = (double)(tp - 1) / tp, Lp = (double)(rc->layers / pp), T = rc->seq, V = rc->vocab;
+        bytes += rc->accum * Lp * (4 * act32 + 6 * act) * ring;
+        bytes += (V * C + 4 * Lp * C + 2 * C + (pp == 1 ? T * C : 0)) * 4 * 2 * ring; // the partial gradients
+    }
     if (pp > 1) bytes += rc->accum * 2 * act + (so->stage_tie_bytes ? so->stage_tie_bytes(rc) : 0); // boundaries; the tie (2 ranks)
     double link = g->link_gbs > 0 ? 0.5e9 * g->link_gbs : 0; // the vendor states both directions together
     out->comm_s = link > 0 ? bytes / link : 0;
@@ -203,6 +216,7 @@ mo_status mo_plan_trace(const mo_run_config *rc, mo_cost_trace *t) {
     d.csv[0] = '\0';
     d.profile = 0;
     d.tp = d.pp = 1;
+    d.sp = 0; // sequence parallelism is a split's (split_of)
     d.comm = MO_COMM_LOCAL;
     memset(&d.cap, 0, sizeof d.cap);
     snprintf(d.cap_text, sizeof d.cap_text, "none");

@@ -93,6 +93,7 @@ static mo_split_config split_config_of(const mo_run_config *rc, mo_backend_kind 
     sc.tp = rc->tp; sc.pp = rc->pp;
     sc.dp = rc->dp > 1 ? rc->dp : 1;
     sc.zero = rc->zero;
+    sc.sp = rc->sp;
     sc.comm = rc->comm;
     sc.backend = be;
     sc.alloc = rc->alloc;
@@ -483,7 +484,7 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
     row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
     row->host_bytes = (int64_t)s->host_bytes;
-    if (rc->offload == MO_OFFLOAD_ACTIVATIONS && s->n > 0 && s->be != MO_BACKEND_DRY) {
+    if (rc->offload == MO_OFFLOAD_ACTIVATIONS && s->n > 0 && s->be != MO_BACKEND_DRY && s->copies.copies > 0) {
         row->offload_copy_ms = s->copies.copy_ms / s->n; // means over the timed steps
         row->offload_stall_ms = s->copies.stall_ms / s->n;
     }
@@ -578,8 +579,9 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
         fprintf(out, "  data parallel: dp %d (batch %d per rank), ZeRO %d (comm %s), each rank with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
                 rc->dp, rc->batch / rc->dp, rc->zero, mo_comm_kind_name(rc->comm), s->cap ? " and cap" : "", s->peak_rank);
     else if (is_split(rc) && !s->config_failed)
-        fprintf(out, "  split: tp %d x pp %d = %d ranks (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
-                rc->tp, rc->pp, rc->tp * rc->pp, mo_comm_kind_name(rc->comm), s->cap ? " and cap" : "", s->peak_rank);
+        fprintf(out, "  split: tp %d x pp %d = %d ranks%s (comm %s), each with its own allocator%s; peaks below are rank %d's (the largest; reserved: the largest of any rank)\n",
+                rc->tp, rc->pp, rc->tp * rc->pp, rc->sp ? ", sequence parallel" : "", mo_comm_kind_name(rc->comm),
+                s->cap ? " and cap" : "", s->peak_rank);
     if (is_split(rc) && !strcmp(row->status, "ok") && s->n_ranks > 0) {
         // Every rank's own peak, in bytes (exact: dry equals cpu and cuda rank by rank).
         fprintf(out, "  rank peaks (allocated bytes, rank 0 first):");
@@ -641,6 +643,9 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
         fprintf(out, "  offload activations: host_bytes %llu (%s: the checkpointed segments' inputs, %s), not in the device "
                      "figures above\n", (unsigned long long)s->host_bytes, mo_format_bytes(s->host_bytes, b1, 32),
                 rc->backend == MO_BACKEND_CUDA ? "pinned" : rc->backend == MO_BACKEND_DRY ? "modelled" : "malloc");
+        if (s->n > 0 && s->copies.copies == 0)
+            fprintf(out, "  copy stream: nothing to offload (the checkpoint layout has no segment input but the ones "
+                         "kept on the device)\n");
         if (s->n > 0 && s->copies.copies > 0) {
             char how[64] = "overlap n/a";
             if (rc->backend == MO_BACKEND_DRY) snprintf(how, sizeof how, "dry: nothing copied");

@@ -14,6 +14,8 @@
 typedef struct copy_rec { void *ev_ready, *ev_start, *ev_end; } copy_rec;
 typedef struct join_rec { void *ev_a, *ev_b; } join_rec;
 
+mo_copy_test mo_copy_testing;
+
 struct mo_copy_engine {
     void *stream; // cudaStream_t (cuda)
     copy_rec *copies;
@@ -72,15 +74,19 @@ static mo_status grow(struct mo_copy_engine *e, mo_backend_kind be, int copy) {
 #ifdef MEMOPT_HAVE_CUDA
     if (be == MO_BACKEND_CUDA)
         for (int i = *cap; i < ncap; i++) {
-            if (copy) {
-                MO_TRY(new_event(&e->copies[i].ev_ready));
-                MO_TRY(new_event(&e->copies[i].ev_start));
-                MO_TRY(new_event(&e->copies[i].ev_end));
-            } else {
-                MO_TRY(new_event(&e->joins[i].ev_a));
-                MO_TRY(new_event(&e->joins[i].ev_b));
+            // a record's events all made, or none kept: the events made so far are destroyed with the
+            // engine even if a later one fails
+            void *ev[3] = {NULL, NULL, NULL};
+            mo_status st = MO_OK;
+            for (int k = 0; k < (copy ? 3 : 2) && st == MO_OK; k++) st = new_event(&ev[k]);
+            if (st != MO_OK) {
+                for (int k = 0; k < 3; k++)
+                    if (ev[k]) cudaEventDestroy((cudaEvent_t)ev[k]);
+                return st;
             }
-            *cap = i + 1; // the events made so far are destroyed with the engine even if the next fails
+            if (copy) e->copies[i] = (copy_rec){ev[0], ev[1], ev[2]};
+            else e->joins[i] = (join_rec){ev[0], ev[1]};
+            *cap = i + 1;
         }
 #else
     (void)be;
@@ -100,7 +106,7 @@ mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int
     // join that it can hide behind, from the step's cost trace.
     mo_cost_record_copy(c, to_host ? "offload_act_d2h" : "offload_act_h2d", to_host ? MO_COST_COPY_OUT : MO_COST_COPY_BACK,
                         (double)bytes, *ticket);
-    if (c->backend == MO_BACKEND_DRY || bytes == 0) return MO_OK;
+    if (c->backend == MO_BACKEND_DRY) return MO_OK;
     if (c->backend == MO_BACKEND_CPU) {
         const double t0 = mo_host_ms();
         memcpy(dst, src, bytes);
@@ -112,8 +118,10 @@ mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int
 #ifdef MEMOPT_HAVE_CUDA
     copy_rec *r = &e->copies[*ticket];
     cudaStream_t cs = (cudaStream_t)e->stream, ms = (cudaStream_t)c->stream;
+    if (mo_copy_testing.poison && !to_host) CUDA_CHECK(cudaMemsetAsync(dst, 0xFF, bytes, ms));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)r->ev_ready, ms));
     CUDA_CHECK(cudaStreamWaitEvent(cs, (cudaEvent_t)r->ev_ready, 0));
+    if (mo_copy_testing.delay_us > 0) MO_TRY(mo_copy_spin_cuda(cs, mo_copy_testing.delay_us));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)r->ev_start, cs));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, cs));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)r->ev_end, cs));
@@ -130,8 +138,8 @@ mo_status mo_copy_join(mo_ctx *c, int ticket) {
     if (ticket < 0 || ticket >= e->n_copies)
         return MO_FAIL(MO_ERR_INTERNAL, "copy stream: join of copy %d, %d enqueued since the last collect", ticket,
                        e->n_copies);
-    mo_cost_record_copy(c, "offload_act_join", MO_COST_COPY_JOIN, 0, ticket);
-    if (c->backend != MO_BACKEND_CUDA) return MO_OK; // the copy is done already
+    mo_cost_record_copy(c, "offload_act_join", MO_COST_COPY_JOIN, 0, ticket); // where the schedule waits, on every backend
+    if (c->backend != MO_BACKEND_CUDA || mo_copy_testing.skip_joins) return MO_OK; // done already (cpu, dry)
 #ifdef MEMOPT_HAVE_CUDA
     MO_TRY(grow(e, c->backend, 0));
     join_rec *j = &e->joins[e->n_joins++];
@@ -144,11 +152,13 @@ mo_status mo_copy_join(mo_ctx *c, int ticket) {
 }
 
 mo_status mo_copy_sync(mo_ctx *c) {
+    if (!c->copy) return MO_OK;
 #ifdef MEMOPT_HAVE_CUDA
-    if (c->copy && c->backend == MO_BACKEND_CUDA) CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->copy->stream));
-#else
-    (void)c;
+    if (c->backend == MO_BACKEND_CUDA) CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->copy->stream));
 #endif
+    // after a failure: the records of the unfinished step are dropped (their figures are not wanted)
+    memset(&c->copy->acc, 0, sizeof c->copy->acc);
+    c->copy->n_copies = c->copy->n_joins = 0;
     return MO_OK;
 }
 

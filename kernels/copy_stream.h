@@ -33,13 +33,27 @@ typedef struct mo_copy_stats {
 mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int to_host, int *ticket);
 // The compute stream waits for copy `ticket` from here on (its wait is timed as stall).
 mo_status mo_copy_join(mo_ctx *c, int ticket);
-// Waits for every copy (after a failure: nothing may still write into memory about to be freed).
+// Waits for every copy and drops the records since the last collect (after a failure: nothing may still
+// write into memory about to be freed, and the failed step's figures are not wanted).
 mo_status mo_copy_sync(mo_ctx *c);
 // Adds the figures of the copies since the last collect to *out (waits for them) and starts afresh;
 // tickets are not valid across a collect.
 mo_status mo_copy_collect(mo_ctx *c, mo_copy_stats *out);
 // mo_ctx_destroy calls it, before the compute stream goes.
 void mo_copy_destroy(mo_ctx *c);
+
+// Test hooks (tests/gpu_offload_act.c; cuda only, all 0 in every run of memopt): delay_us spins the copy
+// stream that long before each copy, so copies land late; poison fills each host -> device destination
+// with 0xFF bytes (NaN in every float type) on the compute stream before its copy, so reading it before
+// the copy is joined gives NaN; skip_joins makes mo_copy_join a no-op (the negative control: the test
+// must then see wrong numbers).
+typedef struct mo_copy_test {
+    int delay_us, poison, skip_joins;
+} mo_copy_test;
+extern mo_copy_test mo_copy_testing;
+#ifdef MEMOPT_HAVE_CUDA
+mo_status mo_copy_spin_cuda(void *stream, int us); // copy_stream_spin.cu
+#endif
 
 #ifdef __cplusplus
 }

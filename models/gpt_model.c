@@ -152,6 +152,7 @@ static mo_gpt_split_config split_config_of(const mo_split_config *sc) {
     memset(&g, 0, sizeof g);
     g.tp = sc->tp; g.pp = sc->pp;
     g.dp = sc->dp; g.zero = sc->zero;
+    g.sp = sc->sp;
     g.comm = (int)sc->comm;
     g.backend = sc->backend;
     g.alloc = sc->alloc;

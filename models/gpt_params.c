@@ -281,7 +281,8 @@ mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ct
     m->shard = sh;
     gpt_param_sizes(cfg, sh, m->param_sizes);
     for (int p = 0; p < GPT_NPARAMS; p++) m->num_params += m->param_sizes[p];
-    size_t pb = m->num_params * sizeof(float), BT = (size_t)cfg->batch * cfg->seq;
+    // BT: the tokens this rank embeds or scores (sequence parallel: its seq/tp positions of each sequence).
+    size_t pb = m->num_params * sizeof(float), BT = (size_t)cfg->batch * gpt_shard_seq(cfg, sh);
     mo_allocator *a = ctx->alloc;
     mo_status st;
     int mixed = cfg->dtype != MO_F32;
@@ -390,10 +391,15 @@ mo_status mo_gpt_set_batch(mo_gpt *m, const int *tokens, const int *targets) {
             return MO_FAIL(MO_ERR_INVALID, "batch: token %zu out of range 0..%d", i, m->cfg.vocab - 1);
     }
     if (!m->inputs_host) return MO_OK; // dry: no data to hold
-    memcpy(m->inputs_host, tokens, BT * sizeof(int));
-    memcpy(m->targets_host, targets, BT * sizeof(int));
-    if (m->inputs) MO_TRY(mo_memcpy_h2d(m->ctx, m->inputs, tokens, BT * sizeof(int)));   // NULL: not the first stage
-    if (m->targets) MO_TRY(mo_memcpy_h2d(m->ctx, m->targets, targets, BT * sizeof(int))); // NULL: not the last stage
+    // The rank's positions [t0, t0 + Ts) of every sequence (sequence parallel; else all of them): (B, Ts).
+    size_t T = (size_t)m->cfg.seq, Ts = (size_t)gpt_shard_seq(&m->cfg, m->shard), t0 = (size_t)gpt_shard_seq0(&m->cfg, m->shard);
+    size_t B = (size_t)m->cfg.batch, BTs = B * Ts;
+    for (size_t b = 0; b < B; b++) {
+        memcpy(m->inputs_host + b * Ts, tokens + b * T + t0, Ts * sizeof(int));
+        memcpy(m->targets_host + b * Ts, targets + b * T + t0, Ts * sizeof(int));
+    }
+    if (m->inputs) MO_TRY(mo_memcpy_h2d(m->ctx, m->inputs, m->inputs_host, BTs * sizeof(int)));   // NULL: not the first stage
+    if (m->targets) MO_TRY(mo_memcpy_h2d(m->ctx, m->targets, m->targets_host, BTs * sizeof(int))); // NULL: not the last stage
     return MO_OK;
 }
 

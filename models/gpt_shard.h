@@ -30,9 +30,21 @@ typedef struct mo_gpt_shard {
     // the global batch; zero 0..3 the ZeRO level (models/gpt_zero.h). dp 1: no data parallelism.
     int dp, dp_rank, zero;
     struct mo_comm *dp_comm;    // the dp ranks (dp > 1), rank dp_rank
+    // Sequence parallelism (--sp, tp > 1; models/gpt_split.h): the residual stream, the LayerNorms and the
+    // embedding and head live as (B, T/tp, C) slices, this rank's positions [tp_rank T/tp, (tp_rank+1) T/tp).
+    int sp;
     // The groups of these comms are guarded (mo_comm_group_guard): a rank never enters an op that a
     // failed peer will not join; models/gpt_split.c aborts them all when any rank fails.
 } mo_gpt_shard;
+
+// The positions of each sequence this rank holds: seq/tp under sequence parallelism, else seq.
+static inline int gpt_shard_seq(const mo_gpt_config *cfg, const mo_gpt_shard *sh) {
+    return sh && sh->sp && sh->tp > 1 ? cfg->seq / sh->tp : cfg->seq;
+}
+// The first of them: tp_rank * seq/tp under sequence parallelism, else 0.
+static inline int gpt_shard_seq0(const mo_gpt_config *cfg, const mo_gpt_shard *sh) {
+    return sh && sh->sp && sh->tp > 1 ? sh->tp_rank * (cfg->seq / sh->tp) : 0;
+}
 
 // Allocates the shard's parameters, gradients and optimizer state (sh NULL: the whole model, as
 // mo_gpt_create) and initializes them to the unsplit model's initial values of the same seed.

@@ -51,6 +51,7 @@ static mo_status rank_make(mo_rank *r, void *arg) {
     // Data parallel: the whole model on each rank (tp 1, pp 1), on its share of the batch.
     sh->dp = r->dp; sh->dp_rank = r->dp_rank; sh->zero = s->sc.zero;
     sh->dp_comm = r->dp_comm;
+    sh->sp = s->sc.sp && r->tp > 1; // sequence parallel (gpt_split.h)
     MO_TRY(mo_gpt_create_shard(&gr->m, &s->rank_cfg, r->ctx, s->W == 1 ? NULL : sh));
     r->model = gr->m;
     return MO_OK;
@@ -99,6 +100,7 @@ mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_confi
     int tp = sc->tp, pp = sc->pp, dp = sc->dp ? sc->dp : 1, zero = sc->zero;
     MO_TRY(mo_ranks_validate_shape(tp, pp, dp, (mo_comm_kind)sc->comm));
     if (zero < 0 || zero > 3) return MO_FAIL(MO_ERR_INVALID, "--zero %d: accepted 0, 1, 2, 3", zero);
+    if (sc->sp < 0 || sc->sp > 1) return MO_FAIL(MO_ERR_INVALID, "--sp %d: accepted 0, 1", sc->sp);
     if (dp > 1 && tp * pp > 1)
         return MO_FAIL(MO_ERR_INVALID, "--dp %d with --tp %d --pp %d: data parallelism runs on unsplit models only for now "
                        "(accepted: --tp 1 --pp 1 with --dp)", dp, tp, pp);
@@ -113,6 +115,12 @@ mo_status mo_gpt_split_validate(const mo_gpt_config *c, const mo_gpt_split_confi
     if (c->layers % pp)
         return MO_FAIL(MO_ERR_INVALID, "--pp %d: the %d layers are not divisible by it (every stage holds layers/pp blocks)",
                        pp, c->layers);
+    if (sc->sp && tp < 2)
+        return MO_FAIL(MO_ERR_INVALID, "--sp %d: needs --tp above 1 (sequence parallelism shards the tensor-parallel ranks' "
+                       "LayerNorms and residual stream; accepted with --tp 1: --sp 0)", sc->sp);
+    if (sc->sp && c->seq % tp)
+        return MO_FAIL(MO_ERR_INVALID, "--sp %d: seq %d is not divisible by --tp %d (each tp rank holds seq/tp positions; "
+                       "accepted: a --tp that divides --seq, or --sp 0)", sc->sp, c->seq, tp);
     return mo_ranks_validate_devices(tp, pp, dp, (mo_comm_kind)sc->comm, sc->backend);
 }
 
@@ -174,6 +182,11 @@ static void collect_step(mo_gpt_split *s) {
     for (int r = 0; r < s->W; r++)
         if (s->g[r].m->recompute_ms > s->recompute_ms) s->recompute_ms = s->g[r].m->recompute_ms;
     s->last_loss = s->g[(s->pp - 1) * s->tp].m->last_loss; // the last stage's tp rank 0
+    if (s->sc.sp && s->tp > 1) { // sequence parallel: the mean of the last stage's tp ranks' equal shares
+        double sum = 0;
+        for (int t = 0; t < s->tp; t++) sum += s->g[(s->pp - 1) * s->tp + t].m->last_loss;
+        s->last_loss = sum / s->tp;
+    }
     if (s->dp > 1) { // data parallel: the mean of the ranks' equal shares
         double sum = 0;
         for (int r = 0; r < s->W; r++) sum += s->g[r].m->last_loss;
@@ -215,6 +228,13 @@ mo_status mo_gpt_split_comm_stats(mo_gpt_split *s, mo_gpt_split_comm *out) {
 }
 
 mo_status mo_gpt_split_comm_reset(mo_gpt_split *s) { return mo_ranks_comm_reset(s->rk); }
+
+mo_status mo_gpt_split_tp_comm_stats(mo_gpt_split *s, int rank, mo_comm_stat *out) {
+    memset(out, 0, sizeof *out);
+    if (rank < 0 || rank >= s->W) return MO_FAIL(MO_ERR_INVALID, "tp comm stats: rank %d of %d", rank, s->W);
+    mo_comm *c = mo_ranks_at(s->rk, rank)->tp_comm;
+    return c ? mo_comm_stats(c, out) : MO_OK;
+}
 
 // Data parallel: every element from the ranks that own it (all of them at ZeRO level 0, which must agree).
 static mo_status gather_dp(mo_gpt_split *s, float *full, int *replicas_equal) {

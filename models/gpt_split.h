@@ -14,7 +14,8 @@
 // unsplit kernels run on them. The split starts from exactly the unsplit model's initial values of the
 // same seed (each rank computes its own elements of the same random stream: gpt_params.c).
 //
-// Communication of one step (all fp32, every sum in rank order: the same bits on every rank):
+// Communication of one step (all fp32 but sequence parallelism's gathers, below; every sum in rank order:
+// the same bits on every rank):
 //   tp  forward: all-reduce of proj's and fcproj's outputs (partial sums; the bias is added by tp
 //       rank 0 only) before the residual add; backward: all-reduce of d(ln1) and d(ln2), the
 //       column-parallel GEMMs' partial input gradients, before the LayerNorm backward. Checkpoint
@@ -32,10 +33,36 @@
 // exactly); fp16's loss scaler takes one verdict for all ranks (inf/nan on any rank skips the step on
 // every rank), so the scale stays the same everywhere. W = 1 (tp 1, pp 1) is the plain model, unchanged.
 //
+// Sequence parallelism (sp 1, with tp > 1; Korthikanti et al. 2022, "Reducing Activation Recomputation
+// in Large Transformer Models"): what the tp ranks of a stage kept whole and alike (the residual stream,
+// the LayerNorms' inputs, outputs and statistics) is sharded along the sequence: tp rank r holds
+// positions [r T/tp, (r+1) T/tp) of every sequence, (B, T/tp, C) slices. Per block, the all-reduces give
+// way to all-gathers of the LN outputs along T before qkv and fc and reduce-scatters of proj's and
+// fcproj's partial outputs; backward, all-gathers of the output gradients of proj and fcproj,
+// reduce-scatters of d(ln1), d(ln2), and the stored LN output slices gathered again for the weight
+// gradients: per block per micro-batch 2 all-gathers + 2 reduce-scatters forward, 4 all-gathers + 2
+// reduce-scatters backward, each of one (B/accum, T, C) tensor (gathers in the activation dtype, the
+// scatters' sums in fp32, 16 bits widened as the all-reduces are); checkpoint recompute repeats the
+// forward ones (a segment's last block without fcproj's scatter). A rank embeds its own positions and
+// runs the final LayerNorm, the LM head (logits (B/accum, T/tp, V)) and the loss on them, so wte, wpe and
+// the LayerNorms' gradients are partial: all-reduced over the tp ranks once per step (4 all-reduces on
+// the last stage, wte+wpe, ln1, ln2, lnf; fewer on others). The loss is the mean of the last stage's tp
+// ranks' means. The schedule's stream, and so the pipeline's messages, are the (B/accum, T/tp, C) slices.
+// What one layer keeps per rank for backward, in bytes, d the activation dtype's size, s = T, b the
+// micro-batch, h = C, a = heads (tests/test_gpt_sp.c checks it to the byte):
+//   no sp:  sbh(4d + 12d/t) + 16sb + A,   sp:  sbh(16d)/t + 16sb/t + A,
+//   A = d as^2b/t materialized (the softmax probabilities), 4asb/t fused (the log-sum-exp),
+// i.e. sp removes (t-1)/t of the 4d sbh of the block input, ln1 and ln2 outputs and resid2 and of the
+// 16sb of the LayerNorms' fp32 mean and rstd. In 16 bits: sbh(32/t + 2as/(ht)) + 16sb/t against the
+// paper's sbh(34/t + 5as/(ht)): no dropout here (no masks, no dropout outputs), and the statistics, which
+// the paper leaves out.
+//
 // Numerics: the split sums the same terms as the unsplit model in other groupings (a GEMM over C/tp
 // inputs, then the all-reduce; wte's two halves; the norm's partial sums), so loss and gradients agree
 // to fp32 rounding: tests/test_gpt_split.c bounds the relative L2 error of every gradient tensor, after
-// gathering the shards back to the unsplit layout, by 1e-5, and the loss by 1e-6 relative.
+// gathering the shards back to the unsplit layout, by 1e-5, and the loss by 1e-6 relative;
+// tests/test_gpt_sp.c the same with sequence parallelism (which regroups the wte, wpe and LayerNorm
+// gradients' sums over positions too).
 //
 // Failures: a rank that fails (out of memory under its cap, most likely) stops, and every other rank
 // stops at its next communication (host barriers before each op: no rank enters an op that a failed
@@ -48,6 +75,7 @@
 #include <stdint.h>
 #include "gpt.h"
 #include "strategies/alloc.h"
+#include "strategies/comm.h" // mo_comm_stat
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +95,8 @@ typedef struct mo_gpt_split_config {
     // the global batch (dp * accum must divide it), with ZeRO level zero (0..3). 0 is read as 1 (dp)
     // and 0 (zero), so a config that never sets them is the split as before. dp > 1 needs tp 1, pp 1.
     int dp, zero;
+    // Sequence parallelism (--sp; needs tp > 1 and seq % tp == 0): see "Sequence parallelism" above. 0 off.
+    int sp;
 } mo_gpt_split_config;
 
 // Bad shapes or combinations: MO_ERR_INVALID naming --tp, --pp or --comm (nccl with fewer GPUs than
@@ -122,6 +152,9 @@ typedef struct mo_gpt_split_comm {
 } mo_gpt_split_comm;
 mo_status mo_gpt_split_comm_stats(mo_gpt_split *s, mo_gpt_split_comm *out);
 mo_status mo_gpt_split_comm_reset(mo_gpt_split *s);
+// Rank r's tensor-parallel communicator's own statistics (per op kind: mo_comm_stat's op_count,
+// op_bytes), since create or the last reset; all zero without one (tp 1). Not while a call runs.
+mo_status mo_gpt_split_tp_comm_stats(mo_gpt_split *s, int rank, mo_comm_stat *out);
 
 // The parameters (what 0) or gradients (what 1) of all ranks in the unsplit model's layout
 // (mo_gpt_num_params(cfg) floats, the order of mo_gpt's buffers). Replicated tensors are taken from

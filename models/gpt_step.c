@@ -12,9 +12,24 @@
 // column-parallel input gradients d(ln1), d(ln2) before the LayerNorm backward (backward). Everything
 // else (embeddings, LayerNorms, residual stream, the LM head) is replicated: the same compute and the
 // same gradients on every tp rank. Pipeline: the stage runs its blocks only; activations (B/accum,T,C)
-// go to the next stage and their gradients come back, in the 1F1B order. The order of it all (micro-
-// batches, checkpoint segments, the pipeline, the update) is the generic schedule's
-// (strategies/schedule.h); this file gives it GPT's embedding, blocks and head.
+// go to the next stage and their gradients come back, in the 1F1B order.
+//
+// Sequence parallelism (--sp, m->shard->sp; Korthikanti et al. 2022): the replicated part is sharded
+// along the sequence instead. Each tp rank holds positions [r T/tp, (r+1) T/tp) of every sequence of the
+// residual stream, the LayerNorms' inputs, outputs and statistics, the embedding and the head: (B, T/tp,
+// C) slices, Ts = T/tp below. In a block, the LayerNorm output is all-gathered along T (T/tp -> T) before
+// the column-parallel qkv and fc GEMMs, and the row-parallel proj and fcproj outputs are reduce-scattered
+// (summed over the tp ranks, scattered along T) where the all-reduces were. Backward, the conjugates: the
+// output gradient of proj and fcproj all-gathered, the gathered input's gradient (d ln1, d ln2)
+// reduce-scattered; the stored LayerNorm output slice is all-gathered again for the weight gradient
+// (Megatron-LM's choice: the slice is what is kept, so the kept activations are all divided by tp). The
+// embedding and the head work on the rank's slice too: it embeds its own positions (wpe rows [r T/tp,
+// ...)), and the final LayerNorm, the tied LM head (logits (B, T/tp, V)) and the cross-entropy run on
+// the slice; the loss is the mean over the ranks' slices. So wte, wpe and every LayerNorm's gradient are
+// partial sums over the rank's positions: summed over the tp ranks once per step (sp_reduce_grads).
+//
+// The order of it all (micro-batches, checkpoint segments, the pipeline, the update) is the generic
+// schedule's (strategies/schedule.h); this file gives it GPT's embedding, blocks and head.
 #include "gpt.h"
 
 #include <math.h>
@@ -47,17 +62,23 @@ typedef struct block_acts {
     void *out;                          // (B,T,C) dt resid2 + fcproj(fch_gelu), until handed over
     void *d4, *dC, *dqkv;               // backward scratch (B,T,4C), (B,T,C), (B,T,3C) dt: here so an
                                         // out-of-memory midway is unwound by block_free_internals
+    // Sequence parallel: in, ln1, resid2, ln2, out and their statistics are the (B,T/tp,C) slices;
+    void *g;                            // (B,T,C) dt the gathered LN output or gradient, or the
+                                        // row-parallel partial sums before their reduce-scatter (transient)
+    void *ds;                           // (B,T/tp,C) dt backward: the reduce-scattered d(ln1), d(ln2)
 } block_acts;
 
 // One micro-batch's own tensors (the schedule's slot state).
 typedef struct step_state {
     int Bm, N;          // micro-batch, rows = Bm*T
-    void *enc;          // (B,T,C) dt embedding output, until handed over as x[0]
-    void *lnf;          // (B,T,C) dt
-    float *lnf_mean, *lnf_rstd; // (B,T) fp32
-    void *logits;       // (B,T,V) dt; dlogits in backward
-    void *dhead;        // (B,T,C) dt d(lnf) in backward
-    void *dresid;       // (B,T,C) dt the residual stream's gradient, until handed over
+    int Ts, Ns;         // the positions this rank holds of each sequence (T/tp under --sp, else T); Ns = Bm*Ts
+    // The embedding's and head's tensors hold the rank's Ts positions of each sequence (T unless --sp).
+    void *enc;          // (B,Ts,C) dt embedding output, until handed over as x[0]
+    void *lnf;          // (B,Ts,C) dt
+    float *lnf_mean, *lnf_rstd; // (B,Ts) fp32
+    void *logits;       // (B,Ts,V) dt; dlogits in backward
+    void *dhead;        // (B,Ts,C) dt d(lnf) in backward
+    void *dresid;       // (B,Ts,C) dt the residual stream's gradient, until handed over
     double recompute_ms; // selective checkpointing's attention recompute
 } step_state;
 
@@ -69,6 +90,7 @@ typedef struct step_state {
 static int tp_of(const mo_gpt *m) { return m->shard ? m->shard->tp : 1; }
 static int tp_rank_of(const mo_gpt *m) { return m->shard ? m->shard->tp_rank : 0; }
 static int layers_of(const mo_gpt *m) { return m->shard ? m->shard->layers : m->cfg.layers; }
+static int seqpar(const mo_gpt *m) { return m->shard && m->shard->sp && m->shard->tp > 1; }
 
 // Whether this step fuses the residual adds and the GELU backward into its GEMMs (ctx.h's
 // fuse_epilogues: by default in 16 bits only).
@@ -89,6 +111,19 @@ static mo_status tp_allreduce(mo_gpt *m, void *buf, size_t n) {
     const mo_gpt_shard *sh = m->shard;
     if (!sh || sh->tp == 1) return MO_OK;
     return mo_ranks_allreduce(sh->tp_comm, m->ctx, DT, buf, n);
+}
+
+// Sequence parallel: buf (B, T, C) dt := every tp rank's slice (B, T/tp, C) of it, along T (the B
+// sequences are the collective's outer blocks). The bits move as they are.
+static mo_status sp_gather(mo_gpt *m, step_state *s, const void *slice, void *buf) {
+    return mo_ranks_allgather_seq(m->shard->tp_comm, DT, slice, buf, (size_t)s->Bm, (size_t)s->Ts * m->cfg.hidden);
+}
+
+// Sequence parallel: slice (B, T/tp, C) dt := the rank's positions of the sum over the tp ranks of
+// their partial buf (B, T, C) (rank order; 16 bits summed in fp32 and rounded once, as tp_allreduce).
+static mo_status sp_scatter(mo_gpt *m, step_state *s, const void *buf, void *slice) {
+    return mo_ranks_reduce_scatter_seq(m->shard->tp_comm, m->ctx, DT, buf, slice, (size_t)s->Bm,
+                                       (size_t)s->Ts * m->cfg.hidden);
 }
 
 // Layer l's slice of parameter tensor p in the working copy: elem elements per layer. ZeRO's blockwise
@@ -116,6 +151,7 @@ static void block_free_internals(mo_gpt *m, block_acts *a) {
     act_free(m, &a->ln2); act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd);
     act_free(m, &a->fch); act_free(m, &a->fch_gelu);
     act_free(m, &a->d4); act_free(m, &a->dC); act_free(m, &a->dqkv);
+    act_free(m, &a->g); act_free(m, &a->ds);
 }
 
 // Attention forward into a->att (probabilities or lse) and a->atty: the rank's heads (all of them
@@ -130,50 +166,85 @@ static mo_status attention_fwd(mo_gpt *m, step_state *s, block_acts *a) {
 
 // need_out 0 (a recompute whose output nobody reads: the segment's last block) skips the last
 // GEMM and residual add: backward needs fch_gelu, not out.
+// Sequence parallel (seqpar): in, ln1, resid2, ln2, out and the statistics are the rank's (B,T/tp,C)
+// slices (Ns rows); the LN outputs are gathered into a->g before the column-parallel GEMMs and the
+// row-parallel partial outputs reduce-scattered out of a->g.
 static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a, int need_out) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
     // Cl, Fl: this rank's attention channels and MLP width (C and 4C unsplit); CC: C * Cl.
-    int N = s->N, C = c->hidden, Cl = C / tp_of(m), Fl = 4 * C / tp_of(m);
-    size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl;
+    int N = s->N, Ns = s->Ns, C = c->hidden, Cl = C / tp_of(m), Fl = 4 * C / tp_of(m);
+    size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl, NsC = (size_t)Ns * C;
     int bias0 = tp_rank_of(m) == 0; // a row-parallel GEMM's bias is added by one tp rank only
-    MO_TRY(act_alloc(m, NC, &a->ln1));
-    MO_TRY(stat_alloc(m, (size_t)N, &a->ln1_mean));
-    MO_TRY(stat_alloc(m, (size_t)N, &a->ln1_rstd));
+    const int sp = seqpar(m);
+    MO_TRY(act_alloc(m, NsC, &a->ln1));
+    MO_TRY(stat_alloc(m, (size_t)Ns, &a->ln1_mean));
+    MO_TRY(stat_alloc(m, (size_t)Ns, &a->ln1_rstd));
     OP(MO_PROF_NORM, mo_layernorm_forward_mixed(x, DT, a->ln1, a->ln1_mean, a->ln1_rstd, a->in, W(m, GPT_LN1W, l, C),
-                                                W(m, GPT_LN1B, l, C), N, C));
+                                                W(m, GPT_LN1B, l, C), Ns, C));
+    const void *ln1_all = a->ln1; // (B,T,C): the qkv GEMM reads every position
+    if (sp) {
+        MO_TRY(act_alloc(m, NC, &a->g));
+        MO_TRY(sp_gather(m, s, a->ln1, a->g));
+        ln1_all = a->g;
+    }
     MO_TRY(act_alloc(m, 3 * NCl, &a->qkv));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->qkv, NULL, a->ln1, W(m, GPT_QKVW, l, 3 * CC), W(m, GPT_QKVB, l, 3 * Cl),
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->qkv, NULL, ln1_all, W(m, GPT_QKVW, l, 3 * CC), W(m, GPT_QKVB, l, 3 * Cl),
                                     N, C, 3 * Cl));
+    act_free(m, &a->g);
     MO_TRY(act_alloc(m, NCl, &a->atty));
     OP(MO_PROF_ATTENTION, attention_fwd(m, s, a));
     // resid2 = in + proj(atty). Unsplit, the residual is the GEMM's C input (fuse_epilogues); else the
-    // GEMM writes resid2 (tp: a partial sum, all-reduced) and the residual add adds in place.
+    // GEMM writes resid2 (tp: a partial sum, all-reduced) and the residual add adds in place. Sequence
+    // parallel: the GEMM writes the (B,T,C) partial sum into a->g, reduce-scattered into the slice.
     const int fuse_add = fuse_epilogues(m) && tp_of(m) == 1;
-    MO_TRY(act_alloc(m, NC, &a->resid2));
+    MO_TRY(act_alloc(m, NsC, &a->resid2));
     if (fuse_add) {
         OP(MO_PROF_GEMM, gpt_matmul_fwd_add(x, DT, a->resid2, a->atty, W(m, GPT_PROJW, l, CC), W(m, GPT_PROJB, l, C),
                                             a->in, N, Cl, C));
+    } else if (sp) {
+        MO_TRY(act_alloc(m, NC, &a->g));
+        OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->g, NULL, a->atty, W(m, GPT_PROJW, l, CC),
+                                        bias0 ? W(m, GPT_PROJB, l, C) : NULL, N, Cl, C));
+        MO_TRY(sp_scatter(m, s, a->g, a->resid2));
+        act_free(m, &a->g);
+        OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->resid2, a->resid2, a->in, NsC));
     } else {
         OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->resid2, NULL, a->atty, W(m, GPT_PROJW, l, CC),
                                         bias0 ? W(m, GPT_PROJB, l, C) : NULL, N, Cl, C));
         MO_TRY(tp_allreduce(m, a->resid2, NC));
         OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->resid2, a->resid2, a->in, NC));
     }
-    MO_TRY(act_alloc(m, NC, &a->ln2));
-    MO_TRY(stat_alloc(m, (size_t)N, &a->ln2_mean));
-    MO_TRY(stat_alloc(m, (size_t)N, &a->ln2_rstd));
+    MO_TRY(act_alloc(m, NsC, &a->ln2));
+    MO_TRY(stat_alloc(m, (size_t)Ns, &a->ln2_mean));
+    MO_TRY(stat_alloc(m, (size_t)Ns, &a->ln2_rstd));
     OP(MO_PROF_NORM, mo_layernorm_forward_mixed(x, DT, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2,
-                                                W(m, GPT_LN2W, l, C), W(m, GPT_LN2B, l, C), N, C));
+                                                W(m, GPT_LN2W, l, C), W(m, GPT_LN2B, l, C), Ns, C));
+    const void *ln2_all = a->ln2;
+    if (sp) {
+        MO_TRY(act_alloc(m, NC, &a->g));
+        MO_TRY(sp_gather(m, s, a->ln2, a->g));
+        ln2_all = a->g;
+    }
     MO_TRY(act_alloc(m, NF, &a->fch));
     MO_TRY(act_alloc(m, NF, &a->fch_gelu));
-    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->fch, a->fch_gelu, a->ln2, W(m, GPT_FCW, l, 4 * CC),
+    OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->fch, a->fch_gelu, ln2_all, W(m, GPT_FCW, l, 4 * CC),
                                     W(m, GPT_FCB, l, Fl), N, C, Fl));
+    act_free(m, &a->g);
     if (!need_out) return MO_OK;
-    MO_TRY(act_alloc(m, NC, &a->out));
+    MO_TRY(act_alloc(m, NsC, &a->out));
     if (fuse_add) {
         OP(MO_PROF_GEMM, gpt_matmul_fwd_add(x, DT, a->out, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC),
                                             W(m, GPT_FCPROJB, l, C), a->resid2, N, Fl, C));
+        return MO_OK;
+    }
+    if (sp) {
+        MO_TRY(act_alloc(m, NC, &a->g));
+        OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->g, NULL, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC),
+                                        bias0 ? W(m, GPT_FCPROJB, l, C) : NULL, N, Fl, C));
+        MO_TRY(sp_scatter(m, s, a->g, a->out));
+        act_free(m, &a->g);
+        OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->out, a->out, a->resid2, NsC));
         return MO_OK;
     }
     OP(MO_PROF_GEMM, gpt_matmul_fwd(x, DT, a->out, NULL, a->fch_gelu, W(m, GPT_FCPROJW, l, 4 * CC),
@@ -187,39 +258,74 @@ static mo_status block_forward(mo_gpt *m, step_state *s, int l, block_acts *a, i
 // tp: dresid is the same on every tp rank (the stream is replicated), so the replicated parameters
 // (LayerNorms, the row-parallel biases) get the same gradients everywhere; the column-parallel GEMMs'
 // input gradients are partial sums over the rank's rows, all-reduced before the LayerNorm backward.
+// Sequence parallel: dresid is the rank's (B,T/tp,C) slice. It is all-gathered into a->g before each
+// row-parallel GEMM's backward (so the row-parallel biases still get every position's gradient, the same
+// on every rank), the stored LN output slice is gathered again for the column-parallel weight gradient,
+// and the partial input gradient d(ln) is reduce-scattered into a->ds for the LayerNorm backward on the
+// slice (whose weight gradients are then partial over the rank's positions: sp_reduce_grads).
 static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, void *dresid) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden, B = s->Bm, T = c->seq, Cl = C / tp_of(m), NHl = c->heads / tp_of(m);
+    int N = s->N, Ns = s->Ns, C = c->hidden, B = s->Bm, T = c->seq, Cl = C / tp_of(m), NHl = c->heads / tp_of(m);
     int Fl = 4 * C / tp_of(m);
-    size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl;
+    size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl, NsC = (size_t)Ns * C;
+    const int sp = seqpar(m);
+    const void *dout = dresid; // (B,T,C) d(out) for the fcproj backward
+    if (sp) {
+        MO_TRY(act_alloc(m, NC, &a->g));
+        MO_TRY(sp_gather(m, s, dresid, a->g));
+        dout = a->g;
+    }
     MO_TRY(act_alloc(m, NF, &a->d4));
     // d4 = d(fch): the GELU backward inside the fcproj dinp GEMM (fuse_epilogues), else after it
     if (fuse_epilogues(m)) {
         OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu(x, DT, a->d4, GB(m, GPT_FCPROJW, l, 4 * CC),
-                                              GB(m, GPT_FCPROJB, l, C), dresid, a->fch_gelu,
+                                              GB(m, GPT_FCPROJB, l, C), dout, a->fch_gelu,
                                               W(m, GPT_FCPROJW, l, 4 * CC), a->fch, N, Fl, C));
         act_free(m, &a->fch_gelu);
     } else {
         OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, GB(m, GPT_FCPROJW, l, 4 * CC),
-                                        GB(m, GPT_FCPROJB, l, C), dresid, a->fch_gelu,
+                                        GB(m, GPT_FCPROJB, l, C), dout, a->fch_gelu,
                                         W(m, GPT_FCPROJW, l, 4 * CC), N, Fl, C));
         act_free(m, &a->fch_gelu);
         OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, NF));
     }
+    act_free(m, &a->g);
     act_free(m, &a->fch);
     MO_TRY(act_alloc(m, NC, &a->dC));
+    const void *ln2_all = a->ln2;
+    if (sp) {
+        MO_TRY(act_alloc(m, NC, &a->g));
+        MO_TRY(sp_gather(m, s, a->ln2, a->g));
+        ln2_all = a->g;
+    }
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_FCW, l, 4 * CC), GB(m, GPT_FCB, l, Fl), a->d4,
-                                    a->ln2, W(m, GPT_FCW, l, 4 * CC), N, C, Fl));
-    MO_TRY(tp_allreduce(m, a->dC, NC));
+                                    ln2_all, W(m, GPT_FCW, l, 4 * CC), N, C, Fl));
+    act_free(m, &a->g);
+    const void *dln2 = a->dC; // (Ns,C) d(ln2) for the LayerNorm backward
+    if (sp) {
+        MO_TRY(act_alloc(m, NsC, &a->ds));
+        MO_TRY(sp_scatter(m, s, a->dC, a->ds));
+        dln2 = a->ds;
+    } else {
+        MO_TRY(tp_allreduce(m, a->dC, NC));
+    }
     act_free(m, &a->d4);
     act_free(m, &a->ln2);
     OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN2W, l, C), GB(m, GPT_LN2B, l, C),
-                                                 a->dC, a->resid2, W(m, GPT_LN2W, l, C), a->ln2_mean, a->ln2_rstd, N, C));
+                                                 dln2, a->resid2, W(m, GPT_LN2W, l, C), a->ln2_mean, a->ln2_rstd, Ns, C));
+    act_free(m, &a->ds);
     act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd); act_free(m, &a->resid2);
+    const void *dresid2 = dresid; // (B,T,C) d(resid2) for the proj backward
+    if (sp) {
+        MO_TRY(act_alloc(m, NC, &a->g));
+        MO_TRY(sp_gather(m, s, dresid, a->g));
+        dresid2 = a->g;
+    }
     // a->dC now receives d(atty) (N, Cl).
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_PROJW, l, CC), GB(m, GPT_PROJB, l, C), dresid,
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_PROJW, l, CC), GB(m, GPT_PROJB, l, C), dresid2,
                                     a->atty, W(m, GPT_PROJW, l, CC), N, Cl, C));
+    act_free(m, &a->g);
     if (!a->att) {
         // Selective checkpointing dropped the probabilities: recompute them (the attention forward
         // again, its output into scratch), timed as recompute.
@@ -248,13 +354,28 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     OP(MO_PROF_ATTENTION, gpt_attention_bwd(x, DT, c->attn_fused, a->dqkv, a->dC, a->qkv, a->atty, a->att, B, T, Cl,
                                             NHl));
     act_free(m, &a->att); act_free(m, &a->atty);
+    const void *ln1_all = a->ln1;
+    if (sp) {
+        MO_TRY(act_alloc(m, NC, &a->g));
+        MO_TRY(sp_gather(m, s, a->ln1, a->g));
+        ln1_all = a->g;
+    }
     // a->dC now receives d(ln1).
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_QKVW, l, 3 * CC), GB(m, GPT_QKVB, l, 3 * Cl),
-                                    a->dqkv, a->ln1, W(m, GPT_QKVW, l, 3 * CC), N, C, 3 * Cl));
-    MO_TRY(tp_allreduce(m, a->dC, NC));
+                                    a->dqkv, ln1_all, W(m, GPT_QKVW, l, 3 * CC), N, C, 3 * Cl));
+    act_free(m, &a->g);
+    const void *dln1 = a->dC; // (Ns,C) d(ln1) for the LayerNorm backward
+    if (sp) {
+        MO_TRY(act_alloc(m, NsC, &a->ds));
+        MO_TRY(sp_scatter(m, s, a->dC, a->ds));
+        dln1 = a->ds;
+    } else {
+        MO_TRY(tp_allreduce(m, a->dC, NC));
+    }
     act_free(m, &a->dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
     OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN1W, l, C), GB(m, GPT_LN1B, l, C),
-                                                 a->dC, a->in, W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, N, C));
+                                                 dln1, a->in, W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, Ns, C));
+    act_free(m, &a->ds);
     act_free(m, &a->dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
     a->in = NULL; // the schedule frees it
     return MO_OK;
@@ -270,20 +391,25 @@ static step_state *slot_of(mo_gpt *m, void *sp) {
     step_state *s = sp;
     s->Bm = m->cfg.batch / m->cfg.accum;
     s->N = s->Bm * m->cfg.seq;
+    s->Ts = gpt_shard_seq(&m->cfg, m->shard);
+    s->Ns = s->Bm * s->Ts;
     return s;
 }
 
-// The embedding (the first stage): enc = wte[tokens] + wpe.
+// The embedding (the first stage): enc = wte[tokens] + wpe. Sequence parallel: the rank's positions
+// only, (B, T/tp, C), with wpe's rows of them (the tokens are the rank's slice: mo_gpt_set_batch).
 static mo_status sched_input_fwd(void *mp, void *sp, int micro, void **x0) {
     mo_gpt *m = mp;
     step_state *s = slot_of(m, sp);
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    size_t off = (size_t)micro * s->N;
+    size_t off = (size_t)micro * s->Ns;
     MO_TRY(gpt_zero_weights_get(m, 0)); // ZeRO-3: wte and wpe gathered for the embedding
-    MO_TRY(act_alloc(m, (size_t)s->N * c->hidden, &s->enc));
+    const void *wpe = (const char *)m->wparam_ptr[GPT_WPE] +
+                      (size_t)gpt_shard_seq0(c, m->shard) * c->hidden * mo_dtype_size(DT); // rows [t0, t0 + Ts)
+    MO_TRY(act_alloc(m, (size_t)s->Ns * c->hidden, &s->enc));
     OP(MO_PROF_ELEMENTWISE, mo_encoder_forward_mixed(x, DT, s->enc, m->inputs + off, m->wparam_ptr[GPT_WTE],
-                                                     m->wparam_ptr[GPT_WPE], s->Bm, c->seq, c->hidden));
+                                                     wpe, s->Bm, s->Ts, c->hidden));
     gpt_zero_weights_put(m, 0);
     *x0 = s->enc;
     s->enc = NULL; // the schedule's from here on
@@ -309,13 +435,15 @@ static mo_status sched_block_fwd(void *mp, void *sp, void *bp, int l, int micro,
     return MO_OK;
 }
 
-// The head (the last stage): the final LayerNorm, the tied LM head and the cross-entropy.
+// The head (the last stage): the final LayerNorm, the tied LM head and the cross-entropy. Sequence
+// parallel: all three on the rank's (B, T/tp) positions (N below is Ns), the loss still the mean over
+// the global batch's B*T tokens.
 static mo_status sched_head_fwd(void *mp, void *sp, int micro, const void *last) {
     mo_gpt *m = mp;
     step_state *s = slot_of(m, sp);
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden, T = c->seq, V = c->vocab;
+    int N = s->Ns, C = c->hidden, T = c->seq, V = c->vocab;
     size_t NC = (size_t)N * C, off = (size_t)micro * N;
     MO_TRY(gpt_zero_weights_get(m, 0)); // ZeRO-3: lnf and the tied wte, held until the head's backward
     MO_TRY(act_alloc(m, NC, &s->lnf));
@@ -328,7 +456,7 @@ static mo_status sched_head_fwd(void *mp, void *sp, int micro, const void *last)
     // The mean over the global batch: each micro-batch's gradient is its share of the full one; times
     // the loss scale (1 unless fp16's scaler is on), so that small gradients stay representable.
     float dloss = m->loss_scale / (global_batch(m) * (float)T);
-    OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, s->Bm, T, V, dloss));
+    OP(MO_PROF_LOSS, mo_crossentropy_fused_mixed(x, DT, m->losses + off, s->logits, m->targets + off, s->Bm, s->Ts, V, dloss));
     return MO_OK;
 }
 
@@ -337,7 +465,7 @@ static mo_status sched_head_bwd(void *mp, void *sp, int micro, const void *last,
     step_state *s = slot_of(m, sp);
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    int N = s->N, C = c->hidden, V = c->vocab;
+    int N = s->Ns, C = c->hidden, V = c->vocab; // the rank's positions (all of them but under --sp)
     size_t NC = (size_t)N * C;
     (void)micro;
     MO_TRY(gpt_zero_weights_get(m, 0));
@@ -373,16 +501,18 @@ static mo_status sched_block_bwd(void *mp, void *sp, void *bp, int l, int micro,
     return gpt_zero_grad_end(m, 1 + l);
 }
 
-// The embedding's backward (the first stage): wte and wpe gradients from d(enc).
+// The embedding's backward (the first stage): wte and wpe gradients from d(enc). Sequence parallel:
+// of the rank's positions (wpe's rows [t0, t0 + T/tp)), partial sums for sp_reduce_grads.
 static mo_status sched_input_bwd(void *mp, void *sp, int micro, const void *dresid) {
     mo_gpt *m = mp;
     step_state *s = slot_of(m, sp);
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
-    size_t off = (size_t)micro * s->N;
+    size_t off = (size_t)micro * s->Ns;
+    float *dwpe = m->grad_ptr[GPT_WPE] + (size_t)gpt_shard_seq0(c, m->shard) * c->hidden;
     MO_TRY(mo_prof_begin(x, MO_PROF_ELEMENTWISE));
-    MO_TRY(mo_encoder_backward_mixed(x, DT, m->grad_ptr[GPT_WTE], m->grad_ptr[GPT_WPE], dresid, m->inputs + off,
-                                     m->inputs_host ? m->inputs_host + off : NULL, s->Bm, c->seq, c->hidden,
+    MO_TRY(mo_encoder_backward_mixed(x, DT, m->grad_ptr[GPT_WTE], dwpe, dresid, m->inputs + off,
+                                     m->inputs_host ? m->inputs_host + off : NULL, s->Bm, s->Ts, c->hidden,
                                      c->vocab)); // NULL on dry
     MO_TRY(mo_prof_end(x));
     return gpt_zero_grad_end(m, 0); // ZeRO-2/3: the outer tensors' gradient, complete for this micro-batch
@@ -428,6 +558,20 @@ static mo_status tie_embedding(mo_gpt *m) {
     return mo_comm_allreduce_sum(sh->emb_comm, m->grad_ptr[GPT_WTE], m->param_sizes[GPT_WTE]);
 }
 
+// Sequence parallel: the gradients each tp rank took over its own positions only (wte from the
+// embedding and the LM head, wpe, every LayerNorm's weight and bias) summed over the tp ranks of the
+// stage, in rank order, once per step after the last micro-batch: fp32, in place, four contiguous
+// ranges of the gradient buffer (wte+wpe, ln1, ln2, lnf; a stage's empty ones skipped alike on its ranks).
+static mo_status sp_reduce_grads(mo_gpt *m) {
+    if (!seqpar(m)) return MO_OK;
+    static const int range[4][2] = {{GPT_WTE, GPT_WPE}, {GPT_LN1W, GPT_LN1B}, {GPT_LN2W, GPT_LN2B}, {GPT_LNFW, GPT_LNFB}};
+    for (int k = 0; k < 4; k++) {
+        size_t n = m->param_sizes[range[k][0]] + m->param_sizes[range[k][1]];
+        if (n) MO_TRY(mo_comm_allreduce_sum(m->shard->tp_comm, m->grad_ptr[range[k][0]], n));
+    }
+    return MO_OK;
+}
+
 mo_status mo_gpt_forward_backward(mo_gpt *m) {
     const mo_gpt_config *c = &m->cfg;
     mo_ctx *x = m->ctx;
@@ -438,16 +582,17 @@ mo_status mo_gpt_forward_backward(mo_gpt *m) {
         .ctx = x, .blocks = layers_of(m), .accum = c->accum, .seg = segment_layout(m),
         .grads = grads, .n_grads = n_grads,
         .pp = sh ? sh->pp : 1, .stage = sh ? sh->stage : 0, .pp_comm = sh ? sh->pp_comm : NULL,
-        .stream_elems = (size_t)(c->batch / c->accum) * c->seq * c->hidden, .dt = DT,
+        .stream_elems = (size_t)(c->batch / c->accum) * gpt_shard_seq(c, sh) * c->hidden, .dt = DT, // (B, Ts, C)
     };
     m->recompute_ms = 0; // selective's adds up in slot_unwind
     double seg_ms = 0;
     mo_status st = mo_sched_forward_backward(&sc, &gpt_sched, m, &seg_ms);
     m->recompute_ms += seg_ms;
     MO_TRY(st);
+    MO_TRY(sp_reduce_grads(m));
     MO_TRY(tie_embedding(m));
     MO_TRY(gpt_zero_reduce(m)); // data parallel: the ranks' gradients summed (level 0) or reduce-scattered (1)
-    size_t BT = (size_t)c->batch * c->seq;
+    size_t BT = (size_t)c->batch * gpt_shard_seq(c, sh); // sequence parallel: the rank's positions' losses
     if (x->backend == MO_BACKEND_DRY || !m->losses) { m->last_loss = NAN; return MO_OK; } // no loss before the last stage
     float *h = malloc(BT * sizeof(float));
     if (!h) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the losses");

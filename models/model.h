@@ -47,6 +47,7 @@ typedef struct mo_model_step_info {
 typedef struct mo_split_config {
     int tp, pp;
     int dp, zero;         // data-parallel ranks (1: none) and the ZeRO level (gpt: models/gpt_zero.h)
+    int sp;               // sequence parallelism over the tp ranks (gpt: models/gpt_split.h), 0 off
     mo_comm_kind comm;
     mo_backend_kind backend;
     mo_alloc_kind alloc;  // each rank's

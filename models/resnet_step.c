@@ -442,10 +442,11 @@ static mo_status backward(step_state *s) {
     for (int l = L - 1; l >= seg.blocks; l--) MO_TRY(block_backward(m, s, l, &s->acts[l]));
     for (int g = mo_ckpt_layout_segments(seg) - 1; g >= 0; g--) {
         int a0 = g * seg.len, b0 = a0 + seg.len - 1 < seg.blocks - 1 ? a0 + seg.len - 1 : seg.blocks - 1;
-        if (x->offload_act) MO_TRY(rn_segment_start(s, g));
         // The segment's last output was kept (the next block's input, read by its backward, done now):
-        // recomputed with the rest, so the old copy goes first.
+        // recomputed with the rest, so the old copy goes first (before an offloaded input is fetched, so
+        // the device holds at most two of those).
         act_free(m, &s->acts[b0].out);
+        if (x->offload_act) MO_TRY(rn_segment_start(s, g));
         mo_timer t;
         MO_TRY(mo_timer_init(x, &t));
         mo_status st = mo_timer_start(x, &t);

@@ -399,6 +399,11 @@ static mo_status new_segment(mo_allocator *a, uint64_t seg_bytes, int pool, uint
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
             a->st.num_alloc_retries++;
+#ifdef MEMOPT_HAVE_CUDA
+            // Blocks freed by the host may still be read or written by queued work (kernels, or copies on
+            // another stream into pinned host blocks: --offload activations): wait, as mo_empty_cache does.
+            if (a->backend == MO_BACKEND_CUDA) CUDA_CHECK(cudaDeviceSynchronize());
+#endif
             MO_TRY(release_free_segments(a));
         }
         // The byte counts are int64 in the results: refuse what would pass 2^63 rather than wrap.

@@ -317,6 +317,22 @@ static mo_status check_coll(const mo_comm *c, mo_comm_op op, const void *a, cons
     return MO_OK;
 }
 
+// The rank's own arguments of an _axis collective: counts that fit, buffers given, no overlap at all.
+static mo_status check_axis(const mo_comm *c, mo_comm_op op, const void *send, const void *recv, size_t outer, size_t n,
+                            size_t elem) {
+    const char *name = op == MO_COMM_OP_ALLGATHER ? "allgather_axis" : "reduce_scatter_axis";
+    int W = c->g->world, r = c->rank;
+    if (elem < 1 || elem > 16) return MO_FAIL(MO_ERR_INVALID, "%s on rank %d: element size %zu (accepted: 1..16 bytes)", name, r, elem);
+    if ((outer && n > SIZE_MAX / elem / (size_t)W / outer))
+        return MO_FAIL(MO_ERR_INVALID, "%s on rank %d: %zu x %zu elements overflow the buffer size", name, r, outer, n);
+    if (c->g->backend == MO_BACKEND_DRY || n == 0 || outer == 0) return MO_OK; // dry pointers are never dereferenced
+    if (!send || !recv) return MO_FAIL(MO_ERR_INVALID, "%s on rank %d: NULL buffer with %zu x %zu elements", name, r, outer, n);
+    size_t mine = outer * n * elem, whole = mine * (size_t)W;
+    int ov = op == MO_COMM_OP_ALLGATHER ? ranges_overlap(send, mine, recv, whole) : ranges_overlap(send, whole, recv, mine);
+    if (ov) return MO_FAIL(MO_ERR_INVALID, "%s on rank %d: send and recv overlap (not in place)", name, r);
+    return MO_OK;
+}
+
 static mo_status check_peer(const mo_comm *c, const char *what, int peer) {
     if (peer < 0 || peer >= c->g->world)
         return MO_FAIL(MO_ERR_INVALID, "%s on rank %d: peer %d out of range (world size %d)", what, c->rank, peer, c->g->world);
@@ -442,6 +458,30 @@ mo_status mo_comm_reduce_scatter_sum(mo_comm *c, const float *send, float *recv,
     if (is_dry(c)) MO_TRY(mine);
     else MO_TRY(c->g->ops->reduce_scatter(c, send, recv, n_per_rank, mine));
     uint64_t b = mo_comm_op_bytes(op, c->g->world, (uint64_t)n_per_rank * sizeof(float) * (uint64_t)c->g->world);
+    comm_account(c, op, b, b);
+    return MO_OK;
+}
+
+mo_status mo_comm_allgather_axis(mo_comm *c, const void *send, void *recv, size_t outer, size_t n_per_rank, size_t elem) {
+    CHECK_COMM(c, "allgather_axis");
+    mo_comm_op op = MO_COMM_OP_ALLGATHER;
+    mo_status mine = check_axis(c, op, send, recv, outer, n_per_rank, elem);
+    MO_TRY(guard_all(c));
+    if (is_dry(c)) MO_TRY(mine);
+    else MO_TRY(c->g->ops->allgather_axis(c, send, recv, outer, n_per_rank, elem, mine));
+    uint64_t b = mo_comm_op_bytes(op, c->g->world, (uint64_t)outer * n_per_rank * elem * (uint64_t)c->g->world);
+    comm_account(c, op, b, b);
+    return MO_OK;
+}
+
+mo_status mo_comm_reduce_scatter_axis(mo_comm *c, const float *send, float *recv, size_t outer, size_t n_per_rank) {
+    CHECK_COMM(c, "reduce_scatter_axis");
+    mo_comm_op op = MO_COMM_OP_REDUCE_SCATTER;
+    mo_status mine = check_axis(c, op, send, recv, outer, n_per_rank, sizeof(float));
+    MO_TRY(guard_all(c));
+    if (is_dry(c)) MO_TRY(mine);
+    else MO_TRY(c->g->ops->reduce_scatter_axis(c, send, recv, outer, n_per_rank, mine));
+    uint64_t b = mo_comm_op_bytes(op, c->g->world, (uint64_t)outer * n_per_rank * sizeof(float) * (uint64_t)c->g->world);
     comm_account(c, op, b, b);
     return MO_OK;
 }

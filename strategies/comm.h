@@ -97,6 +97,16 @@ mo_status mo_comm_allgather(mo_comm *c, const float *send, float *recv, size_t n
 // recv (n_per_rank) on rank r := rank-ordered sum over ranks p of send_p[r * n_per_rank + i]
 // (send is W * n_per_rank). In place when recv == send + rank * n_per_rank; otherwise no overlap.
 mo_status mo_comm_reduce_scatter_sum(mo_comm *c, const float *send, float *recv, size_t n_per_rank);
+// Along an axis (sequence parallelism, models/gpt_split.h: a (B, T, C) tensor of which rank p holds
+// the (B, T/W, C) slice of positions [p T/W, (p+1) T/W)). Each buffer is outer blocks; rank p's slice of
+// block o is the n_per_rank elements at o * n_per_rank of its send (gather) or at (o * W + p) *
+// n_per_rank of the whole (scatter). outer 1 is the contiguous op above. send and recv never overlap.
+// recv (outer, W, n_per_rank) := recv[o][p] = send_p[o] for every o and p; send is (outer, n_per_rank).
+// Elements of elem bytes (1..16): a gather moves bits only, so any dtype (fp16/bf16 activations too).
+mo_status mo_comm_allgather_axis(mo_comm *c, const void *send, void *recv, size_t outer, size_t n_per_rank, size_t elem);
+// recv (outer, n_per_rank) on rank r := recv[o] = rank-ordered fp32 sum over p of send_p[o][r] (send is
+// (outer, W, n_per_rank) fp32), element by element as mo_comm_reduce_scatter_sum.
+mo_status mo_comm_reduce_scatter_axis(mo_comm *c, const float *send, float *recv, size_t outer, size_t n_per_rank);
 // Point to point, peer != self. The two sides must give the same byte count (MO_ERR_INVALID on both
 // otherwise, local kind). A send returns once the peer's matching recv has taken the data (local:
 // the copy is enqueued on the receiver's stream; nccl: the GPU-side rendezvous, as ncclSend), so a
@@ -175,7 +185,9 @@ mo_status mo_comm_stats_reset(mo_comm *c); // nccl: reads pending events first, 
 // The ring-algorithm volume per rank of one op, in bytes, W = world:
 //   all-reduce      payload = n*4 (the buffer):           floor(2(W-1) * payload / W)
 //   all-gather      payload = W*n_per_rank*4 (recv):       (W-1) * payload / W  = (W-1)*n_per_rank*4
+//                   (_axis: W*outer*n_per_rank*elem, the whole recv)
 //   reduce-scatter  payload = W*n_per_rank*4 (send):       (W-1) * payload / W  = (W-1)*n_per_rank*4
+//                   (_axis: W*outer*n_per_rank*4, the whole send)
 //   send, recv      payload = bytes:                       payload
 //   sendrecv        payload = send_bytes + recv_bytes:     payload
 //   barrier                                                0

@@ -18,6 +18,7 @@ extern "C" {
 typedef struct comm_slot {
     int op;              // mo_comm_op
     size_t n;            // element count (n or n_per_rank)
+    size_t outer, elem;  // the _axis ops' blocks and element bytes (1 and 4 for the plain ops)
     const void *a;       // the buffer peers read (allreduce: buf; allgather/reduce-scatter: send)
     int status;          // mo_status of the rank's part so far (its arguments, then its work)
     // cuda: recorded on the rank's stream (created by the rank, owned by the group)
@@ -89,6 +90,10 @@ struct comm_ops {
     mo_status (*allreduce)(mo_comm *c, float *buf, size_t n, mo_status mine);
     mo_status (*allgather)(mo_comm *c, const float *send, float *recv, size_t n, mo_status mine);
     mo_status (*reduce_scatter)(mo_comm *c, const float *send, float *recv, size_t n, mo_status mine);
+    // Along an axis (comm.h's mo_comm_allgather_axis, mo_comm_reduce_scatter_axis).
+    mo_status (*allgather_axis)(mo_comm *c, const void *send, void *recv, size_t outer, size_t n, size_t elem,
+                                mo_status mine);
+    mo_status (*reduce_scatter_axis)(mo_comm *c, const float *send, float *recv, size_t outer, size_t n, mo_status mine);
     mo_status (*send)(mo_comm *c, const void *buf, size_t bytes, int peer);
     mo_status (*recv)(mo_comm *c, void *buf, size_t bytes, int peer);
     mo_status (*sendrecv)(mo_comm *c, const void *send, size_t send_bytes, int dst, void *recv, size_t recv_bytes,

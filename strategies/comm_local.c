@@ -11,6 +11,8 @@
 //                          in place into its own buf (nobody else touches r's chunk r in this phase);
 //              reduce-scatter: recv_r := rank-ordered sum of send_p[r*n ..];
 //              all-gather: recv_r[p*n ..] := send_p.
+//            The _axis forms do the same per outer block o: reduce-scatter recv_r[o] := sum over p of
+//            send_p[(o*W + r)*n ..]; all-gather recv_r[(o*W + p)*n ..] := send_p[o*n ..] (bytes: elem each).
 //            cuda: record slot[r].ev_done (r finished reading the peers; all-reduce: its chunk is final).
 //   B        barrier; cuda: r's stream waits for every peer's ev_done, so nothing r enqueues later can
 //            overwrite r's buffers before the peers' reads. Reduce-scatter and all-gather end here.
@@ -176,23 +178,27 @@ static mo_status local_fail(mo_comm *c, mo_status mine, const char *name) {
     return st;
 }
 
-// Every slot names the same op and count (read after barrier A); else a recorded failure.
-static mo_status local_agree(mo_comm *c, mo_comm_op op, size_t n) {
+// Every slot names the same op, count and (the _axis forms) blocks and element size (read after
+// barrier A); else a recorded failure.
+static mo_status local_agree(mo_comm *c, mo_comm_op op, size_t n, size_t outer, size_t elem) {
     const mo_comm_group *g = c->g;
     for (int p = 0; p < g->world; p++) {
         if (g->slot[p].op != (int)op)
             return MO_FAIL(MO_ERR_INVALID, "%s on rank %d: rank %d calls %s at the same point (every rank must issue the same ops in the same order)",
                            mo_comm_op_name(op), c->rank, p, mo_comm_op_name((mo_comm_op)g->slot[p].op));
-        if (g->slot[p].n != n)
-            return MO_FAIL(MO_ERR_INVALID, "%s on rank %d: count %zu but rank %d passes %zu (every rank must give the same count)",
-                           mo_comm_op_name(op), c->rank, n, p, g->slot[p].n);
+        if (g->slot[p].n != n || g->slot[p].outer != outer || g->slot[p].elem != elem)
+            return MO_FAIL(MO_ERR_INVALID, "%s on rank %d: count %zu x %zu of %zu bytes but rank %d passes %zu x %zu of %zu "
+                           "(every rank must give the same count)", mo_comm_op_name(op), c->rank, outer, n, elem, p,
+                           g->slot[p].outer, g->slot[p].n, g->slot[p].elem);
     }
     return MO_OK;
 }
 
 // One local collective (see the top of the file). a: what the peers read; b: recv (allgather and
-// reduce-scatter). mine: the rank's own argument check.
-static mo_status local_collective(mo_comm *c, mo_comm_op op, const float *a, float *b, size_t n, mo_status mine) {
+// reduce-scatter). outer blocks of n elements of elem bytes (1 and 4 but for the _axis forms; the
+// all-reduce and the reduce-scatter are fp32). mine: the rank's own argument check.
+static mo_status local_collective(mo_comm *c, mo_comm_op op, const void *a, void *b, size_t n, size_t outer, size_t elem,
+                                  mo_status mine) {
     mo_comm_group *g = c->g;
     const char *name = mo_comm_op_name(op);
     int W = g->world, r = c->rank;
@@ -200,12 +206,14 @@ static mo_status local_collective(mo_comm *c, mo_comm_op op, const float *a, flo
     mo_status st = mine;
     s->op = (int)op;
     s->n = n;
+    s->outer = outer;
+    s->elem = elem;
     s->a = a;
     if (st == MO_OK) st = DEV(c, comm_dev_record(s->ev_ready, c->ctx->stream));
     s->status = st;
     // A
     if (!comm_barrier_and(g, st == MO_OK)) return local_fail(c, st, name);
-    mo_status agree = local_agree(c, op, n);
+    mo_status agree = local_agree(c, op, n, outer, elem);
     if (agree != MO_OK) {
         comm_barrier_and(g, 1);
         return agree;
@@ -218,11 +226,15 @@ static mo_status local_collective(mo_comm *c, mo_comm_op op, const float *a, flo
             for (int p = 0; p < W; p++) in[p] = (const float *)g->slot[p].a + off;
             st = local_sum(c, (float *)a + off, in, W, len);
         } else if (op == MO_COMM_OP_REDUCE_SCATTER) {
-            for (int p = 0; p < W; p++) in[p] = (const float *)g->slot[p].a + (size_t)r * n;
-            st = local_sum(c, b, in, W, n);
-        } else { // allgather
-            for (int p = 0; p < W && st == MO_OK; p++)
-                st = local_copy(c, b + (size_t)p * n, g->slot[p].a, n * sizeof(float));
+            for (size_t o = 0; o < outer && st == MO_OK; o++) {
+                for (int p = 0; p < W; p++) in[p] = (const float *)g->slot[p].a + (o * (size_t)W + (size_t)r) * n;
+                st = local_sum(c, (float *)b + o * n, in, W, n);
+            }
+        } else { // allgather: bytes
+            size_t row = n * elem;
+            for (size_t o = 0; o < outer && st == MO_OK; o++)
+                for (int p = 0; p < W && st == MO_OK; p++)
+                    st = local_copy(c, (char *)b + (o * (size_t)W + (size_t)p) * row, (const char *)g->slot[p].a + o * row, row);
         }
     }
     if (st == MO_OK) st = DEV(c, comm_dev_record(s->ev_done, c->ctx->stream));
@@ -326,15 +338,25 @@ static mo_status local_rank_init(mo_comm *c) {
 }
 
 static mo_status local_allreduce(mo_comm *c, float *buf, size_t n, mo_status mine) {
-    return local_collective(c, MO_COMM_OP_ALLREDUCE, buf, NULL, n, mine);
+    return local_collective(c, MO_COMM_OP_ALLREDUCE, buf, NULL, n, 1, sizeof(float), mine);
 }
 
 static mo_status local_allgather(mo_comm *c, const float *send, float *recv, size_t n, mo_status mine) {
-    return local_collective(c, MO_COMM_OP_ALLGATHER, send, recv, n, mine);
+    return local_collective(c, MO_COMM_OP_ALLGATHER, send, recv, n, 1, sizeof(float), mine);
 }
 
 static mo_status local_reduce_scatter(mo_comm *c, const float *send, float *recv, size_t n, mo_status mine) {
-    return local_collective(c, MO_COMM_OP_REDUCE_SCATTER, send, recv, n, mine);
+    return local_collective(c, MO_COMM_OP_REDUCE_SCATTER, send, recv, n, 1, sizeof(float), mine);
+}
+
+static mo_status local_allgather_axis(mo_comm *c, const void *send, void *recv, size_t outer, size_t n, size_t elem,
+                                      mo_status mine) {
+    return local_collective(c, MO_COMM_OP_ALLGATHER, send, recv, n, outer, elem, mine);
+}
+
+static mo_status local_reduce_scatter_axis(mo_comm *c, const float *send, float *recv, size_t outer, size_t n,
+                                           mo_status mine) {
+    return local_collective(c, MO_COMM_OP_REDUCE_SCATTER, send, recv, n, outer, sizeof(float), mine);
 }
 
 static mo_status local_send(mo_comm *c, const void *buf, size_t bytes, int peer) {
@@ -368,6 +390,8 @@ const comm_ops comm_local_ops = {
     .allreduce = local_allreduce,
     .allgather = local_allgather,
     .reduce_scatter = local_reduce_scatter,
+    .allgather_axis = local_allgather_axis,
+    .reduce_scatter_axis = local_reduce_scatter_axis,
     .send = local_send,
     .recv = local_recv,
     .sendrecv = local_sendrecv,

@@ -12,8 +12,9 @@
 // in rank order with the kernel of the local kind (comm_dev_sum), in place into its own chunk, and
 // every chunk is then broadcast from its owner (W ncclBroadcast in one group). Volume per rank:
 // (W-1)/W of the segment out and in for the exchange, the same for the broadcasts: 2(W-1)/W, the
-// ring's. Reduce-scatter: the exchange and the sum only. Scratch: (W-1) x chunk floats from the
-// rank's allocator (workspace), freed in stream order at the end of the op.
+// ring's. Reduce-scatter: the exchange and the sum only (the _axis form: once per outer block).
+// Scratch: (W-1) x chunk floats from the rank's allocator (workspace), freed in stream order at the end
+// of the op.
 // W = 1 always calls NCCL's own collective (a copy or nothing): a single term is in rank order.
 #define MEMOPT_COMM_NCCL_SOURCE 1
 #include "comm.h"
@@ -329,6 +330,36 @@ static mo_status comm_nccl_reduce_scatter(mo_comm *c, const float *send, float *
     TIMED(c, MO_COMM_OP_REDUCE_SCATTER, reduce_scatter_body(c, send, recv, count));
 }
 
+// Along an axis (comm.h): one contiguous op per outer block, all in one op's timing pair. The gather
+// moves bytes (ncclUint8), its blocks' ncclAllGather calls aggregated in one NCCL group; the reduce-
+// scatter runs reduce_scatter_body per block (ordered: in turn, each with its own scratch).
+static mo_status allgather_axis_body(mo_comm *c, const void *send, void *recv, size_t outer, size_t count, size_t elem) {
+    comm_nccl *n = c->impl;
+    size_t row = count * elem, W = (size_t)c->g->world;
+    ncclResult_t res = ncclGroupStart();
+    for (size_t o = 0; o < outer && res == ncclSuccess; o++)
+        res = ncclAllGather((const char *)send + o * row, (char *)recv + o * W * row, row, ncclUint8, n->comm, stream_of(c));
+    ncclResult_t end = ncclGroupEnd();
+    MO_TRY(nccl_status(res, "ncclAllGather(block)"));
+    return nccl_status(end, "ncclGroupEnd()");
+}
+
+static mo_status comm_nccl_allgather_axis(mo_comm *c, const void *send, void *recv, size_t outer, size_t count, size_t elem) {
+    if (count == 0 || outer == 0) return MO_OK;
+    TIMED(c, MO_COMM_OP_ALLGATHER, allgather_axis_body(c, send, recv, outer, count, elem));
+}
+
+static mo_status reduce_scatter_axis_body(mo_comm *c, const float *send, float *recv, size_t outer, size_t count) {
+    size_t W = (size_t)c->g->world;
+    for (size_t o = 0; o < outer; o++) MO_TRY(reduce_scatter_body(c, send + o * W * count, recv + o * count, count));
+    return MO_OK;
+}
+
+static mo_status comm_nccl_reduce_scatter_axis(mo_comm *c, const float *send, float *recv, size_t outer, size_t count) {
+    if (count == 0 || outer == 0) return MO_OK;
+    TIMED(c, MO_COMM_OP_REDUCE_SCATTER, reduce_scatter_axis_body(c, send, recv, outer, count));
+}
+
 static mo_status sendrecv_body(mo_comm *c, const void *send, size_t send_bytes, int dst, void *recv,
                                size_t recv_bytes, int src) {
     comm_nccl *n = c->impl;
@@ -423,6 +454,14 @@ static mo_status comm_nccl_reduce_scatter(mo_comm *c, const float *send, float *
     (void)c; (void)send; (void)recv; (void)n;
     return NO_NCCL();
 }
+static mo_status comm_nccl_allgather_axis(mo_comm *c, const void *send, void *recv, size_t outer, size_t n, size_t elem) {
+    (void)c; (void)send; (void)recv; (void)outer; (void)n; (void)elem;
+    return NO_NCCL();
+}
+static mo_status comm_nccl_reduce_scatter_axis(mo_comm *c, const float *send, float *recv, size_t outer, size_t n) {
+    (void)c; (void)send; (void)recv; (void)outer; (void)n;
+    return NO_NCCL();
+}
 static mo_status comm_nccl_sendrecv(mo_comm *c, const void *send, size_t send_bytes, int dst, void *recv,
                              size_t recv_bytes, int src) {
     (void)c; (void)send; (void)send_bytes; (void)dst; (void)recv; (void)recv_bytes; (void)src;
@@ -455,6 +494,16 @@ static mo_status nccl_reduce_scatter_op(mo_comm *c, const float *send, float *re
     MO_TRY(mine);
     return comm_nccl_reduce_scatter(c, send, recv, n);
 }
+static mo_status nccl_allgather_axis_op(mo_comm *c, const void *send, void *recv, size_t outer, size_t n, size_t elem,
+                                        mo_status mine) {
+    MO_TRY(mine);
+    return comm_nccl_allgather_axis(c, send, recv, outer, n, elem);
+}
+static mo_status nccl_reduce_scatter_axis_op(mo_comm *c, const float *send, float *recv, size_t outer, size_t n,
+                                             mo_status mine) {
+    MO_TRY(mine);
+    return comm_nccl_reduce_scatter_axis(c, send, recv, outer, n);
+}
 static mo_status nccl_send_op(mo_comm *c, const void *buf, size_t bytes, int peer) {
     return comm_nccl_sendrecv(c, buf, bytes, peer, NULL, 0, -1);
 }
@@ -470,6 +519,8 @@ const comm_ops comm_nccl_ops = {
     .allreduce = nccl_allreduce_op,
     .allgather = nccl_allgather_op,
     .reduce_scatter = nccl_reduce_scatter_op,
+    .allgather_axis = nccl_allgather_axis_op,
+    .reduce_scatter_axis = nccl_reduce_scatter_axis_op,
     .send = nccl_send_op,
     .recv = nccl_recv_op,
     .sendrecv = comm_nccl_sendrecv,

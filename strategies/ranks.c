@@ -363,6 +363,26 @@ mo_status mo_ranks_allreduce(mo_comm *c, mo_ctx *ctx, mo_dtype dt, void *buf, si
     return st != MO_OK ? st : st2;
 }
 
+mo_status mo_ranks_allgather_seq(mo_comm *c, mo_dtype dt, const void *send, void *recv, size_t outer, size_t n_per_rank) {
+    if (!c) return MO_OK;
+    return mo_comm_allgather_axis(c, send, recv, outer, n_per_rank, mo_dtype_size(dt));
+}
+
+mo_status mo_ranks_reduce_scatter_seq(mo_comm *c, mo_ctx *ctx, mo_dtype dt, const void *send, void *recv, size_t outer,
+                                      size_t n_per_rank) {
+    if (!c) return MO_OK;
+    if (dt == MO_F32) return mo_comm_reduce_scatter_axis(c, (const float *)send, (float *)recv, outer, n_per_rank);
+    size_t whole = outer * (size_t)mo_comm_world(c) * n_per_rank, part = outer * n_per_rank;
+    void *f = NULL; // (whole) the widened partial sums, then (part) the rank's sums
+    MO_TRY(mo_scratch_alloc(ctx, (whole + part) * sizeof(float), &f));
+    float *wide = f, *mine = (float *)f + whole;
+    mo_status st = mo_cast_mixed(ctx, MO_F32, wide, dt, send, whole);
+    if (st == MO_OK) st = mo_comm_reduce_scatter_axis(c, wide, mine, outer, n_per_rank);
+    if (st == MO_OK) st = mo_cast_mixed(ctx, dt, recv, MO_F32, mine, part);
+    mo_status st2 = mo_scratch_free(ctx, f);
+    return st != MO_OK ? st : st2;
+}
+
 mo_status mo_ranks_alive(const mo_ranks *s) {
     return s->broken == MO_OK ? MO_OK : MO_FAIL(s->broken, "%s", s->broken_msg);
 }

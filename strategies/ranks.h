@@ -96,6 +96,19 @@ mo_status mo_ranks_run_timed(mo_ranks *s, mo_rank_fn fn, void *arg);
 // before the sum where the unsplit GEMM rounds the whole sum once: about one ulp of dt per all-reduce.
 mo_status mo_ranks_allreduce(struct mo_comm *c, mo_ctx *ctx, mo_dtype dt, void *buf, size_t n);
 
+// Sequence parallelism's pair (models/gpt_split.h, --sp), over the tp ranks c along an axis: a tensor
+// of outer blocks (GPT: the micro-batch's B sequences) of which each rank holds n_per_rank elements per
+// block (T/tp positions x C channels), as mo_comm_allgather_axis / mo_comm_reduce_scatter_axis.
+// Gather: recv (outer, W, n_per_rank) of dt := every rank's send (outer, n_per_rank); the bits move as
+// they are (no widening), so no scratch. Scatter: recv (outer, n_per_rank) of dt := the rank-ordered sum
+// of every rank's partial send (outer, W, n_per_rank); a 16-bit send is widened into fp32 scratch (ctx's,
+// W n + n floats per block, taken before the op), summed, and the rank's part rounded once, as
+// mo_ranks_allreduce does (so a 16-bit scatter gives the bits of the all-reduce's same elements).
+mo_status mo_ranks_allgather_seq(struct mo_comm *c, mo_dtype dt, const void *send, void *recv, size_t outer,
+                                 size_t n_per_rank);
+mo_status mo_ranks_reduce_scatter_seq(struct mo_comm *c, mo_ctx *ctx, mo_dtype dt, const void *send, void *recv,
+                                      size_t outer, size_t n_per_rank);
+
 // MO_OK, or the failure that made the ranks dead (its message re-raised).
 mo_status mo_ranks_alive(const mo_ranks *s);
 int mo_ranks_world(const mo_ranks *s);

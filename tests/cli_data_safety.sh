@@ -40,8 +40,8 @@ check "sweep past the file size limit: $(grep -c 'write failed' err.txt) 'write 
 check "sweep past the file size limit: the error names f.csv" grep -q 'f.csv: write failed' err.txt
 check "sweep past the file size limit: no summary line claims the rows" bash -c '! grep -q "rows:.*ok" out.txt'
 check "sweep past the file size limit: f.csv holds whole rows only" whole f.csv
-# the same through memopt run: the header and one row are written without a limit (about 1.05 KiB at
-# schema 5), then a second run under a 1 KiB limit cannot append its row
+# the same through memopt run: the header and one row are written without a limit (just over 1 KiB
+# from schema 6 on), then a second run under a 1 KiB limit cannot append its row
 rm -f r.csv
 MEMOPT_GIT_REV=r "$M" run $TINY --csv r.csv >/dev/null 2>&1
 r_bytes=$(wc -c <r.csv)

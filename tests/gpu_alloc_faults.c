@@ -21,6 +21,8 @@ static size_t used_now(void) {
     return t - f;
 }
 
+static void rebase(void) { used_at_start = used_now(); }
+
 static int device_back(const char *what) {
     size_t u = used_now();
     return CHECK_MSG(u == used_at_start, "%s: device memory in use %zu bytes, %zu before the run (%+lld)", what, u,
@@ -59,6 +61,12 @@ int main(void) {
         fault_sweep(&cases[i], MO_BACKEND_CUDA, &tot);
         fflush(stdout);
     }
+    // The run engine (memopt run) on cuda, plain and with --offload activations (pinned host blocks,
+    // copies on the copy stream in flight when the fault comes): every 4th allocation failed
+    fault_rebase = rebase;
+    test_engine(MO_BACKEND_CUDA, 1, 0, 4, &tot);
+    test_engine(MO_BACKEND_CUDA, 1, 1, 4, &tot);
+    test_engine(MO_BACKEND_CUDA, 1, 2, 4, &tot);
     printf("fault injection total (cuda): %llu faults injected, %llu survived (unwound as oom, next run normal, device "
            "memory back), %llu bytes leaked\n",
            (unsigned long long)tot.injected, (unsigned long long)tot.survived, (unsigned long long)tot.leaked_bytes);

@@ -10,7 +10,9 @@
 //     per tp all-reduce: tolerances of test_gpt_split.c), the same bits twice;
 //   - every rank's dry-backend peaks equal its cuda peaks (allocated and reserved, to the byte);
 //   - an out-of-memory on one rank (a cap between the stages' peaks) unwinds every rank, no hang;
-//   - nccl: the same bits as local (both sum in rank order), times measured, not modelled.
+//   - nccl: the same bits as local (both sum in rank order), times measured, not modelled;
+//   - sequence parallelism (--sp) in each of these: the axis all-gathers and reduce-scatters on the
+//     device (local: copies and the rank-order sum kernel per sequence; nccl: one collective per sequence).
 #include <math.h>
 #include <stdio.h>
 #include "kernels/device.h"
@@ -34,23 +36,27 @@ static void compare(const char *what, const mo_gpt_config *c, const split_ref *g
 }
 
 static void test_split_equals_unsplit(uint64_t seed) {
-    int grid[][4] = {{2, 1, 1, 0}, {4, 1, 2, 0}, {1, 2, 4, 0}, {1, 4, 4, 0}, {2, 2, 4, 0}, {4, 1, 1, 1}, {2, 2, 2, 1}};
+    // tp, pp, accum, fused, sp
+    int grid[][5] = {{2, 1, 1, 0, 0}, {4, 1, 2, 0, 0}, {1, 2, 4, 0, 0}, {1, 4, 4, 0, 0}, {2, 2, 4, 0, 0}, {4, 1, 1, 1, 0},
+                     {2, 2, 2, 1, 0}, {2, 1, 2, 0, 1}, {4, 1, 1, 1, 1}, {2, 2, 4, 0, 1}};
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
         mo_gpt_config c = gpu_config();
         c.accum = grid[i][2];
         c.attn_fused = grid[i][3];
+        mo_gpt_split_config sc = split_sc(grid[i][0], grid[i][1], MO_BACKEND_CUDA);
+        sc.sp = grid[i][4];
         split_ref cpu, gpu, got, again;
         int rep = 0, rep2 = 0;
         if (!split_ref_run(MO_BACKEND_CPU, c, seed, 0, &cpu)) return;
         if (!split_ref_run(MO_BACKEND_CUDA, c, seed, 0, &gpu)) return;
-        if (!split_run(c, split_sc(grid[i][0], grid[i][1], MO_BACKEND_CUDA), seed, 0, &got, &rep)) return;
-        if (!split_run(c, split_sc(grid[i][0], grid[i][1], MO_BACKEND_CUDA), seed, 0, &again, &rep2)) return;
+        if (!split_run(c, sc, seed, 0, &got, &rep)) return;
+        if (!split_run(c, sc, seed, 0, &again, &rep2)) return;
         char what[96];
-        snprintf(what, sizeof what, "tp %d pp %d accum %d attn %s vs cpu unsplit", grid[i][0], grid[i][1], c.accum,
-                 c.attn_fused ? "fused" : "mat.");
+        snprintf(what, sizeof what, "tp %d pp %d accum %d attn %s%s vs cpu unsplit", grid[i][0], grid[i][1], c.accum,
+                 c.attn_fused ? "fused" : "mat.", sc.sp ? " sp" : "");
         compare(what, &c, &got, &cpu, 1e-4, 1e-5);
-        snprintf(what, sizeof what, "tp %d pp %d accum %d attn %s vs cuda unsplit", grid[i][0], grid[i][1], c.accum,
-                 c.attn_fused ? "fused" : "mat.");
+        snprintf(what, sizeof what, "tp %d pp %d accum %d attn %s%s vs cuda unsplit", grid[i][0], grid[i][1], c.accum,
+                 c.attn_fused ? "fused" : "mat.", sc.sp ? " sp" : "");
         compare(what, &c, &got, &gpu, 1e-4, 1e-5);
         CHECK_MSG(rep && rep2, "tp %d pp %d: replicated tensors differ between ranks on the GPU", grid[i][0], grid[i][1]);
         CHECK_MSG(got.loss == again.loss && !memcmp(got.grads, again.grads, got.n * sizeof(float)),
@@ -101,8 +107,9 @@ static void test_mixed(uint64_t seed) {
 }
 
 static void test_dry_equals_cuda(void) {
-    int grid[][5] = {{2, 1, 1, MO_CKPT_NONE, 0}, {1, 2, 2, MO_CKPT_FULL, 0}, {2, 2, 4, MO_CKPT_SELECTIVE, 0},
-                     {4, 1, 2, MO_CKPT_SQRT, 1}};
+    // tp, pp, accum, ckpt, fused, sp
+    int grid[][6] = {{2, 1, 1, MO_CKPT_NONE, 0, 0}, {1, 2, 2, MO_CKPT_FULL, 0, 0}, {2, 2, 4, MO_CKPT_SELECTIVE, 0, 0},
+                     {4, 1, 2, MO_CKPT_SQRT, 1, 0}, {2, 1, 2, MO_CKPT_FULL, 0, 1}, {4, 2, 2, MO_CKPT_NONE, 1, 1}};
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
         mo_gpt_config c = gpu_config();
         c.accum = grid[i][2]; c.ckpt = (mo_ckpt_kind)grid[i][3]; c.attn_fused = grid[i][4];
@@ -112,6 +119,7 @@ static void test_dry_equals_cuda(void) {
         for (int b = 0; b < 2; b++) {
             mo_gpt_split *s = NULL;
             mo_gpt_split_config sc = split_sc(grid[i][0], grid[i][1], b ? MO_BACKEND_DRY : MO_BACKEND_CUDA);
+            sc.sp = grid[i][5];
             if (!CHECK_OK(split_open(&s, &c, &sc, 4))) return;
             CHECK_OK(mo_gpt_split_step(s));
             CHECK_OK(mo_gpt_split_step(s));
@@ -122,7 +130,8 @@ static void test_dry_equals_cuda(void) {
             CHECK_EQ_U64(st[0][r].peak_allocated_bytes, st[1][r].peak_allocated_bytes);
             CHECK_EQ_U64(st[0][r].peak_reserved_bytes, st[1][r].peak_reserved_bytes);
         }
-        printf("  tp %d pp %d accum %d: cuda rank peaks %llu .. %llu, dry equal: checked\n", grid[i][0], grid[i][1], c.accum,
+        printf("  tp %d pp %d accum %d%s: cuda rank peaks %llu .. %llu, dry equal: checked\n", grid[i][0], grid[i][1], c.accum,
+               grid[i][5] ? " sp" : "",
                (unsigned long long)st[0][0].peak_allocated_bytes, (unsigned long long)st[0][W - 1].peak_allocated_bytes);
     }
 }
@@ -174,7 +183,7 @@ static void test_nccl(uint64_t seed) {
 #else
     int n = 0;
     CHECK_OK(mo_device_count(&n));
-    int grid[][3] = {{2, 1, 1}, {1, 2, 2}, {2, 2, 4}, {4, 2, 4}};
+    int grid[][4] = {{2, 1, 1, 0}, {1, 2, 2, 0}, {2, 2, 4, 0}, {4, 2, 4, 0}, {2, 1, 2, 1}, {2, 2, 4, 1}}; // tp, pp, accum, sp
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
         int W = grid[i][0] * grid[i][1];
         if (W > n) {
@@ -186,12 +195,14 @@ static void test_nccl(uint64_t seed) {
         split_ref loc, nc, cpu;
         int rep = 0;
         mo_gpt_split_config sc = split_sc(grid[i][0], grid[i][1], MO_BACKEND_CUDA);
+        sc.sp = grid[i][3];
         if (!split_ref_run(MO_BACKEND_CPU, c, seed, 0, &cpu)) return;
         if (!split_run(c, sc, seed, 0, &loc, &rep)) return;
         sc.comm = 1;
         if (!split_run(c, sc, seed, 0, &nc, &rep)) return;
         char what[64];
-        snprintf(what, sizeof what, "nccl tp %d pp %d accum %d vs cpu unsplit", grid[i][0], grid[i][1], c.accum);
+        snprintf(what, sizeof what, "nccl tp %d pp %d accum %d%s vs cpu unsplit", grid[i][0], grid[i][1], c.accum,
+                 sc.sp ? " sp" : "");
         compare(what, &c, &nc, &cpu, 1e-4, 1e-5);
         CHECK(rep);
         CHECK_MSG(nc.loss == loc.loss && !memcmp(nc.grads, loc.grads, nc.n * sizeof(float)),

@@ -53,6 +53,42 @@ static void one_case(const char *model, const char *const *base, int blocks, con
            (unsigned long long)off.copies.bytes, off.copies.copy_ms, off.copies.stall_ms, OA_STEPS);
 }
 
+// The copies made late on purpose (the copy stream spins before each) and every fetched block poisoned with
+// NaN before its copy: still bit-identical, so every read waits for its copy. Then the negative control:
+// with the joins skipped the same runs must come out different (NaN or other bits), or this test could
+// not see a missing join at all.
+static void test_late_copies(void) {
+    static const struct { const char *const *base; const char *prec, *ckpt, *accum; } cases[] = {
+        {gpt_base, "bf16", "full", "2"}, {gpt_base, "fp32", "every:2", "1"}, {mlp_base, "fp32", "full", "2"},
+        {res_base, "bf16", "full", "1"}};
+    for (int i = 0; i < 4; i++) {
+        const char *kv_none[] = {"--precision", cases[i].prec, "--ckpt", cases[i].ckpt, "--accum", cases[i].accum, NULL};
+        const char *kv_off[] = {"--precision", cases[i].prec, "--ckpt", cases[i].ckpt, "--accum", cases[i].accum,
+                                "--offload", "activations", NULL};
+        mo_run_config rc_none, rc_off;
+        oa_config(cases[i].base, kv_none, MO_BACKEND_CUDA, &rc_none);
+        oa_config(cases[i].base, kv_off, MO_BACKEND_CUDA, &rc_off);
+        oa_result none, late, skip;
+        oa_run(&rc_none, &none);
+        mo_copy_testing = (mo_copy_test){.delay_us = 300, .poison = 1, .skip_joins = 0};
+        oa_run(&rc_off, &late);
+        mo_copy_testing.skip_joins = 1;
+        oa_run(&rc_off, &skip);
+        mo_copy_testing = (mo_copy_test){0};
+        const char *model = rc_off.model;
+        CHECK_MSG(none.ok && late.ok && !memcmp(none.loss, late.loss, sizeof none.loss),
+                  "%s %s %s: late, poisoned copies: losses %.9g %.9g %.9g, without offload %.9g %.9g %.9g", model,
+                  cases[i].prec, cases[i].ckpt, late.loss[0], late.loss[1], late.loss[2], none.loss[0], none.loss[1],
+                  none.loss[2]);
+        CHECK_MSG(memcmp(none.loss, skip.loss, sizeof none.loss) != 0,
+                  "%s %s %s: with the joins skipped the losses stayed the same: the test cannot see a missing join",
+                  model, cases[i].prec, cases[i].ckpt);
+        printf(" late copies %s %s %s: stall %.3f ms of %.3f ms copying (same bits); joins skipped: losses %.6g %.6g %.6g"
+               " (want different from %.6g %.6g %.6g)\n", model, cases[i].prec, cases[i].ckpt, late.copies.stall_ms,
+               late.copies.copy_ms, skip.loss[0], skip.loss[1], skip.loss[2], none.loss[0], none.loss[1], none.loss[2]);
+    }
+}
+
 int main(void) {
     test_require_gpu();
     static const char *const precs[] = {"fp32", "tf32", "bf16", "fp16"};
@@ -64,5 +100,6 @@ int main(void) {
         for (int p = 0; p < 4; p++)
             for (int c = 0; c < 4; c++)
                 for (int a = 0; a < 2; a++) one_case(models[m].name, models[m].base, models[m].blocks, precs[p], ckpts[c], accums[a]);
+    test_late_copies();
     return test_finish();
 }

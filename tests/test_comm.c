@@ -4,6 +4,8 @@
 //   the same bits when repeated; the data spans 2^-12..2^12 so that another order would change bits
 //   (checked: the reverse order differs);
 //   all-gather and reduce-scatter contents, out of place and in place;
+//   the _axis forms (sequence parallelism): per outer block, contents, rank-ordered sums, 2-byte
+//   elements for the gather, accounting, and mismatched blocks or overlapping buffers refused;
 //   send/recv around a ring (even ranks send first) and sendrecv around a ring (all at once);
 //   the barrier really waits (no rank leaves round k before every rank entered it);
 //   back-to-back all-reduces that overwrite their buffer at once (the lifetime argument);
@@ -293,6 +295,109 @@ static void test_collectives(void) {
         printf("local cpu collectives, W = %d\n", W);
         run_ranks(W, MO_BACKEND_CPU, body_collectives, NULL);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Along an axis: a (outer, W * n) tensor of which rank p holds (outer, n), as a (B, T, C) tensor
+// sharded along T. Checked against references built here from the regenerated inputs.
+
+enum { T_AXG = 11, T_AXS };
+static const size_t ax_outer[] = {1, 3}, ax_n[] = {0, 1, 5, 64};
+
+static void body_axis(rank_env *e) {
+    int W = e->W, r = e->r;
+    mo_comm *c = e->c;
+    for (size_t oi = 0; oi < 2; oi++)
+        for (size_t ni = 0; ni < 4; ni++) {
+            size_t outer = ax_outer[oi], n = ax_n[ni], whole = outer * (size_t)W * n;
+            int salt = (int)(oi * 4 + ni);
+            // gather of fp32 elements
+            float *send = fnew(outer * n), *recv = fnew(whole), *x = fnew(outer * n);
+            gen(send, outer * n, T_AXG, W, r, salt);
+            poison(recv, whole);
+            TCHECK_OK(mo_comm_allgather_axis(c, send, recv, outer, n, sizeof(float)));
+            int ok = 1;
+            for (int p = 0; p < W; p++) {
+                gen(x, outer * n, T_AXG, W, p, salt);
+                for (size_t o = 0; o < outer; o++) ok &= same_bits(recv + (o * (size_t)W + (size_t)p) * n, x + o * n, n);
+            }
+            TCHECK(ok, "W=%d rank %d outer %zu n=%zu: all-gather along the axis, contents", W, r, outer, n);
+            expect(e, MO_COMM_OP_ALLGATHER, (uint64_t)(W - 1) * outer * n * 4, (uint64_t)(W - 1) * outer * n * 4);
+            // gather of 2-byte elements (a 16-bit activation): the bits move as they are
+            uint16_t *s16 = xmalloc(outer * n * 2 + 2), *r16 = xmalloc(whole * 2 + 2);
+            for (size_t i = 0; i < outer * n; i++) s16[i] = (uint16_t)(0x3c00u + (unsigned)r * 977u + (unsigned)i);
+            memset(r16, 0xff, whole * 2);
+            TCHECK_OK(mo_comm_allgather_axis(c, s16, r16, outer, n, 2));
+            ok = 1;
+            for (int p = 0; p < W; p++)
+                for (size_t o = 0; o < outer; o++)
+                    for (size_t i = 0; i < n; i++)
+                        ok &= r16[(o * (size_t)W + (size_t)p) * n + i] == (uint16_t)(0x3c00u + (unsigned)p * 977u + (unsigned)(o * n + i));
+            TCHECK(ok, "W=%d rank %d outer %zu n=%zu: 2-byte all-gather along the axis, contents", W, r, outer, n);
+            expect(e, MO_COMM_OP_ALLGATHER, (uint64_t)(W - 1) * outer * n * 2, (uint64_t)(W - 1) * outer * n * 2);
+            // reduce-scatter: rank r's block o is the rank-ordered sum of every rank's [o][r]
+            float *rs = fnew(whole), *out = fnew(outer * n), *ref = fnew(outer * n), *y = fnew(whole);
+            gen(rs, whole, T_AXS, W, r, salt);
+            poison(out, outer * n);
+            TCHECK_OK(mo_comm_reduce_scatter_axis(c, rs, out, outer, n));
+            for (int p = 0; p < W; p++) {
+                gen(y, whole, T_AXS, W, p, salt);
+                for (size_t o = 0; o < outer; o++)
+                    for (size_t i = 0; i < n; i++) {
+                        float v = y[(o * (size_t)W + (size_t)r) * n + i];
+                        ref[o * n + i] = p == 0 ? v : ref[o * n + i] + v;
+                    }
+            }
+            TCHECK(same_bits(out, ref, outer * n), "W=%d rank %d outer %zu n=%zu: reduce-scatter along the axis != rank-ordered sum",
+                   W, r, outer, n);
+            expect(e, MO_COMM_OP_REDUCE_SCATTER, (uint64_t)(W - 1) * outer * n * 4, (uint64_t)(W - 1) * outer * n * 4);
+            free(send); free(recv); free(x); free(s16); free(r16); free(rs); free(out); free(ref); free(y);
+        }
+    mo_comm_stat st;
+    TCHECK_OK(mo_comm_stats(c, &st));
+    TCHECK(st.ops == e->ops && st.bytes == e->bytes && fabs(st.time_ms - e->ms) <= 1e-9 * (1 + e->ms),
+           "W=%d rank %d: axis ops accounting: ops %llu bytes %llu (want %llu, %llu)", W, r, (unsigned long long)st.ops,
+           (unsigned long long)st.bytes, (unsigned long long)e->ops, (unsigned long long)e->bytes);
+    TCHECK(st.op_count[MO_COMM_OP_ALLGATHER] == 16 && st.op_count[MO_COMM_OP_REDUCE_SCATTER] == 8 &&
+               st.op_count[MO_COMM_OP_ALLREDUCE] == 0, "W=%d rank %d: axis op counts", W, r);
+    // Bad arguments fail on every rank, none hangs: blocks that differ between ranks (W > 1), send
+    // overlapping recv, element size out of range; then a good op still works.
+    float buf[64];
+    for (int i = 0; i < 64; i++) buf[i] = (float)(r + 1);
+    if (W > 1) TCHECK_ST(mo_comm_allgather_axis(c, buf, buf + 32, r == 0 ? 2 : 1, 4, 4), MO_ERR_INVALID);
+    TCHECK_ST(mo_comm_allgather_axis(c, buf, buf + 2, 1, 4, 4), MO_ERR_INVALID);
+    TCHECK_ST(mo_comm_reduce_scatter_axis(c, buf, buf + 1, 1, 4), MO_ERR_INVALID);
+    TCHECK_ST(mo_comm_allgather_axis(c, buf, buf + 32, 1, 1, 17), MO_ERR_INVALID);
+    float one[4] = {0, 0, 0, 0};
+    TCHECK_OK(mo_comm_reduce_scatter_axis(c, buf, one, 1, 4 / (size_t)W > 0 ? 4 / (size_t)W : 1));
+    TCHECK(one[0] == (float)(W * (W + 1) / 2), "W=%d rank %d: reduce-scatter along the axis after the failures: %g", W, r,
+           (double)one[0]);
+}
+
+static void test_axis(void) {
+    for (int W = 1; W <= 4; W++) {
+        printf("local cpu collectives along an axis, W = %d\n", W);
+        run_ranks(W, MO_BACKEND_CPU, body_axis, NULL);
+    }
+    // dry: nothing read or written, the bytes counted the same
+    mo_comm_group *g = NULL;
+    CHECK_OK(mo_comm_group_create(MO_COMM_LOCAL, 2, MO_BACKEND_DRY, &g));
+    mo_allocator *a = NULL;
+    mo_ctx *x = NULL;
+    mo_comm *c = NULL;
+    CHECK_OK(mo_allocator_create(&a, MO_ALLOC_CACHING, MO_BACKEND_DRY, 0, NULL));
+    CHECK_OK(mo_ctx_create(&x, MO_BACKEND_DRY, a));
+    CHECK_OK(mo_comm_rank(g, 1, x, &c));
+    CHECK_OK(mo_comm_allgather_axis(c, (void *)16, (void *)4096, 3, 10, 2));
+    CHECK_OK(mo_comm_reduce_scatter_axis(c, (const float *)4096, (float *)16, 3, 10));
+    mo_comm_stat st;
+    CHECK_OK(mo_comm_stats(c, &st));
+    CHECK_MSG(st.ops == 2 && st.bytes == 3 * 10 * 2 + 3 * 10 * 4, "dry axis ops: %llu ops, %llu bytes (want 2, %d)",
+              (unsigned long long)st.ops, (unsigned long long)st.bytes, 3 * 10 * 2 + 3 * 10 * 4);
+    mo_comm_destroy(c);
+    mo_ctx_destroy(x);
+    mo_allocator_destroy(a);
+    mo_comm_group_destroy(g);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -616,6 +721,7 @@ int main(void) {
     test_formulas();
     test_bad_args();
     test_collectives();
+    test_axis();
     test_sync();
     test_dry();
     test_guard();

@@ -206,6 +206,19 @@ static void test_offload_axis(void) {
             mo_clear_error();
         }
     }
+    // ... and after --sp, appended before it.
+    fresh(MO_CMD_SWEEP);
+    CHECK_OK(mo_config_set(&cfg, "--tp", "2"));
+    CHECK_OK(mo_config_set(&cfg, "--sp", "0,1"));
+    CHECK_OK(mo_config_set(&cfg, "--offload", "none,optimizer"));
+    CHECK_OK(mo_config_finish(&cfg));
+    CHECK_EQ_U64(mo_config_count(&cfg), 4);
+    for (size_t i = 0; i < 4; i++) {
+        mo_run_config rc;
+        CHECK_OK(mo_config_combination(&cfg, i, &rc));
+        CHECK_MSG(rc.offload == want_off[i % 2] && rc.sp == (int)(i / 2), "combination %zu: offload %s sp %d", i,
+                  mo_offload_name(rc.offload), rc.sp);
+    }
     // With one value the grid is the one without the flag, combination by combination.
     fresh(MO_CMD_SWEEP);
     CHECK_OK(mo_config_set(&cfg, "--ckpt", "none,full"));

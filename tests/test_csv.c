@@ -82,6 +82,7 @@ static void full_row(mo_csv_row *r) {
     r->dp = 4; r->zero = 3;
     snprintf(r->offload, sizeof r->offload, "optimizer");
     r->host_bytes = 1991614464LL;
+    r->sp = 1;
 }
 
 static int same_double(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
@@ -108,13 +109,13 @@ static void test_header(void) {
     CHECK(strstr(h, ",items_per_s,inactive_split_bytes,largest_free_block_bytes,segments,") != NULL);
     // Schema 3 adds dp and zero before knobs, which stays the last column.
     // Schema 4 adds offload and host_bytes after them, schema 5 offload_copy_ms and offload_stall_ms,
-    // still before knobs.
-    CHECK(strstr(h, ",segments,dp,zero,offload,host_bytes,offload_copy_ms,offload_stall_ms,knobs") != NULL &&
+    // schema 6 sp, still before knobs.
+    CHECK(strstr(h, ",segments,dp,zero,offload,host_bytes,offload_copy_ms,offload_stall_ms,sp,knobs") != NULL &&
           !strcmp(strrchr(h, ','), ",knobs"));
-    CHECK_EQ_U64(mo_csv_num_columns(), 69);
+    CHECK_EQ_U64(mo_csv_num_columns(), 70);
     int commas = 0;
     for (const char *p = h; *p; p++) commas += *p == ',';
-    CHECK_EQ_U64(commas + 1, 69);
+    CHECK_EQ_U64(commas + 1, 70);
 }
 
 static void test_round_trip(void) {
@@ -198,7 +199,7 @@ static void test_schema1_dims(void) {
         // The key equals the same configuration's as a schema-2 row writes it.
         mo_csv_row now = r;
         now.schema_version = MO_CSV_SCHEMA_VERSION;
-        now.dp = 1; now.zero = 0; // schema 1 had no data parallelism, nor offload
+        now.dp = 1; now.zero = 0; now.sp = 0; // schema 1 had no data parallelism, nor offload, nor sp
         snprintf(now.offload, sizeof now.offload, "none");
         snprintf(now.dims, sizeof now.dims, "L12 C768 H12 T1024 V50304");
         char k1[1024], k2[1024];
@@ -289,16 +290,32 @@ static void test_refusals(void) {
 
     // Another schema_version.
     char text[8192];
-    snprintf(text, sizeof text, "%s\n6,,,,\n", mo_csv_header());
+    snprintf(text, sizeof text, "%s\n7,,,,\n", mo_csv_header());
     write_file(path, text);
     CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID);
     char want[256];
-    snprintf(want, sizeof want, "%s: schema_version 6, this memopt reads 1 to 5", path);
+    snprintf(want, sizeof want, "%s: schema_version 7, this memopt reads 1 to 6", path);
     CHECK_MSG(strstr(mo_errmsg(), want) != NULL, "%s", mo_errmsg());
-    // A version-6 file with columns this schema lacks still gets the version message first.
-    snprintf(text, sizeof text, "schema_version,new_column\n6,x\n");
+    // A version-7 file with columns this schema lacks still gets the version message first.
+    snprintf(text, sizeof text, "schema_version,new_column\n7,x\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 6, this memopt reads 1 to 5"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 7, this memopt reads 1 to 6"));
+    // A schema 4 row (no sp column) reads as sp 0, its key unchanged; a schema 6 row with sp 1 has
+    // it in its key, and one with sp 0 the same key as the schema 4 row.
+    snprintf(text, sizeof text, "schema_version,model,layers,tp,sp\n4,gpt,12,2,\n6,gpt,12,2,1\n6,gpt,12,2,0\n");
+    write_file(path, text);
+    if (CHECK_OK(mo_csv_read(path, &got, &n))) {
+        char k4[2048], k6[2048], k60[2048];
+        if (CHECK_EQ_U64(n, 3)) {
+            mo_csv_config_key(&got[0], k4, sizeof k4);
+            mo_csv_config_key(&got[1], k6, sizeof k6);
+            mo_csv_config_key(&got[2], k60, sizeof k60);
+            CHECK_MSG(got[0].sp == 0 && !strstr(k4, "sp="), "schema 4 row: sp %lld key %s", (long long)got[0].sp, k4);
+            CHECK_MSG(got[1].sp == 1 && strstr(k6, " sp=1") && strncmp(k4, k6, strlen(k4)) == 0, "sp key: %s", k6);
+            CHECK_MSG(!strcmp(k4, k60), "an sp 0 row's key differs from an older row's: %s / %s", k60, k4);
+        }
+        free(got);
+    }
     // A schema 3 row (no offload, host_bytes columns) reads as offload none, host_bytes 0, its key unchanged;
     // a schema 4 row with offload optimizer has it in its key.
     snprintf(text, sizeof text, "schema_version,model,layers,dp,zero\n3,gpt,12,2,1\n4,gpt,12,2,1\n");
@@ -326,7 +343,7 @@ static void test_refusals(void) {
     }
     snprintf(text, sizeof text, "schema_version,layers\n0,12\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 5"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 6"));
 
     // A different header: the writer refuses and leaves the file alone.
     write_file(path, "a,b,c\n1,2,3\n");

@@ -328,6 +328,11 @@ if has shard; then
     timeout 120 $M run --preset gpt2-124m --precision fp32 --dp 2 --zero $z --steps 10 --warmup 3 --csv "$csv" \
       | grep -E "step:|peak alloc|rank|comm" | sed "s/^/fp32 dp 2 zero $z: /"
   done
+  # --sp beside plain tp (two ranks as threads on this GPU, local communicator): per-rank peaks and time
+  for sp in 0 1; do
+    timeout 120 $M run --preset gpt2-124m --precision bf16 --tp 2 --sp $sp --steps 10 --warmup 3 --csv "$csv" \
+      | grep -E "step:|peak alloc|rank|comm" | sed "s/^/bf16 tp 2 sp $sp: /"
+  done
   # --offload activations beside the same checkpointing without it: GPT-2 124M fp32 and bf16 ckpt full,
   # the MLP's mlp-act bf16 ckpt full, ResNet-50 batch 128 bf16 ckpt full (the copy stream's busy time and
   # the compute stream's stall are in the row: offload_copy_ms, offload_stall_ms)
