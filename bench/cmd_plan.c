@@ -7,6 +7,10 @@
 // (precision fp32,tf32,bf16,fp16; attn materialized,fused; ckpt none,selective,sqrt,full; accum
 // 1,2,4,8 where the batch divides). The single values (or the first of each list) are "the asked
 // configuration", planned in detail first.
+//
+// --offload is an axis of model points, as --dp and --zero are: each value is planned in full (its
+// exact device peak and host_bytes from the dry run; its time with the offloaded copies and host work of
+// its cost trace, planner_roofline.c), and with a list the values are compared at the end.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -157,11 +161,46 @@ static mo_status evaluate(entry *e, const target *t, const mo_run_env *env, int 
     return MO_OK;
 }
 
+// --offload: the host memory the dry run counted, and what the copies and the host's work add to the
+// step and why (the assumptions are stated where the figures are).
+static void print_offload(const entry *e, const target *t) {
+    const mo_csv_row *r = &e->fit.row;
+    char b1[32];
+    if (!e->rc.offload || strcmp(r->status, "ok")) return;
+    const int opt = e->rc.offload == MO_OFFLOAD_OPTIMIZER;
+    const int half = e->rc.precision == MO_PREC_FP16 || e->rc.precision == MO_PREC_BF16;
+    printf("  offload %s: host memory %lld B (%s: %s; pinned on cuda), not in the device figures above\n",
+           mo_offload_name(e->rc.offload), (long long)r->host_bytes, gib((uint64_t)(r->host_bytes > 0 ? r->host_bytes : 0), b1),
+           opt ? (half ? "AdamW m, v, the fp32 master and the update's gradient staging" : "AdamW m, v and the update's staging of the gradients and weights")
+               : "the checkpointed segments' inputs but the last, while they wait for their recompute");
+    if (isnan(e->ms) || !t->time_gpu) return;
+    const mo_gpu_spec *g = t->time_gpu;
+    const mo_roofline *f = &e->roof;
+    const char *unsure = g->unsure & MO_GPU_F_HOST ? "?" : "";
+    if (opt) {
+        printf("  offloaded update: %.0f B a step over the host link (the gradients down, %s) at %g%s GB/s a direction = %.1f ms;\n"
+               "    the host AdamW%s: %.0f B of host memory traffic at %g GB/s (assumed: one CPU core, MO_PLAN_HOST_GBS) = %.1f ms;\n"
+               "    both added to the step whole: the copies are synchronous and the update waits for the host (no overlap)\n",
+               f->host_copy_bytes, half ? "the 16-bit weights back" : "the weights down and back", g->host_gbs, unsure,
+               1e3 * f->host_copy_s, half ? " and its cast to 16 bits" : "", f->host_work_bytes, MO_PLAN_HOST_GBS, 1e3 * f->host_s);
+    } else {
+        const mo_precision p = e->rc.precision;
+        printf("  copy stream: %.0f B a step (each offloaded input out and back) at %g%s GB/s a direction: out %.1f ms beside\n"
+               "    the %.1f ms of their blocks' forward, back %.1f ms beside the %.1f ms of the next segments' recompute and\n"
+               "    backward: %.1f ms exposed, added to the step (first order: per direction, the copies' time beyond the compute\n"
+               "    between each copy and its join, from the trace; the link at its stated rate; offload_stall_ms of a GPU row\n"
+               "    measures the wait)\n",
+               f->copy_bytes, g->host_gbs, unsure, 1e3 * f->copy_dir_s[0], mo_plan_copy_window_ms(f, &t->cal, p, 0),
+               1e3 * f->copy_dir_s[1], mo_plan_copy_window_ms(f, &t->cal, p, 1), mo_plan_offload_exposed_ms(f, &t->cal, p));
+    }
+}
+
 static void print_asked(const entry *e, const target *t) {
     char b1[32], b2[32], s[128];
     const mo_csv_row *r = &e->fit.row;
     short_strategy(&e->rc, s, sizeof s);
-    printf("\nasked: %s, alloc %s, cap %s\n", s, mo_alloc_kind_name(e->rc.alloc), e->rc.cap_text);
+    printf("\nasked: %s, alloc %s, cap %s%s%s\n", s, mo_alloc_kind_name(e->rc.alloc), e->rc.cap_text,
+           e->rc.offload ? ", offload " : "", e->rc.offload ? mo_offload_name(e->rc.offload) : "");
     if (!e->fit.plannable) {
         printf("  not plannable: %s: %s\n", r->status, r->detail);
         return;
@@ -212,7 +251,10 @@ static void print_asked(const entry *e, const target *t) {
                    e->rc.tp * e->rc.pp, t->time_gpu->key, e->rc.tp * e->rc.pp,
                    e->rc.sp ? "the head / tp (sequence parallel: its seq/tp positions)" : "the whole head", e->roof.bubble,
                    1e3 * e->roof.comm_s, t->time_gpu->link);
+    } else if (e->rc.offload && t->time_gpu && !(t->time_gpu->host_gbs > 0)) {
+        printf("  no step time: the catalog entry %s has no host_gbs (the host link the offloaded copies take)\n", t->time_gpu->key);
     }
+    print_offload(e, t);
 }
 
 static int cmp_entry(const void *x, const void *y) {
@@ -274,7 +316,7 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
     entry *es = calloc(cap, sizeof *es);
     if (!es) return MO_FAIL(MO_ERR_INTERNAL, "out of host memory");
     size_t n = 0;
-    int skipped_accum = 0;
+    int skipped_accum = 0, skipped_offload = 0;
     char notes[4][256];
     int nnotes = 0;
     mo_status st = MO_OK;
@@ -291,6 +333,8 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
                     if (mo_run_config_validate(&e->rc) != MO_OK) {
                         mo_clear_error();
                         skipped_accum += point->batch % Q[iq] != 0;
+                        skipped_offload += point->batch % Q[iq] == 0 && point->offload == MO_OFFLOAD_ACTIVATIONS &&
+                                           (K[ik].kind == MO_CKPT_NONE || K[ik].kind == MO_CKPT_SELECTIVE);
                         continue;
                     }
                     st = evaluate(e, t, env, 0, runs);
@@ -318,8 +362,10 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
     char b1[32];
     size_t nfit = 0;
     for (size_t i = 0; i < n; i++) nfit += es[i].fit.fits;
-    printf("\nstrategy combinations at batch %d: %zu planned, %zu fit, ranked by predicted step time%s\n", point->batch, n, nfit,
-           t->time_gpu ? "" : " (no GPU rates: by peak)");
+    char with[48] = "";
+    if (point->offload) snprintf(with, sizeof with, " with --offload %s", mo_offload_name(point->offload));
+    printf("\nstrategy combinations at batch %d%s: %zu planned, %zu fit, ranked by predicted step time%s\n", point->batch, with, n,
+           nfit, t->time_gpu ? "" : " (no GPU rates: by peak)");
     char items_hdr[24];
     snprintf(items_hdr, sizeof items_hdr, "%s/s", n ? item_name(&es[0].rc) : "items"); // one model per plan
     printf("  %4s  %-9s %-12s %-9s %5s  %13s  %4s  %9s  %10s  %9s\n", "rank", "precision", "attn", "ckpt", "accum", "peak reserved",
@@ -357,7 +403,8 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
             char b2[32];
             printf("  the parameters, gradients and optimizer state alone take %s of the %s headroom: no activation strategy\n"
                    "  can fit it (mixed precision keeps fp32 master weights and Adam state: no fewer bytes); it needs\n"
-                   "  the model split across GPUs (--tp, --pp) or a GPU with more memory\n",
+                   "  the model split across GPUs (--tp, --pp), its state sharded (--gpus N), AdamW's state in host\n"
+                   "  memory (gpt: --offload optimizer) or a GPU with more memory\n",
                    gib((uint64_t)es[0].fit.row.static_bytes, b1), gib(t->headroom, b2));
         }
     }
@@ -376,10 +423,14 @@ static mo_status plan_table(const mo_config *cfg, const mo_run_config *point, co
             else fprintf(t->csv, "%.3f,%.0f,", e->ms, tokens_per_s(&e->rc, e->ms));
             if (e->max_done) fprintf(t->csv, "%d,%d,", e->max_batch, e->at_limit);
             else fprintf(t->csv, ",,");
-            fprintf(t->csv, "%s,%s\n", e->rc.model, dims); // the model and its own dimension text (no commas)
+            fprintf(t->csv, "%s,%s,%s,%lld\n", e->rc.model, dims, mo_offload_name(e->rc.offload),
+                    (long long)e->fit.row.host_bytes); // the model, its own dimension text (no commas), what lives on the host
         }
     for (int i = 0; i < nnotes; i++) printf("  not plannable: %s\n", notes[i]);
     if (skipped_accum) printf("  (%d combinations skipped: accum does not divide batch %d)\n", skipped_accum, point->batch);
+    if (skipped_offload)
+        printf("  (%d combinations skipped: --offload activations needs checkpoint segments, which ckpt none and selective lack)\n",
+               skipped_offload);
     printf("  (yes* fits only after the allocator releases cached segments; max batch: the largest global batch that fits, searched for the first %d rows)\n", MAX_BATCH_ROWS);
     free(es);
     return MO_OK;
@@ -445,6 +496,61 @@ static mo_status plan_zero(const mo_run_config *point, int N, const target *t, c
     return MO_OK;
 }
 
+// --offload with a list: the asked configuration under each value side by side (exact device peak,
+// host memory, the step time with the offload's copies and host work), and the fastest that fits, a
+// tie going to the value that keeps less in host memory. have[k] 0: value k was not plannable.
+static void plan_offload_compare(const entry *es, const int *have, int n) {
+    char b1[32], b2[32], b3[32], s[128];
+    int first = -1;
+    for (int k = 0; k < n && first < 0; k++)
+        if (have[k]) first = k;
+    if (first < 0) return;
+    short_strategy(&es[first].rc, s, sizeof s);
+    printf("\noffload compared: %s, batch %d\n", s, es[first].rc.batch);
+    char items_hdr[24];
+    snprintf(items_hdr, sizeof items_hdr, "%s/s", item_name(&es[first].rc));
+    printf("  %-12s %15s  %13s  %4s  %12s  %9s  %10s\n", "offload", "peak allocated", "peak reserved", "fits", "host memory",
+           "step ms", items_hdr);
+    int best = -1;
+    for (int k = 0; k < n; k++) {
+        const entry *e = &es[k];
+        if (!have[k]) continue;
+        const mo_csv_row *r = &e->fit.row;
+        if (!e->fit.plannable) {
+            printf("  %-12s not plannable: %s: %s\n", mo_offload_name(e->rc.offload), r->status, r->detail);
+            continue;
+        }
+        char ms[16] = "-", tps[16] = "-";
+        if (!isnan(e->ms)) {
+            snprintf(ms, sizeof ms, "%.1f", e->ms);
+            snprintf(tps, sizeof tps, "%.0f", tokens_per_s(&e->rc, e->ms));
+        }
+        printf("  %-12s %15s  %13s  %4s  %12s  %9s  %10s\n", mo_offload_name(e->rc.offload),
+               gib((uint64_t)(r->peak_allocated_bytes > 0 ? r->peak_allocated_bytes : 0), b1),
+               gib((uint64_t)(r->peak_reserved_bytes > 0 ? r->peak_reserved_bytes : 0), b2),
+               e->fit.fits ? (e->fit.retries ? "yes*" : "yes") : "no", gib((uint64_t)(r->host_bytes > 0 ? r->host_bytes : 0), b3), ms,
+               tps);
+        if (!e->fit.fits) continue;
+        if (best < 0) { best = k; continue; }
+        const entry *b = &es[best];
+        int faster = !isnan(e->ms) && (isnan(b->ms) || e->ms < b->ms);
+        int tie = (isnan(e->ms) && isnan(b->ms)) || e->ms == b->ms;
+        if (faster || (tie && r->host_bytes < b->fit.row.host_bytes)) best = k;
+    }
+    if (best < 0) {
+        printf("  no --offload value fits at batch %d\n", es[first].rc.batch);
+        return;
+    }
+    const entry *e = &es[best];
+    if (isnan(e->ms))
+        printf("  suggested: --offload %s (no step times: the least host memory of those that fit), peak reserved %s\n",
+               mo_offload_name(e->rc.offload), gib((uint64_t)e->fit.row.peak_reserved_bytes, b1));
+    else
+        printf("  suggested: --offload %s, the fastest that fits: %.1f ms per step, peak reserved %s, host memory %s\n",
+               mo_offload_name(e->rc.offload), e->ms, gib((uint64_t)e->fit.row.peak_reserved_bytes, b1),
+               gib((uint64_t)(e->fit.row.host_bytes > 0 ? e->fit.row.host_bytes : 0), b2));
+}
+
 static void print_model(const mo_run_config *rc) {
     const mo_model_ops *m = mo_model_find(rc->model);
     if (!m) return;
@@ -472,6 +578,9 @@ static mo_status check_gpus(const mo_config *pts, int N) {
         if (N > 1 && rc.tp * rc.pp > 1)
             return MO_FAIL(MO_ERR_INVALID, "--gpus %d with --tp %d --pp %d: data parallelism runs on unsplit models only for now "
                            "(accepted: --tp 1 --pp 1 with --gpus)", N, rc.tp, rc.pp);
+        if (N > 1 && rc.offload)
+            return MO_FAIL(MO_ERR_INVALID, "--gpus %d with --offload %s: offload runs on one unsplit rank only for now "
+                           "(accepted: --offload none with --gpus)", N, mo_offload_name(rc.offload));
     }
     return MO_OK;
 }
@@ -501,37 +610,45 @@ mo_status mo_cmd_plan(const mo_config *cfg) {
             st = MO_FAIL(MO_ERR_IO, "--csv: cannot write '%s': %s", cfg->base.csv, strerror(errno));
         if (st == MO_OK)
             fprintf(t->csv, "rank,layers,hidden,heads,seq,vocab,batch,precision,attn,ckpt,accum,peak_allocated_bytes,"
-                            "peak_reserved_bytes,fits,step_ms,items_per_s,max_batch,max_batch_at_limit,model,dims\n");
+                            "peak_reserved_bytes,fits,step_ms,items_per_s,max_batch,max_batch_at_limit,model,dims,offload,host_bytes\n");
     }
     mo_run_env env;
     if (st == MO_OK) st = mo_plan_env_init(&env);
     size_t npts = st == MO_OK ? mo_config_count(pts) : 0;
     int runs = 0;
+    // --offload is the last axis (the fastest): a group of n_offload consecutive points differs only in it.
+    const int n_off = pts->n_offload > 1 ? pts->n_offload : 1;
+    entry *group = n_off > 1 ? calloc((size_t)n_off, sizeof *group) : NULL;
+    int have[MO_LIST_MAX] = {0};
+    if (n_off > 1 && !group && st == MO_OK) st = MO_FAIL(MO_ERR_INTERNAL, "out of host memory");
     for (size_t i = 0; i < npts && st == MO_OK; i++) {
         mo_run_config rc;
         st = mo_config_combination(pts, i, &rc);
         if (st != MO_OK) break;
         rc.device_mem_bytes = t->total; // fractional caps resolve against the target
+        const int k_off = (int)(i % (size_t)n_off);
+        if (k_off == 0) memset(have, 0, sizeof have);
         if (i) printf("\n");
         print_model(&rc);
         if (i == 0) print_target(t);
         if (mo_run_config_validate(&rc) != MO_OK) {
             printf("  skipped: %s\n", mo_errmsg_plain());
             mo_clear_error();
-            continue;
-        }
-        if (cfg->gpus > 1) {
+        } else if (cfg->gpus > 1) {
             st = plan_zero(&rc, cfg->gpus, t, &env, &runs);
-            continue;
+        } else {
+            entry asked;
+            memset(&asked, 0, sizeof asked);
+            asked.rc = rc;
+            st = evaluate(&asked, t, &env, 1, &runs);
+            if (st != MO_OK) break;
+            print_asked(&asked, t);
+            if (group) group[k_off] = asked, have[k_off] = 1;
+            st = plan_table(cfg, &rc, t, &env, &runs);
         }
-        entry asked;
-        memset(&asked, 0, sizeof asked);
-        asked.rc = rc;
-        st = evaluate(&asked, t, &env, 1, &runs);
-        if (st != MO_OK) break;
-        print_asked(&asked, t);
-        st = plan_table(cfg, &rc, t, &env, &runs);
+        if (st == MO_OK && group && k_off == n_off - 1) plan_offload_compare(group, have, n_off);
     }
+    free(group);
     if (st == MO_OK)
         printf("\nplanned in %.3f s (%d dry runs of the engine; memory exact, times modelled)\n", mo_plan_now() - t0, runs);
     if (t->csv) {

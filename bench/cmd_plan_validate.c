@@ -29,9 +29,13 @@ typedef struct vrow {
 // A GPT row (the default model's; an empty model cell is one) by its GPT columns, another model's by
 // its name and dims text, without the attention form it does not have: "cpu mlp L4 H256 I256 K10 B64 fp32 none a1 caching".
 static void short_config(const mo_csv_row *r, char *buf, size_t n) {
-    char split[32] = "";
+    char split[64] = "";
     if (r->tp * r->pp > 1)
         snprintf(split, sizeof split, " tp%lld pp%lld%s", (long long)r->tp, (long long)r->pp, r->sp > 0 ? " sp" : "");
+    if (r->offload[0] && strcmp(r->offload, "none")) { // an offloaded row never looks like the same row without
+        size_t k = strlen(split);
+        snprintf(split + k, sizeof split - k, " offload %s", r->offload);
+    }
     const char *ksep = r->knobs[0] ? " " : ""; // two rows that differ in knobs never look alike
     if (!r->model[0] || !strcmp(r->model, mo_model_default()->name))
         snprintf(buf, n, "%s L%lld C%lld T%lld B%lld %s %s %s a%lld %s%s%s%s", r->backend, (long long)r->layers,

@@ -190,6 +190,7 @@ void mo_config_defaults(mo_config *c, mo_command command) {
     c->n_dp = 1;         c->dp[0] = 1;
     c->n_zero = 1;       c->zero[0] = 0;
     c->n_sp = 1;         c->sp[0] = 0;
+    c->n_offload = 1;    c->offload[0] = MO_OFFLOAD_NONE;
     c->n_accum = 1;      c->accum[0] = 1;
     c->n_ckpt = 1;       c->ckpt[0] = b->ckpt;
     c->n_alloc = 1;      c->alloc[0] = b->alloc;
@@ -313,12 +314,10 @@ static mo_status set_comm(mo_config *c, const char *f, const char *v, int idx) {
     return MO_OK;
 }
 
+mo_status mo_offload_parse(const char *s, int *out) { return parse_enum("--offload", s, offload_names, COUNT(offload_names), out); }
+
 static mo_status set_offload(mo_config *c, const char *f, const char *v, int idx) {
-    (void)idx;
-    int i = 0;
-    MO_TRY(parse_enum(f, v, offload_names, COUNT(offload_names), &i));
-    c->base.offload = i;
-    return MO_OK;
+    return parse_enum(f, v, offload_names, COUNT(offload_names), &c->offload[idx]);
 }
 
 static mo_status set_on_oom(mo_config *c, const char *f, const char *v, int idx) {
@@ -511,6 +510,7 @@ static int *list_count(mo_config *c, const char *name) {
         {"--cap", offsetof(mo_config, n_cap)},
         {"--dp", offsetof(mo_config, n_dp)},             {"--zero", offsetof(mo_config, n_zero)},
         {"--sp", offsetof(mo_config, n_sp)},
+        {"--offload", offsetof(mo_config, n_offload)},
     };
     for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
         if (!strcmp(name, axes[i].name)) return (int *)((char *)c + axes[i].off);
@@ -542,7 +542,7 @@ static const flag_def flags[] = {
     {{"--zero", "0|1|2|3", "ZeRO level over the --dp ranks: 1 shards AdamW state and master, 2 also gradients, 3 also parameters (default 0)", "strategy", CMDS_CONFIG, 1}, set_zero},
     {{"--sp", "0|1", "sequence parallelism over the --tp ranks: LayerNorms, residual stream, embedding and head sharded along seq, all-gathers and reduce-scatters in place of the all-reduces (default 0; gpt, --tp above 1 dividing seq)", "strategy", CMDS_CONFIG, 1}, set_sp},
     {{"--comm", "local|nccl", "communicator: ranks as threads, or one rank per GPU (default local)", "strategy", CMDS_EXEC, 0}, set_comm},
-    {{"--offload", "none|optimizer|activations", "optimizer: AdamW's m, v and the 16-bit runs' fp32 master in host memory, AdamW on the host (gpt); activations: the checkpointed segments' inputs in host memory between forward and recompute, copied on a stream of their own (every model; needs --ckpt full, every:K, sqrt or segments:N). Default none; unsplit runs", "strategy", CMDS_EXEC, 0}, set_offload},
+    {{"--offload", "none|optimizer|activations", "optimizer: AdamW's m, v and the 16-bit runs' fp32 master in host memory, AdamW on the host (gpt); activations: the checkpointed segments' inputs in host memory between forward and recompute, copied on a stream of their own (every model; needs --ckpt full, every:K, sqrt or segments:N). Default none; unsplit runs", "strategy", CMDS_CONFIG, 1}, set_offload},
     {{"--on-oom", "fail|shrink", "on out of memory: fail the run, or retry with a smaller micro-batch (default fail)", "strategy", B(MO_CMD_RUN) | B(MO_CMD_SWEEP) | B(MO_CMD_CLAIMS), 0}, set_on_oom},
     // run
     {{"--backend", "cuda|cpu|dry", "where it runs: GPU kernels, CPU reference, or allocator only (default cuda)", "run", CMDS_EXEC, 0}, set_backend},
@@ -773,15 +773,16 @@ static mo_status set_grid(mo_config *c, const char *f, const char *path, int idx
 
 // The list-valued axes in their documented nesting order, with their flags: one table for the count,
 // the refusal's message and nothing else to keep in step.
-enum { N_AXES = 20 };
+// Axes added later come last (--dp, --zero, --sp, then --offload), so an older grid file keeps its order.
+enum { N_AXES = 21 };
 static const char *const axis_names[N_AXES] = {"--preset", "--layers", "--hidden", "--heads", "--seq", "--vocab",
                                                "--batch", "--attn", "--precision", "--tp", "--pp", "--accum",
                                                "--ckpt", "--alloc", "--cap", "--input", "--classes", "--dp", "--zero",
-                                               "--sp"};
+                                               "--sp", "--offload"};
 static void axis_lens(const mo_config *c, int lens[N_AXES]) {
     const int l[N_AXES] = {c->n_preset, c->n_layers, c->n_hidden, c->n_heads, c->n_seq, c->n_vocab, c->n_batch,
                            c->n_attn, c->n_precision, c->n_tp, c->n_pp, c->n_accum, c->n_ckpt, c->n_alloc, c->n_cap,
-                           c->n_input, c->n_classes, c->n_dp, c->n_zero, c->n_sp};
+                           c->n_input, c->n_classes, c->n_dp, c->n_zero, c->n_sp, c->n_offload};
     memcpy(lens, l, sizeof l);
 }
 
@@ -809,8 +810,9 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
     size_t count = mo_config_count(c);
     if (i >= count) return MO_FAIL(MO_ERR_INTERNAL, "combination %zu of %zu", i, count);
     // Decode in reverse order of the documented nesting.
-    int k_sp = take(&i, c->n_sp); // appended last (after dp, zero): older grids keep their order
-    int k_zero = take(&i, c->n_zero), k_dp = take(&i, c->n_dp); // appended last: older grids keep their order
+    int k_offload = take(&i, c->n_offload); // appended last (after dp, zero, sp): older grids keep their order
+    int k_sp = take(&i, c->n_sp); // appended after dp, zero
+    int k_zero = take(&i, c->n_zero), k_dp = take(&i, c->n_dp);
     int k_classes = take(&i, c->n_classes), k_input = take(&i, c->n_input);
     int k_cap = take(&i, c->n_cap), k_alloc = take(&i, c->n_alloc), k_ckpt = take(&i, c->n_ckpt);
     int k_accum = take(&i, c->n_accum), k_pp = take(&i, c->n_pp), k_tp = take(&i, c->n_tp);
@@ -839,6 +841,7 @@ mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out
     out->dp = c->dp[k_dp];
     out->zero = c->zero[k_zero];
     out->sp = c->sp[k_sp];
+    out->offload = c->offload[k_offload];
     out->accum = c->accum[k_accum];
     out->ckpt = c->ckpt[k_ckpt];
     out->alloc = c->alloc[k_alloc];

@@ -72,6 +72,7 @@ const char *mo_on_oom_name(mo_on_oom o);
 // --offload: what lives in host memory
 enum { MO_OFFLOAD_NONE = 0, MO_OFFLOAD_OPTIMIZER = 1, MO_OFFLOAD_ACTIVATIONS = 2 };
 const char *mo_offload_name(int offload); // "none", "optimizer", "activations"
+mo_status mo_offload_parse(const char *s, int *out); // the name back to MO_OFFLOAD_*; the error names --offload
 const char *mo_ckpt_format(mo_ckpt c, char *buf, size_t n); // "none", "full", "every:4", "sqrt", "selective", "segments:4"
 mo_status mo_precision_parse(const char *s, mo_precision *out);
 mo_status mo_ckpt_parse(const char *s, mo_ckpt *out);
@@ -147,6 +148,7 @@ typedef struct mo_config {
     int n_dp;        int dp[MO_LIST_MAX];
     int n_zero;      int zero[MO_LIST_MAX];
     int n_sp;        int sp[MO_LIST_MAX];
+    int n_offload;   int offload[MO_LIST_MAX]; // MO_OFFLOAD_*
     int n_accum;     int accum[MO_LIST_MAX];
     int n_ckpt;      mo_ckpt ckpt[MO_LIST_MAX];
     int n_alloc;     mo_alloc_kind alloc[MO_LIST_MAX];
@@ -193,7 +195,8 @@ mo_status mo_config_finish(mo_config *c);
 size_t mo_config_count(const mo_config *c);
 // Combination i, 0 <= i < count. Order: nested loops, the first axis outermost, the last fastest:
 //   preset, layers, hidden, heads, seq, vocab, batch, attn, precision, tp, pp, accum, ckpt, alloc, cap,
-//   input, classes, dp, zero, sp
+//   input, classes, dp, zero, sp, offload
+// (axes added later are appended, so an older grid's combinations keep their indices)
 // (each list in the order given on the command line). Dimensions not given come from the preset.
 // Does not validate: call mo_run_config_validate.
 mo_status mo_config_combination(const mo_config *c, size_t i, mo_run_config *out);

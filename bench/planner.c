@@ -180,6 +180,9 @@ mo_status mo_plan_config_from_row(const mo_csv_row *r, mo_run_config *rc) {
     else return MO_FAIL(MO_ERR_INVALID, "column attn: '%s' (accepted: materialized, fused)", r->attn);
     if (r->ckpt[0]) MO_TRY(mo_ckpt_parse(r->ckpt, &rc->ckpt));
     if (r->alloc[0]) MO_TRY(mo_alloc_kind_parse(r->alloc, &rc->alloc));
+    // The offloaded state is in the host allocator: without it the replay would put it on the device.
+    if (r->offload[0] && mo_offload_parse(r->offload, &rc->offload) != MO_OK)
+        return MO_FAIL(MO_ERR_INVALID, "column offload: '%s' (accepted: none, optimizer, activations)", r->offload);
     // The dry replay runs every rank's allocations in this process: the communicator does not change them.
     rc->comm = MO_COMM_LOCAL;
     if (r->cap_bytes > 0) {

@@ -9,7 +9,10 @@
 // op's FLOPs at the catalog's dense matrix rate
 // for the precision, its bytes at the memory bandwidth, whichever is slower), divided by efficiencies
 // that are fitted to the measured rows in results/*.csv when there are any for the device, and
-// otherwise the stated defaults (MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM).
+// otherwise the stated defaults (MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM). --offload adds what its code
+// records in the same trace: copies between device and host memory at the catalog's host link
+// (host_gbs), the CPU's work at MO_PLAN_HOST_GBS, and the copy stream's copies beside the compute they
+// can hide behind (mo_plan_offload_exposed_ms); none of it is fitted.
 //
 // The three parts live in three files: planner_catalog.c (the GPU catalog bench/gpus.txt),
 // planner.c (dry runs: peaks, fits, largest batch, the strategy table), planner_roofline.c (the time
@@ -48,6 +51,12 @@ extern "C" {
 #define MO_PLAN_EFF_FLASH16 0.128
 // The floor of any kernel: launch latency on a busy stream (a kernel of no work still costs this).
 #define MO_PLAN_KERNEL_FLOOR_S 2.5e-6
+// The host's rate for the CPU's part of --offload optimizer (adamw_cpu and the 16-bit cast, plain C on
+// one thread), in GB/s of host memory traffic (the trace's MO_COST_HOST bytes: 28 per parameter for
+// AdamW). An assumption, not a figure of the GPU's host: adamw_cpu at 2^26 parameters ran at 7.5-7.9 GB/s
+// (0.27-0.28 G parameters/s) on one core of the development machine's AMD EPYC (gcc -O2/-O3, -std=c11);
+// no offloaded row has been measured on a GPU host yet.
+#define MO_PLAN_HOST_GBS 8.0
 
 // ---------------------------------------------------------------- the GPU catalog
 
@@ -55,6 +64,7 @@ extern "C" {
 enum {
     MO_GPU_F_MEMORY = 1u << 0, MO_GPU_F_VISIBLE = 1u << 1, MO_GPU_F_FP32 = 1u << 2, MO_GPU_F_TF32 = 1u << 3,
     MO_GPU_F_FP16 = 1u << 4, MO_GPU_F_BF16 = 1u << 5, MO_GPU_F_MEM_BW = 1u << 6, MO_GPU_F_LINK = 1u << 7,
+    MO_GPU_F_HOST = 1u << 8,
 };
 
 typedef struct mo_gpu_spec {
@@ -67,6 +77,7 @@ typedef struct mo_gpu_spec {
     double fp32, tf32, fp16, bf16; // dense TFLOP/s (fp32: CUDA cores; others: tensor cores); 0: none
     double mem_bw_gbs;       // memory bandwidth, GB/s (10^9 B/s)
     double link_gbs;         // GPU-to-GPU interconnect, GB/s as the vendor states it
+    double host_gbs;         // host link (PCIe), GB/s per direction (the vendor's both-directions figure halved); 0: unknown
     char link[96];           // what the interconnect is ("NVLink 4, bidirectional")
     unsigned unsure;         // MO_GPU_F_* bits of figures marked '?'
     int line;                // where the entry starts in the catalog file
@@ -144,6 +155,16 @@ typedef struct mo_roofline {
     double comm_s;
     double bubble;                 // the factor applied (1 unsplit)
     double kern_s;                 // the 16-bit fused attention kernels at MO_PLAN_EFF_FLASH16 (not fitted)
+    // --offload, from the trace's MO_COST_HOST_COPY, MO_COST_HOST and copy-stream ops (not fitted; NAN
+    // without the GPU's host rate): host_copy_s the synchronous copies between device and host memory at
+    // the catalog's host link rate per direction and host_s the CPU's work at MO_PLAN_HOST_GBS, both whole
+    // on the step (the update waits for them: no overlap); copy_s the copy stream's copies at the host
+    // link rate, by direction in copy_dir_s (0 out to the host, 1 back), each beside the compute the trace
+    // has between the copy and its join (window_s[dir]: GEMM, memory-bound and fixed-rate floors), which
+    // it hides behind as far as that lasts (mo_plan_offload_exposed_ms).
+    double host_copy_s, host_s, copy_s;
+    double host_copy_bytes, host_work_bytes, copy_bytes;
+    double copy_dir_s[2], window_s[2][3];
 } mo_roofline;
 
 // The step's ops (forward, backward, recompute, optimizer: every op the step dispatches) of rc on GPU g. GEMMs (the linear layers,
@@ -182,9 +203,23 @@ void mo_plan_calib_defaults(mo_plan_calib *c);
 void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row *rows, size_t n, long skip);
 // Loads every results/*.csv in dir (unreadable files are noted on `notes`, not fatal) and fits.
 mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, FILE *notes);
-// The predicted step time (ms) of a roofline under a calibration.
+// The predicted step time (ms) of a roofline under a calibration: the device floors over their fitted
+// efficiencies, plus communication, the fixed-rate kernels, and --offload's host copies, host work and
+// exposed copy-stream time.
 double mo_plan_step_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p);
-// One traced op's predicted time (ms) on g under a calibration (--profile's prediction per class).
+// --offload activations, first order: the copy stream's time that the compute does not hide, in ms. A
+// copy runs beside the compute between its issue and its join (a copy out: its block's forward; back:
+// the next segment's recompute and backward), so the compute waits max(0, copy - that window) at the
+// join; per direction the sums are taken, max(0, copies - windows) (exact when the blocks are alike, as
+// GPT's and the MLP's are; the ResNet's differ, so its slack in one block can hide another's wait).
+// The link is taken at its stated rate and the copies never queue behind one another (each is joined
+// before the next of its direction starts); offload_stall_ms of a GPU row measures the real wait.
+double mo_plan_offload_exposed_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p);
+// The compute (ms, under a calibration) beside the copies of one direction (0 out, 1 back).
+double mo_plan_copy_window_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p, int dir);
+// One traced op's predicted time (ms) on g under a calibration (--profile's prediction per class); a
+// copy-stream op or join counts 0 (the copies run beside the compute stream; their exposed part is not
+// any one op's).
 double mo_plan_op_ms(const mo_cost_op *o, const mo_gpu_spec *g, mo_precision p, const mo_plan_calib *c);
 // --profile: the predicted time (ms per step) of a traced run of `steps` steps on the GPU named
 // device_name (its catalog entry, calibrated on results/*.csv), by the profiler's category of each op

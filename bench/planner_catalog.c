@@ -68,7 +68,7 @@ static const field_def fields[] = {
     {"memory", K_SIZE, 1, MO_GPU_F_MEMORY}, {"visible", K_SIZE, 0, MO_GPU_F_VISIBLE},
     {"fp32", K_NUMBER, 1, MO_GPU_F_FP32}, {"tf32", K_NUMBER, 1, MO_GPU_F_TF32}, {"fp16", K_NUMBER, 1, MO_GPU_F_FP16},
     {"bf16", K_NUMBER, 1, MO_GPU_F_BF16}, {"mem_bw", K_NUMBER, 1, MO_GPU_F_MEM_BW},
-    {"link_gbs", K_NUMBER, 0, MO_GPU_F_LINK}, {"link", K_TEXT, 0, 0},
+    {"link_gbs", K_NUMBER, 0, MO_GPU_F_LINK}, {"link", K_TEXT, 0, 0}, {"host_gbs", K_NUMBER, 0, MO_GPU_F_HOST},
 };
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
@@ -90,6 +90,7 @@ static int valid_name(const char *s) {
 static double number_max(const char *field) {
     if (!strcmp(field, "mem_bw")) return 100000;   // GB/s
     if (!strcmp(field, "link_gbs")) return 100000; // GB/s
+    if (!strcmp(field, "host_gbs")) return 100000; // GB/s
     if (!strcmp(field, "fp32")) return 1000;
     return 20000;                                  // tensor TFLOP/s
 }
@@ -178,11 +179,16 @@ static mo_status set_figure(parse_state *ps, int line, mo_gpu_spec *g, const fie
         return MO_FAIL(MO_ERR_INVALID, "%s:%d: %s: '%s' is not a number in 0..%g", ps->where, line, f->name, v, number_max(f->name));
     if ((!strcmp(f->name, "fp32") || !strcmp(f->name, "mem_bw")) && d <= 0)
         return MO_FAIL(MO_ERR_INVALID, "%s:%d: %s: must be positive", ps->where, line, f->name);
+    // A host link of 0 would time every offloaded copy as forever: unknown is the field left out.
+    if (!strcmp(f->name, "host_gbs") && d <= 0)
+        return MO_FAIL(MO_ERR_INVALID, "%s:%d: host_gbs: must be positive (leave the field out when the rate is unknown)",
+                       ps->where, line);
     if (!strcmp(f->name, "fp32")) g->fp32 = d;
     else if (!strcmp(f->name, "tf32")) g->tf32 = d;
     else if (!strcmp(f->name, "fp16")) g->fp16 = d;
     else if (!strcmp(f->name, "bf16")) g->bf16 = d;
     else if (!strcmp(f->name, "mem_bw")) g->mem_bw_gbs = d;
+    else if (!strcmp(f->name, "host_gbs")) g->host_gbs = d;
     else g->link_gbs = d;
     return MO_OK;
 }
@@ -227,7 +233,7 @@ static mo_status parse_line(parse_state *ps, int line, char *s) {
     for (; fi < NFIELDS && !f; fi++)
         if (!strcmp(name, fields[fi].name)) f = &fields[fi];
     if (!f)
-        return MO_FAIL(MO_ERR_INVALID, "%s:%d: unknown field '%s' (accepted: name, aliases, match, memory, visible, fp32, tf32, fp16, bf16, mem_bw, link_gbs, link)",
+        return MO_FAIL(MO_ERR_INVALID, "%s:%d: unknown field '%s' (accepted: name, aliases, match, memory, visible, fp32, tf32, fp16, bf16, mem_bw, link_gbs, link, host_gbs)",
                        ps->where, line, name);
     fi--;
     if (ps->seen & (1u << fi)) return MO_FAIL(MO_ERR_INVALID, "%s:%d: [%s]: field '%s' given twice", ps->where, line, g->key, name);

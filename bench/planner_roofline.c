@@ -22,6 +22,7 @@
 // they move.
 typedef struct rates {
     double gemm, vec, bw, flash;
+    double host_link, host; // --offload: the host link per direction (NAN: unknown), the CPU's memory traffic
     int half;
 } rates;
 
@@ -31,17 +32,34 @@ static void rates_of(const mo_gpu_spec *g, mo_precision p, rates *r) {
     r->vec = 1e12 * g->fp32;
     r->bw = 1e9 * g->mem_bw_gbs;
     r->flash = MO_PLAN_EFF_FLASH16 * r->gemm;
+    r->host_link = g->host_gbs > 0 ? 1e9 * g->host_gbs : NAN;
+    r->host = 1e9 * MO_PLAN_HOST_GBS;
 }
 
-// 0 GEMM part (gemm_s), 1 memory-bound part (mem_s), 2 fixed-rate kernels (kern_s)
+// The parts of a step's time: 0 GEMM (gemm_s), 1 memory-bound (mem_s), 2 fixed-rate kernels (kern_s);
+// --offload's 3 synchronous host copies (host_copy_s), 4 host work (host_s), 5 copy stream (copy_s), and
+// 6 the copy stream's joins (no time of their own).
+enum { PART_GEMM, PART_MEM, PART_KERN, PART_HOST_COPY, PART_HOST, PART_COPY_STREAM, PART_JOIN, PARTS };
+
 static int part_of(const rates *r, int cls) {
-    if (cls == MO_COST_GEMM || cls == MO_COST_CONV) return 0;
-    if (cls == MO_COST_ATTENTION && r->half) return 2;
-    return 1;
+    if (cls == MO_COST_GEMM || cls == MO_COST_CONV) return PART_GEMM;
+    if (cls == MO_COST_ATTENTION && r->half) return PART_KERN;
+    if (cls == MO_COST_HOST_COPY) return PART_HOST_COPY;
+    if (cls == MO_COST_HOST) return PART_HOST;
+    if (cls == MO_COST_COPY_OUT || cls == MO_COST_COPY_BACK) return PART_COPY_STREAM;
+    if (cls == MO_COST_COPY_JOIN) return PART_JOIN;
+    return PART_MEM;
 }
 
 static double op_seconds(const rates *r, const mo_cost_op *o, int part) {
-    double rate = part == 0 ? r->gemm : part == 2 ? r->flash : r->vec;
+    // A copy moves its bytes over the host link; the CPU's work streams its bytes through host memory.
+    if (part == PART_HOST_COPY || part == PART_COPY_STREAM) { // NAN (no host link rate) stays NAN: fmax would drop it
+        double t = o->bytes / r->host_link;
+        return isnan(t) ? t : fmax(t, MO_PLAN_KERNEL_FLOOR_S);
+    }
+    if (part == PART_HOST) return o->bytes / r->host;
+    if (part == PART_JOIN) return 0;
+    double rate = part == PART_GEMM ? r->gemm : part == PART_KERN ? r->flash : r->vec;
     double t = fmax(o->flops / rate, o->bytes / r->bw);
     return fmax(t, MO_PLAN_KERNEL_FLOOR_S);
 }
@@ -49,30 +67,70 @@ static double op_seconds(const rates *r, const mo_cost_op *o, int part) {
 // The unsplit step's roofline and its parts per region (what the split model divides).
 typedef struct roof_parts {
     mo_roofline r;
-    double s[MO_COST_REGIONS][3]; // seconds by region and part
+    double s[MO_COST_REGIONS][PARTS]; // seconds by region and part
 } roof_parts;
+
+// The copies on the copy stream not yet joined, each with the compute floors recorded since it was
+// issued (what it runs beside). The schedules keep at most two open (in backward a segment's fetch is
+// issued just before the join of the fetch before it); past OPEN_MAX the oldest is closed early (its
+// window only shortens: the wait is overstated, never hidden).
+#define OPEN_MAX 16
+typedef struct open_copy {
+    int ref, dir;
+    double s, win[3];
+} open_copy;
+
+static void close_copy(mo_roofline *r, const open_copy *c) {
+    r->copy_dir_s[c->dir] += c->s;
+    for (int k = 0; k < 3; k++) r->window_s[c->dir][k] += c->win[k];
+}
 
 static void roof_of_trace(const mo_cost_trace *t, const mo_gpu_spec *g, mo_precision p, roof_parts *out) {
     memset(out, 0, sizeof *out);
     rates rt;
     rates_of(g, p, &rt);
+    open_copy open[OPEN_MAX];
+    int n_open = 0;
     for (size_t i = 0; i < t->n; i++) {
         const mo_cost_op *o = &t->ops[i];
         int part = part_of(&rt, o->cls);
         double sec = op_seconds(&rt, o, part);
-        out->s[o->region < MO_COST_REGIONS ? o->region : 0][part] += sec;
-        if (part == 0) {
-            out->r.gemm_s += sec;
-            out->r.gemm_flops += o->flops;
-        } else if (part == 1) {
-            out->r.mem_s += sec;
-            out->r.mem_bytes += o->bytes;
-        } else {
-            out->r.kern_s += sec;
+        int region = o->region < MO_COST_REGIONS ? o->region : 0;
+        out->s[region][part] += sec;
+        switch (part) {
+        case PART_GEMM: out->r.gemm_s += sec; out->r.gemm_flops += o->flops; break;
+        case PART_MEM: out->r.mem_s += sec; out->r.mem_bytes += o->bytes; break;
+        case PART_KERN: out->r.kern_s += sec; break;
+        case PART_HOST_COPY: out->r.host_copy_s += sec; out->r.host_copy_bytes += o->bytes; break;
+        case PART_HOST: out->r.host_s += sec; out->r.host_work_bytes += o->bytes; break;
+        case PART_COPY_STREAM:
+            out->r.copy_s += sec;
+            out->r.copy_bytes += o->bytes;
+            if (n_open == OPEN_MAX) { // cannot happen with the schedules as written: see OPEN_MAX
+                close_copy(&out->r, &open[0]);
+                memmove(open, open + 1, (OPEN_MAX - 1) * sizeof *open);
+                n_open--;
+            }
+            open[n_open++] = (open_copy){o->ref, o->cls == MO_COST_COPY_OUT ? 0 : 1, sec, {0, 0, 0}};
+            break;
+        default: // the join of copy ref: the latest open copy of that ticket (tickets restart every step)
+            for (int k = n_open - 1; k >= 0; k--)
+                if (open[k].ref == o->ref) {
+                    close_copy(&out->r, &open[k]);
+                    memmove(open + k, open + k + 1, (size_t)(n_open - k - 1) * sizeof *open);
+                    n_open--;
+                    break;
+                }
+            break;
         }
-        out->r.flops += o->flops;
-        out->r.kernels++;
+        if (part <= PART_KERN)
+            for (int k = 0; k < n_open; k++) open[k].win[part] += sec; // compute beside the copies in flight
+        if (part != PART_JOIN) { // a join is a wait, not an op that runs
+            out->r.flops += o->flops;
+            out->r.kernels++;
+        }
     }
+    for (int k = 0; k < n_open; k++) close_copy(&out->r, &open[k]); // never joined in the trace: its window so far
     out->r.bubble = 1.0;
 }
 
@@ -98,7 +156,7 @@ static void split_of(const mo_run_config *rc, const mo_gpu_spec *g, const roof_p
     int tp = rc->tp, pp = rc->pp, W = tp * pp;
     if (W <= 1) return;
     double bubble = (double)(rc->accum + pp - 1) / rc->accum;
-    double part[3];
+    double part[3]; // the device parts (offload runs unsplit only)
     const double head_div = rc->sp ? tp : 1; // sequence parallel: the head on the rank's T/tp positions
     for (int k = 0; k < 3; k++)
         part[k] = (pp_->s[MO_COST_BODY][k] / W + pp_->s[MO_COST_HEAD][k] / head_div) * bubble + pp_->s[MO_COST_OPTIMIZER][k] / W;
@@ -135,8 +193,9 @@ double mo_plan_op_ms(const mo_cost_op *o, const mo_gpu_spec *g, mo_precision p, 
     rates rt;
     rates_of(g, p, &rt);
     int part = part_of(&rt, o->cls);
+    if (part == PART_COPY_STREAM || part == PART_JOIN) return 0; // beside the compute stream: its exposed part is no one op's
     double sec = op_seconds(&rt, o, part);
-    return 1e3 * (part == 0 ? sec / c->eff_gemm[p] : part == 1 ? sec / c->eff_mem[p] : sec);
+    return 1e3 * (part == PART_GEMM ? sec / c->eff_gemm[p] : part == PART_MEM ? sec / c->eff_mem[p] : sec);
 }
 
 // The run whose trace times rc: its step on the dry backend, unsplit (the split model divides the
@@ -181,10 +240,10 @@ static int roof_cache_n, roof_cache_next;
 
 static void trace_key(const mo_run_config *rc, const mo_gpu_spec *g, char *key, size_t n) {
     char knobs[320];
-    snprintf(key, n, "%s L%d C%d H%d T%d B%d V%d I%d K%d a%d p%d at%d ck%d/%d | %s %g %g %g %g %g | %s", rc->model,
+    snprintf(key, n, "%s L%d C%d H%d T%d B%d V%d I%d K%d a%d p%d at%d ck%d/%d o%d | %s %g %g %g %g %g %g | %s", rc->model,
              rc->layers, rc->hidden, rc->heads, rc->seq, rc->batch, rc->vocab, rc->input, rc->classes, rc->accum,
-             (int)rc->precision, (int)rc->attn, (int)rc->ckpt.kind, rc->ckpt.every, g->key, g->fp32, g->tf32, g->fp16,
-             g->bf16, g->mem_bw_gbs, mo_knobs_text(knobs, sizeof knobs));
+             (int)rc->precision, (int)rc->attn, (int)rc->ckpt.kind, rc->ckpt.every, rc->offload, g->key, g->fp32, g->tf32,
+             g->fp16, g->bf16, g->mem_bw_gbs, g->host_gbs, mo_knobs_text(knobs, sizeof knobs));
 }
 
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
@@ -240,8 +299,25 @@ void mo_plan_calib_defaults(mo_plan_calib *c) {
     }
 }
 
+double mo_plan_copy_window_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p, int dir) {
+    const double *w = r->window_s[dir];
+    return 1e3 * (w[PART_GEMM] / c->eff_gemm[p] + w[PART_MEM] / c->eff_mem[p] + w[PART_KERN]);
+}
+
+double mo_plan_offload_exposed_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p) {
+    if (r->copy_s == 0) return 0; // nothing on the copy stream
+    if (isnan(r->copy_s)) return NAN; // no host link rate: no time (fmax would drop the NAN)
+    double ms = 0;
+    for (int d = 0; d < 2; d++) ms += fmax(0.0, 1e3 * r->copy_dir_s[d] - mo_plan_copy_window_ms(r, c, p, d));
+    return ms;
+}
+
 double mo_plan_step_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p) {
-    return 1e3 * (r->gemm_s / c->eff_gemm[p] + r->mem_s / c->eff_mem[p] + r->comm_s + r->kern_s);
+    double ms = 1e3 * (r->gemm_s / c->eff_gemm[p] + r->mem_s / c->eff_mem[p] + r->comm_s + r->kern_s);
+    // --offload: zero terms without it, so every other plan's time is what it was
+    if (r->host_copy_s != 0 || r->host_s != 0) ms += 1e3 * (r->host_copy_s + r->host_s);
+    if (r->copy_s != 0) ms += mo_plan_offload_exposed_ms(r, c, p);
+    return ms;
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -252,6 +328,9 @@ static int cmp_double(const void *x, const void *y) {
 static int usable_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_catalog *one) {
     if (strcmp(r->backend, "cuda") || strcmp(r->status, "ok") || !(r->step_ms > 0) || !isfinite(r->step_ms)) return 0;
     if (r->tp * r->pp > 1 || r->dp > 1) return 0; // the roofline models the unsplit step only
+    // ... on the device alone: an offloaded row's host copies and host work have no fitted term, and
+    // would move its precision's device efficiencies for every other row.
+    if (r->offload[0] && strcmp(r->offload, "none")) return 0;
     // ... and no allocator cost: a raw-allocator row (cudaMalloc/cudaFree per tensor, 2x slower on the
     // H200) would drag its precision's fitted efficiency down for every other row.
     if (strcmp(r->alloc, "raw") == 0) return 0;

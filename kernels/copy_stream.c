@@ -1,5 +1,6 @@
 // The copy stream of --offload activations (copy_stream.h): cuda streams and events, or memcpy on cpu.
 #include "copy_stream.h"
+#include "cost.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,10 @@ mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int
     *ticket = e->n_copies++;
     e->acc.bytes += bytes;
     e->acc.copies++;
+    // On every backend, dry included: the planner times the copies, and the compute between each and its
+    // join that it can hide behind, from the step's cost trace.
+    mo_cost_record_copy(c, to_host ? "offload_act_d2h" : "offload_act_h2d", to_host ? MO_COST_COPY_OUT : MO_COST_COPY_BACK,
+                        (double)bytes, *ticket);
     if (c->backend == MO_BACKEND_DRY) return MO_OK;
     if (c->backend == MO_BACKEND_CPU) {
         const double t0 = mo_host_ms();
@@ -134,6 +139,7 @@ mo_status mo_copy_join(mo_ctx *c, int ticket) {
     if (ticket < 0 || ticket >= e->n_copies)
         return MO_FAIL(MO_ERR_INTERNAL, "copy stream: join of copy %d, %d enqueued since the last collect", ticket,
                        e->n_copies);
+    mo_cost_record_copy(c, "offload_act_join", MO_COST_COPY_JOIN, 0, ticket); // where the schedule waits, on every backend
     if (c->backend != MO_BACKEND_CUDA) return MO_OK; // the copy is done already (cpu, dry)
 #ifdef MEMOPT_HAVE_CUDA
     if (mo_copy_testing.skip_out_joins && e->copies[ticket].to_host) return MO_OK;

@@ -8,7 +8,8 @@
 #include "attention.h" // which shapes the fp32 score kernel takes, its tile
 
 const char *mo_cost_class_name(mo_cost_class c) {
-    static const char *n[MO_COST_COUNT] = {"gemm", "conv", "attention", "memory"};
+    static const char *n[MO_COST_COUNT] = {"gemm",      "conv", "attention", "memory",   "host_copy",
+                                           "host",      "copy_out", "copy_back", "copy_join"};
     return (unsigned)c < MO_COST_COUNT ? n[c] : "?";
 }
 
@@ -23,7 +24,7 @@ void mo_cost_trace_free(mo_cost_trace *t) {
     t->n = t->cap = 0;
 }
 
-void mo_cost_record_(mo_ctx *c, const char *name, mo_cost_class cls, double flops, double bytes) {
+void mo_cost_record_(mo_ctx *c, const char *name, mo_cost_class cls, double flops, double bytes, int ref) {
     mo_cost_trace *t = c->trace;
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 1024;
@@ -37,6 +38,7 @@ void mo_cost_record_(mo_ctx *c, const char *name, mo_cost_class cls, double flop
     o->cls = (unsigned char)cls;
     o->prof = (unsigned char)c->prof_cat;
     o->region = (unsigned char)c->cost_region;
+    o->ref = ref;
     o->flops = flops;
     o->bytes = bytes;
 }

@@ -22,8 +22,19 @@ extern "C" {
 
 // What rate an op runs at: GEMM (cuBLAS / tensor cores, the score kernel), convolution, the fused
 // attention kernels (their own rate: tensor cores in 16 bits, CUDA cores in fp32), memory-bound
-// (elementwise, norms, softmax, loss, optimizer, copies).
-typedef enum mo_cost_class { MO_COST_GEMM = 0, MO_COST_CONV, MO_COST_ATTENTION, MO_COST_MEMORY, MO_COST_COUNT } mo_cost_class;
+// (elementwise, norms, softmax, loss, optimizer, device copies). The rest is not device compute but what
+// --offload adds to the step, which the planner times at the host link and host rates:
+//   HOST_COPY  a synchronous copy between device and host memory (the compute stream waits for all of
+//              it): bytes over the host link (the offloaded update's gradients down, weights back up);
+//   HOST       work done by the CPU (the offloaded AdamW and its cast): bytes of host memory traffic;
+//   COPY_OUT, COPY_BACK  a copy on the copy stream (kernels/copy_stream.h), device to host and back:
+//              bytes over the host link, beside the compute stream; ref is its ticket;
+//   COPY_JOIN  where the compute stream waits for copy ref (no bytes): the ops between a copy and its
+//              join are the compute it can hide behind.
+typedef enum mo_cost_class {
+    MO_COST_GEMM = 0, MO_COST_CONV, MO_COST_ATTENTION, MO_COST_MEMORY, MO_COST_HOST_COPY, MO_COST_HOST, MO_COST_COPY_OUT,
+    MO_COST_COPY_BACK, MO_COST_COPY_JOIN, MO_COST_COUNT
+} mo_cost_class;
 const char *mo_cost_class_name(mo_cost_class c);
 
 // Which part of the step an op belongs to, as the model says (ctx->cost_region): the planner's split
@@ -36,6 +47,7 @@ typedef struct mo_cost_op {
     unsigned char cls;    // mo_cost_class
     unsigned char prof;   // mo_prof_cat the model had begun (ctx->prof_cat): --profile's category
     unsigned char region; // mo_cost_region
+    int ref;              // COPY_OUT, COPY_BACK, COPY_JOIN: the copy's ticket (mo_copy_async); else -1
     double flops, bytes;
 } mo_cost_op;
 
@@ -50,9 +62,13 @@ void mo_cost_trace_attach(mo_ctx *c, mo_cost_trace *t);
 void mo_cost_trace_reset(mo_cost_trace *t); // n = 0, keeps the memory
 void mo_cost_trace_free(mo_cost_trace *t);
 
-void mo_cost_record_(mo_ctx *c, const char *name, mo_cost_class cls, double flops, double bytes);
+void mo_cost_record_(mo_ctx *c, const char *name, mo_cost_class cls, double flops, double bytes, int ref);
 static inline void mo_cost_record(mo_ctx *c, const char *name, mo_cost_class cls, double flops, double bytes) {
-    if (c->trace) mo_cost_record_(c, name, cls, flops, bytes);
+    if (c->trace) mo_cost_record_(c, name, cls, flops, bytes, -1);
+}
+// A copy on the copy stream or its join (COPY_OUT, COPY_BACK, COPY_JOIN), naming the copy's ticket.
+static inline void mo_cost_record_copy(mo_ctx *c, const char *name, mo_cost_class cls, double bytes, int ticket) {
+    if (c->trace) mo_cost_record_(c, name, cls, 0, bytes, ticket);
 }
 static inline void mo_cost_set_region(mo_ctx *c, mo_cost_region r) { c->cost_region = (int)r; }
 

@@ -162,6 +162,94 @@ static void test_lists_and_order(void) {
     expect_bad_combo(MO_CMD_SWEEP, none_valid, "--accum 3: batch 8 is not divisible by 3");
 }
 
+// --offload is a list axis of sweep and plan, appended after --zero (the last, fastest), so a grid
+// without it keeps every combination's index; run, mincap and claims take one value; a combination
+// the rules refuse (activations without checkpoint segments, optimizer for a model without the offloaded
+// update) is one a sweep keeps as an invalid row, with the reason.
+static void test_offload_axis(void) {
+    fresh(MO_CMD_SWEEP);
+    CHECK_OK(mo_config_set(&cfg, "--ckpt", "none,full"));
+    CHECK_OK(mo_config_set(&cfg, "--zero", "0"));
+    CHECK_OK(mo_config_finish(&cfg));
+    mo_run_config without[2];
+    for (size_t i = 0; i < 2; i++) CHECK_OK(mo_config_combination(&cfg, i, &without[i]));
+    CHECK(without[0].offload == MO_OFFLOAD_NONE && without[1].offload == MO_OFFLOAD_NONE);
+    CHECK_OK(mo_config_set(&cfg, "--offload", "none,optimizer,activations"));
+    CHECK_OK(mo_config_finish(&cfg));
+    CHECK_EQ_U64(mo_config_count(&cfg), 6);
+    static const int want_off[6] = {MO_OFFLOAD_NONE, MO_OFFLOAD_OPTIMIZER, MO_OFFLOAD_ACTIVATIONS,
+                                    MO_OFFLOAD_NONE, MO_OFFLOAD_OPTIMIZER, MO_OFFLOAD_ACTIVATIONS};
+    int valid = 0;
+    for (size_t i = 0; i < 6; i++) {
+        mo_run_config rc;
+        CHECK_OK(mo_config_combination(&cfg, i, &rc));
+        CHECK_MSG(rc.offload == want_off[i] && rc.ckpt.kind == (i < 3 ? MO_CKPT_NONE : MO_CKPT_FULL),
+                  "combination %zu: offload %s ckpt %d", i, mo_offload_name(rc.offload), rc.ckpt.kind);
+        mo_status v = mo_run_config_validate(&rc);
+        valid += v == MO_OK;
+        if (i == 2) CHECK_MSG(v == MO_ERR_INVALID && strstr(mo_errmsg_plain(), "--offload activations with --ckpt none"),
+                              "activations with ckpt none: %s", mo_errmsg_plain());
+        mo_clear_error();
+    }
+    CHECK_EQ_U64(valid, 5);
+    // After --dp and --zero, the axes added before it: --dp 1,2 nests outside --offload.
+    CHECK_OK(mo_config_set(&cfg, "--dp", "1,2"));
+    CHECK_OK(mo_config_finish(&cfg));
+    CHECK_EQ_U64(mo_config_count(&cfg), 12);
+    for (size_t i = 0; i < 12; i++) {
+        mo_run_config rc;
+        CHECK_OK(mo_config_combination(&cfg, i, &rc));
+        CHECK_MSG(rc.offload == want_off[i % 3] && rc.dp == (int)(i / 3 % 2) + 1 && rc.ckpt.kind == (i < 6 ? MO_CKPT_NONE : MO_CKPT_FULL),
+                  "combination %zu: offload %s dp %d ckpt %d", i, mo_offload_name(rc.offload), rc.dp, rc.ckpt.kind);
+        if (rc.dp > 1 && rc.offload) {
+            CHECK(mo_run_config_validate(&rc) == MO_ERR_INVALID && strstr(mo_errmsg_plain(), "offload runs on one unsplit rank"));
+            mo_clear_error();
+        }
+    }
+    // ... and after --sp, appended before it.
+    fresh(MO_CMD_SWEEP);
+    CHECK_OK(mo_config_set(&cfg, "--tp", "2"));
+    CHECK_OK(mo_config_set(&cfg, "--sp", "0,1"));
+    CHECK_OK(mo_config_set(&cfg, "--offload", "none,optimizer"));
+    CHECK_OK(mo_config_finish(&cfg));
+    CHECK_EQ_U64(mo_config_count(&cfg), 4);
+    for (size_t i = 0; i < 4; i++) {
+        mo_run_config rc;
+        CHECK_OK(mo_config_combination(&cfg, i, &rc));
+        CHECK_MSG(rc.offload == want_off[i % 2] && rc.sp == (int)(i / 2), "combination %zu: offload %s sp %d", i,
+                  mo_offload_name(rc.offload), rc.sp);
+    }
+    // With one value the grid is the one without the flag, combination by combination.
+    fresh(MO_CMD_SWEEP);
+    CHECK_OK(mo_config_set(&cfg, "--ckpt", "none,full"));
+    CHECK_OK(mo_config_set(&cfg, "--offload", "none"));
+    CHECK_EQ_U64(mo_config_count(&cfg), 2);
+    for (size_t i = 0; i < 2; i++) {
+        mo_run_config rc;
+        CHECK_OK(mo_config_combination(&cfg, i, &rc));
+        CHECK(!memcmp(&rc, &without[i], sizeof rc));
+    }
+    // plan takes the list too; the MLP's optimizer row is refused with the reason.
+    fresh(MO_CMD_PLAN);
+    CHECK_OK(mo_config_set(&cfg, "--model", "mlp"));
+    CHECK_OK(mo_config_set(&cfg, "--offload", "none,optimizer"));
+    CHECK_OK(mo_config_finish(&cfg));
+    mo_run_config rc;
+    CHECK_OK(mo_config_combination(&cfg, 1, &rc));
+    CHECK(mo_run_config_validate(&rc) == MO_ERR_INVALID && strstr(mo_errmsg_plain(), "--offload optimizer: model mlp"));
+    mo_clear_error();
+    static const char *const mlp_opt[] = {"--model", "mlp", "--offload", "optimizer", NULL};
+    expect_bad_combo(MO_CMD_PLAN, mlp_opt, "--offload optimizer: model mlp has no offloaded update");
+    expect_bad(MO_CMD_RUN, "--offload", "none,optimizer", "--offload: memopt run takes one value");
+    expect_bad(MO_CMD_PLAN, "--offload", "host", "--offload: unknown value 'host' (accepted: none, optimizer, activations)");
+    expect_bad(MO_CMD_SWEEP, "--offload", "none,none", "--offload: 'none' appears twice");
+    int o = -1;
+    CHECK_OK(mo_offload_parse("activations", &o));
+    CHECK(o == MO_OFFLOAD_ACTIVATIONS);
+    CHECK(mo_offload_parse("all", &o) == MO_ERR_INVALID && strstr(mo_errmsg_plain(), "--offload: unknown value 'all'"));
+    mo_clear_error();
+}
+
 static void test_grid_file(void) {
     char path[] = "/tmp/memopt_grid_XXXXXX";
     int fd = mkstemp(path);
@@ -312,6 +400,7 @@ int main(void) {
     test_defaults_and_presets();
     test_scalars();
     test_lists_and_order();
+    test_offload_axis();
     test_grid_file();
     test_bad_values();
     test_bad_combinations();

@@ -27,8 +27,8 @@ static mo_run_config tiny(void) {
 }
 
 static int same_op(const mo_cost_op *a, const mo_cost_op *b) {
-    return !strcmp(a->name, b->name) && a->cls == b->cls && a->prof == b->prof && a->region == b->region && a->flops == b->flops &&
-           a->bytes == b->bytes;
+    return !strcmp(a->name, b->name) && a->cls == b->cls && a->prof == b->prof && a->region == b->region && a->ref == b->ref &&
+           a->flops == b->flops && a->bytes == b->bytes;
 }
 
 static int same_trace(const mo_cost_trace *a, const mo_cost_trace *b, const char *what) {
@@ -142,6 +142,88 @@ static void test_follows_what_runs(const mo_run_env *env) {
     mo_cost_trace_free(&t);
 }
 
+// --offload's cost ops, which the planner times the offload by: the same on cpu (which copies and runs
+// the host AdamW) as on dry (which does neither), and where the code copies: optimizer, the gradients
+// down and (fp32) the weights down and back, or (16 bits) the working copy back, the AdamW (and cast) on
+// the host and none on the device; activations, each offloaded segment input out and back on the copy
+// stream (full checkpointing: every block's but the last), as many bytes as the engine's copy statistics.
+static void test_offload_ops(const mo_run_env *env) {
+    mo_cost_trace a = {0}, b = {0};
+    int compared = 0;
+    for (int p = 0; p < 2; p++)
+        for (int off = MO_OFFLOAD_OPTIMIZER; off <= MO_OFFLOAD_ACTIVATIONS; off++)
+            for (int accum = 1; accum <= 2; accum++) {
+                mo_run_config rc = tiny();
+                rc.precision = p ? MO_PREC_BF16 : MO_PREC_FP32;
+                rc.ckpt.kind = MO_CKPT_FULL;
+                rc.offload = off;
+                rc.accum = accum;
+                char what[96];
+                snprintf(what, sizeof what, "%s offload %s accum %d", mo_precision_name(rc.precision), mo_offload_name(off), accum);
+                if (!CHECK_OK(traced(&rc, env, MO_BACKEND_DRY, &a)) || !CHECK_OK(traced(&rc, env, MO_BACKEND_CPU, &b))) continue;
+                compared += same_trace(&a, &b, what);
+                double link = 0, host = 0, stream = 0;
+                for (size_t i = 0; i < a.n; i++) {
+                    link += a.ops[i].cls == MO_COST_HOST_COPY ? a.ops[i].bytes : 0;
+                    host += a.ops[i].cls == MO_COST_HOST ? a.ops[i].bytes : 0;
+                    stream += a.ops[i].cls == MO_COST_COPY_OUT || a.ops[i].cls == MO_COST_COPY_BACK ? a.ops[i].bytes : 0;
+                }
+                mo_gpt_config gc;
+                memset(&gc, 0, sizeof gc);
+                gc.layers = rc.layers; gc.hidden = rc.hidden; gc.heads = rc.heads; gc.seq = rc.seq; gc.batch = rc.batch;
+                gc.vocab = rc.vocab; gc.accum = 1;
+                const double n = (double)mo_gpt_num_params(&gc);
+                const double act = (double)(rc.batch / accum) * rc.seq * rc.hidden * (p ? 2 : 4);
+                if (off == MO_OFFLOAD_OPTIMIZER) {
+                    CHECK_MSG(link == (p ? 6 : 12) * n && host == (p ? 34 : 28) * n && stream == 0 && count(&a, "adamw") == 1 &&
+                                  count(&a, "adamw_host") == 1,
+                              "%s: host link %.0f B, host work %.0f B, copy stream %.0f B, adamw ops %zu", what, link, host, stream,
+                              count(&a, "adamw"));
+                } else {
+                    CHECK_MSG(stream == accum * 2.0 * (rc.layers - 1) * act && link == 0 && host == 0 &&
+                                  count(&a, "offload_act_d2h") == (size_t)accum * (rc.layers - 1),
+                              "%s: copy stream %.0f B, want %.0f", what, stream, accum * 2.0 * (rc.layers - 1) * act);
+                    // every copy is joined once, after it was issued, naming its ticket; a copy out is joined
+                    // right after its block's forward (ops in between), a copy back after a segment's
+                    // recompute and backward
+                    int joined = 0, order = 1;
+                    for (size_t i = 0; i < a.n; i++) {
+                        if (a.ops[i].cls != MO_COST_COPY_OUT && a.ops[i].cls != MO_COST_COPY_BACK) continue;
+                        size_t j = i + 1;
+                        int work = 0; // device ops between the copy and its join: what it runs beside
+                        for (; j < a.n && !(a.ops[j].cls == MO_COST_COPY_JOIN && a.ops[j].ref == a.ops[i].ref); j++)
+                            work += a.ops[j].cls <= MO_COST_MEMORY;
+                        joined += j < a.n;
+                        order &= work > 0;
+                    }
+                    CHECK_MSG(joined == 2 * accum * (rc.layers - 1) && order && count(&a, "offload_act_join") == (size_t)joined,
+                              "%s: %d of %d copies joined after device work (order %d), %zu joins", what, joined,
+                              2 * accum * (rc.layers - 1), order, count(&a, "offload_act_join"));
+                    // the engine's own count of the copies (mo_copy_stats, on dry too) is the trace's
+                    mo_run_config r = rc;
+                    r.backend = MO_BACKEND_DRY;
+                    r.steps = 2;
+                    r.warmup = 1;
+                    FILE *out = tmpfile();
+                    mo_csv_row row;
+                    if (out && CHECK_OK(mo_run_execute(&r, env, &row, out))) {
+                        char line[512], want[64], b1[32];
+                        snprintf(want, sizeof want, "copy stream: %zu copies, %s a step", 2 * (size_t)accum * (rc.layers - 1),
+                                 mo_format_bytes((uint64_t)stream, b1, sizeof b1));
+                        int found = 0;
+                        rewind(out);
+                        while (fgets(line, sizeof line, out)) found |= strstr(line, want) != NULL;
+                        CHECK_MSG(found, "%s: the run summary lacks '%s'", what, want);
+                    }
+                    if (out) fclose(out);
+                }
+            }
+    printf("  offload: cpu == dry trace, bytes where the code copies: %d configurations\n", compared);
+    CHECK(compared == 8);
+    mo_cost_trace_free(&a);
+    mo_cost_trace_free(&b);
+}
+
 // The planner's trace (one step, no warm-up) is the timed step's of a warmed-up run; --profile's
 // prediction per category adds up to the step time of the roofline of the same trace.
 static void test_planner_trace(const mo_run_env *env) {
@@ -189,6 +271,7 @@ int main(void) {
     if (!CHECK_OK(mo_run_env_init(&env, &rc))) return test_finish();
     test_cpu_equals_dry(&env);
     test_follows_what_runs(&env);
+    test_offload_ops(&env);
     test_planner_trace(&env);
     return test_finish();
 }

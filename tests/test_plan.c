@@ -112,7 +112,13 @@ static void test_catalog(void) {
     CHECK(mo_gpu_catalog_match_device(&c, "NVIDIA A100 80GB PCIe") == NULL); // not the A10, not in the catalog
     m = mo_gpu_catalog_match_device(&c, "NVIDIA H100 80GB HBM3");
     CHECK(m && !strcmp(m->key, "h100-sxm"));
+    // The host link, per direction: every entry has one, at most the PCIe of its generation.
+    for (size_t i = 0; i < c.n; i++)
+        CHECK_MSG(c.gpus[i].host_gbs > 0 && c.gpus[i].host_gbs <= 64, "%s: host_gbs %g", c.gpus[i].key, c.gpus[i].host_gbs);
+    CHECK(h && h->host_gbs == 64 && !(h->unsure & MO_GPU_F_HOST));
+    CHECK(h2 && h2->host_gbs == 64 && a && a->host_gbs == 32);
     const mo_gpu_spec *v = mo_gpu_catalog_find(&c, "v100");
+    CHECK(v && v->host_gbs == 16 && (v->unsure & MO_GPU_F_HOST));
     const char *note = NULL;
     CHECK(v && mo_gpu_gemm_tflops(v, MO_PREC_TF32, &note) == v->fp32 && note != NULL);
     CHECK(v && mo_gpu_gemm_tflops(v, MO_PREC_FP16, NULL) == 125);
@@ -166,6 +172,109 @@ static void test_catalog_errors(void) {
     expect_refused("[z]\nname = Z\nmemory = 8GB @ s\nmem_bw = -5 @ s\n", "cat.txt:4: mem_bw: '-5' is not a number");
     expect_refused("[y]\nname = Y\nmemory = 8GB @ s\nfp32 = 1e9 @ s\n", "cat.txt:4: fp32: '1e9' is not a number");
     expect_refused("# nothing\n", "no GPU entries");
+    // host_gbs: a number with a source, positive (unknown is the field left out), '?' marks it unsure.
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "host_gbs = fast @ a datasheet\n");
+    expect_refused(buf, "cat.txt:11: host_gbs: 'fast' is not a number");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "host_gbs = 0 @ a datasheet\n");
+    expect_refused(buf, "cat.txt:11: host_gbs: must be positive");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "host_gbs = 32\n");
+    expect_refused(buf, "cat.txt:11: host_gbs: no source");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "host_gbs = 32 @ a\nhost_gbs = 16 @ b\n");
+    expect_refused(buf, "cat.txt:12: [x1]: field 'host_gbs' given twice");
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "hostgbs = 32 @ a\n");
+    expect_refused(buf, "link_gbs, link, host_gbs)"); // the accepted fields name it
+    snprintf(buf, sizeof buf, "%s%s", good_entry, "host_gbs = 32? @ a PCI-SIG figure\n");
+    if (CHECK_OK(mo_gpu_catalog_parse(buf, "cat.txt", &c))) {
+        CHECK(c.gpus[0].host_gbs == 32 && (c.gpus[0].unsure & MO_GPU_F_HOST));
+        mo_gpu_catalog_free(&c);
+    }
+    if (CHECK_OK(mo_gpu_catalog_parse(good_entry, "cat.txt", &c))) { // optional: absent is 0, unknown
+        CHECK(c.gpus[0].host_gbs == 0 && !(c.gpus[0].unsure & MO_GPU_F_HOST));
+        mo_gpu_catalog_free(&c);
+    }
+}
+
+// --offload's time, from the dry run's cost trace: the offloaded update's copies (fp32: the gradients
+// down, the weights down and back, 12 B a parameter; 16 bits: the gradients down, the 16-bit weights
+// back, 6 B) at the catalog's host link per direction and the host AdamW (28 B a parameter; 16 bits
+// also the cast, 6) at MO_PLAN_HOST_GBS, both whole on the step, and no device AdamW; the copy stream's
+// bytes (every offloaded segment input out and back) exposed only beyond the blocks' compute.
+static void test_offload_roofline(void) {
+    mo_gpu_catalog c;
+    if (!CHECK_OK(mo_gpu_catalog_load(NULL, &c))) return;
+    const mo_gpu_spec *g = mo_gpu_catalog_find(&c, "h200-sxm");
+    if (!CHECK(g && g->host_gbs > 0)) { mo_gpu_catalog_free(&c); return; }
+    mo_plan_calib cal;
+    mo_plan_calib_defaults(&cal);
+    mo_run_config rc = base_config(); // gpt2-124m, B 8 x T 1024, fp32
+    mo_gpt_config gc;
+    memset(&gc, 0, sizeof gc);
+    gc.layers = rc.layers; gc.hidden = rc.hidden; gc.heads = rc.heads; gc.seq = rc.seq; gc.batch = rc.batch; gc.vocab = rc.vocab;
+    gc.accum = 1;
+    const double n = (double)mo_gpt_num_params(&gc), link = 1e9 * g->host_gbs, host = 1e9 * MO_PLAN_HOST_GBS;
+    for (int half = 0; half < 2; half++) {
+        rc.precision = half ? MO_PREC_BF16 : MO_PREC_FP32;
+        mo_roofline none, off;
+        rc.offload = MO_OFFLOAD_NONE;
+        mo_roofline_step(&rc, g, &none);
+        rc.offload = MO_OFFLOAD_OPTIMIZER;
+        mo_roofline_step(&rc, g, &off);
+        const double copy = half ? 6 * n : 12 * n, work = half ? 34 * n : 28 * n;
+        CHECK_MSG(none.host_copy_s == 0 && none.host_s == 0 && none.copy_s == 0, "no offload: host parts %g %g %g", none.host_copy_s,
+                  none.host_s, none.copy_s);
+        CHECK_MSG(off.host_copy_bytes == copy && off.host_work_bytes == work, "%s: host copies %.0f B (want %.0f), host work %.0f B (want %.0f)",
+                  mo_precision_name(rc.precision), off.host_copy_bytes, copy, off.host_work_bytes, work);
+        CHECK_MSG(fabs(off.host_copy_s - copy / link) < 1e-9 && fabs(off.host_s - work / host) < 1e-9, "host times %g %g, want %g %g",
+                  off.host_copy_s, off.host_s, copy / link, work / host);
+        // The same device work but AdamW's 28 B a parameter, which the host does now.
+        CHECK_MSG(off.gemm_s == none.gemm_s && off.mem_s < none.mem_s && off.kernels == none.kernels + 3,
+                  "device parts: gemm %g vs %g, mem %g vs %g, ops %d vs %d", off.gemm_s, none.gemm_s, off.mem_s, none.mem_s, off.kernels,
+                  none.kernels);
+        double s0 = mo_plan_step_ms(&none, &cal, rc.precision), s1 = mo_plan_step_ms(&off, &cal, rc.precision);
+        double want = 1e3 * (off.gemm_s / cal.eff_gemm[rc.precision] + off.mem_s / cal.eff_mem[rc.precision] + off.kern_s +
+                             off.host_copy_s + off.host_s);
+        CHECK_MSG(fabs(s1 - want) < 1e-9 * want && s1 > s0, "%s: offloaded step %.3f ms (want %.3f), not offloaded %.3f",
+                  mo_precision_name(rc.precision), s1, want, s0);
+        printf("  %s gpt2-124m on %s: step %.1f ms, offload optimizer %.1f ms (copies %.1f ms, host AdamW %.1f ms)\n",
+               mo_precision_name(rc.precision), g->key, s0, s1, 1e3 * off.host_copy_s, 1e3 * off.host_s);
+    }
+    // activations, full checkpointing: L-1 segment inputs of (B, T, C) fp32, out and back.
+    rc.precision = MO_PREC_FP32;
+    rc.ckpt = (mo_ckpt){MO_CKPT_FULL, 0};
+    rc.offload = MO_OFFLOAD_NONE;
+    mo_roofline full, act;
+    mo_roofline_step(&rc, g, &full);
+    rc.offload = MO_OFFLOAD_ACTIVATIONS;
+    mo_roofline_step(&rc, g, &act);
+    const double bytes = 2.0 * (rc.layers - 1) * rc.batch * rc.seq * rc.hidden * 4;
+    CHECK_MSG(act.copy_bytes == bytes && fabs(act.copy_s - bytes / link) < 1e-9 && act.host_copy_s == 0 && act.host_s == 0,
+              "copy stream %.0f B (want %.0f), %g s", act.copy_bytes, bytes, act.copy_s);
+    CHECK(act.gemm_s == full.gemm_s && act.mem_s == full.mem_s && act.copy_dir_s[0] == act.copy_dir_s[1] &&
+          fabs(act.copy_dir_s[0] + act.copy_dir_s[1] - act.copy_s) < 1e-12);
+    // What the copies run beside: out, the forward of the blocks whose inputs they are (L-1 of the L
+    // blocks' forwards, under a third of the step's device work); back, the next segments' recompute
+    // and backward (more than the forwards, less than the whole step).
+    double w_out = mo_plan_copy_window_ms(&act, &cal, rc.precision, 0), w_back = mo_plan_copy_window_ms(&act, &cal, rc.precision, 1);
+    double device = 1e3 * (act.gemm_s / cal.eff_gemm[rc.precision] + act.mem_s / cal.eff_mem[rc.precision] + act.kern_s);
+    CHECK_MSG(w_out > 0 && w_out < device / 3 && w_back > w_out && w_back < device, "windows: out %g ms, back %g ms, step %g ms",
+              w_out, w_back, device);
+    double exposed = mo_plan_offload_exposed_ms(&act, &cal, rc.precision);
+    CHECK_MSG(exposed == fmax(0, 1e3 * act.copy_dir_s[0] - w_out) + fmax(0, 1e3 * act.copy_dir_s[1] - w_back),
+              "exposed %g ms: copies %g + %g ms, windows %g, %g ms", exposed, 1e3 * act.copy_dir_s[0], 1e3 * act.copy_dir_s[1], w_out,
+              w_back);
+    CHECK(mo_plan_step_ms(&act, &cal, rc.precision) == mo_plan_step_ms(&full, &cal, rc.precision) + exposed);
+    // Copies longer than the compute they hide behind: the rest is exposed, to the microsecond, per
+    // direction (the back copies' slack hides none of the out copies' wait).
+    mo_roofline r = act;
+    r.copy_dir_s[0] = 1e-3 * w_out + 0.005;
+    r.copy_dir_s[1] = 1e-3 * w_back - 0.003;
+    CHECK(fabs(mo_plan_offload_exposed_ms(&r, &cal, rc.precision) - 5.0) < 1e-9);
+    // Without the GPU's host link the offloaded rows have no time.
+    mo_gpu_spec nolink = *g;
+    nolink.host_gbs = 0;
+    mo_roofline_step(&rc, &nolink, &r);
+    CHECK(isnan(mo_plan_step_ms(&r, &cal, rc.precision)));
+    mo_gpu_catalog_free(&c);
 }
 
 // Fits and the largest batch agree with dry runs made directly.
@@ -408,6 +517,7 @@ int main(void) {
     test_fit_and_max_batch(&env);
     test_roofline();
     test_roofline_cache_key();
+    test_offload_roofline();
     char *a1[] = {"memopt", "plan", "--gpu", "h100-sxm", "--preset", "gpt2-1558m"};
     time_plan("--gpu h100-sxm --preset gpt2-1558m", 6, a1);
     char *a2[] = {"memopt", "plan", "--gpu", "h100-sxm", "--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "4096"};
