@@ -51,7 +51,14 @@ typedef struct claims {
 } claims;
 
 // Runs rc unless the same configuration already ran; *at is its row index.
-static mo_status run_once(claims *c, const mo_run_config *rc, size_t *at) {
+static mo_status run_once(claims *c, const mo_run_config *rc_in, size_t *at) {
+    // --offload activations moves checkpointed segments' inputs: the rows without segments (ckpt none,
+    // selective, and the precision rows at the base's ckpt) run without it
+    mo_run_config rc_off = *rc_in;
+    if (rc_off.offload == MO_OFFLOAD_ACTIVATIONS &&
+        (rc_off.ckpt.kind == MO_CKPT_NONE || rc_off.ckpt.kind == MO_CKPT_SELECTIVE))
+        rc_off.offload = MO_OFFLOAD_NONE;
+    const mo_run_config *rc = &rc_off;
     mo_csv_row probe;
     mo_csv_row_init(&probe);
     uint64_t total = c->env.have_device ? c->env.dev.total_mem_bytes : rc->device_mem_bytes;
@@ -336,6 +343,9 @@ mo_status mo_cmd_claims(const mo_run_config *cfg) {
     mo_config_name(&c->base, name, sizeof name);
     printf("memopt claims: base configuration %s on %s\n", name, c->env.dev.name);
     if (note) printf("  %s\n", note);
+    if (c->base.offload == MO_OFFLOAD_ACTIVATIONS)
+        printf("  --offload activations: the checkpointed rows (full, sqrt, every:2) offload their segments' inputs; "
+               "ckpt none, selective and the precision rows have none to offload and run without it\n");
 
     size_t at[NPOL], at_prec[4];
     for (size_t p = 0; p < NPOL; p++) {

@@ -977,6 +977,11 @@ mo_status mo_config_finish(mo_config *c) {
     for (size_t i = 0; i < n; i++) {
         mo_run_config rc;
         MO_TRY(mo_config_combination(c, i, &rc));
+        // claims sets --ckpt per row and runs --offload activations only where there are segments
+        // (bench/cmd_claims.c): its base is checked as one of its checkpointed rows
+        if (c->command == MO_CMD_CLAIMS && rc.offload == MO_OFFLOAD_ACTIVATIONS &&
+            (rc.ckpt.kind == MO_CKPT_NONE || rc.ckpt.kind == MO_CKPT_SELECTIVE))
+            rc.ckpt.kind = MO_CKPT_FULL;
         mo_status st = mo_run_config_validate(&rc);
         if (st == MO_OK) return MO_OK;
         if (first == MO_OK) {

@@ -18,8 +18,14 @@ static void key_with(const mo_csv_row *r, mo_vary vary, const char *value, char 
     // A copy of the whole row is 2 KB; the key needs only the configuration columns, but copying
     // keeps mo_csv_config_key the one definition of "same configuration".
     mo_csv_row t = *r;
-    if (vary == MO_VARY_CKPT) snprintf(t.ckpt, sizeof t.ckpt, "%s", value);
-    else snprintf(t.precision, sizeof t.precision, "%s", value);
+    if (vary == MO_VARY_CKPT) {
+        snprintf(t.ckpt, sizeof t.ckpt, "%s", value);
+        // --offload activations needs checkpoint segments: the same run without checkpointing has no
+        // offload, so a checkpointed, offloaded row is compared with the plain ckpt none row
+        if (!strcmp(t.offload, "activations")) snprintf(t.offload, sizeof t.offload, "none");
+    } else {
+        snprintf(t.precision, sizeof t.precision, "%s", value);
+    }
     mo_csv_config_key(&t, buf, KEY_MAX);
 }
 

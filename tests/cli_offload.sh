@@ -105,5 +105,22 @@ for mdl in GPT MLP RES; do
     fail=$((fail + 1)); echo "FAIL: $mdl: the summary lines"; cat "$tmp/out-$mdl-activations-dry"; fi
 done
 
+# claims with --offload activations: the checkpointed rows offload, ckpt none stays the baseline (its
+# activation saving is measured against the plain ckpt none row: a number, larger than without offload)
+C="--preset gpt2-124m --layers 4 --hidden 64 --heads 2 --batch 2 --seq 16 --vocab 97 --backend dry --steps 1 --warmup 0"
+if "$M" claims $C --offload activations --out-dir "$tmp/cl-off" >"$tmp/cl-off.txt" 2>&1 &&
+   "$M" claims $C --out-dir "$tmp/cl-none" >"$tmp/cl-none.txt" 2>&1 &&
+   grep -q "have none to offload and run without it" "$tmp/cl-off.txt"; then
+  a_off=$(awk -F, '$1=="checkpointing" && $2=="full"{print $4}' "$tmp/cl-off/claims_verdicts.csv")
+  a_none=$(awk -F, '$1=="checkpointing" && $2=="full"{print $4}' "$tmp/cl-none/claims_verdicts.csv")
+  if [ -n "$a_off" ] && [ -n "$a_none" ] && awk -v a="$a_off" -v b="$a_none" 'BEGIN{exit !(a > b)}'; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1)); echo "FAIL: claims --offload activations: full's activation saving '$a_off', without offload '$a_none'"
+  fi
+else
+  fail=$((fail + 1)); echo "FAIL: claims --offload activations:"; cat "$tmp/cl-off.txt"
+fi
+
 echo "cli_offload: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
