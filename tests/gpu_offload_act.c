@@ -91,6 +91,7 @@ static void test_late_copies(void) {
 
 int main(void) {
     test_require_gpu();
+    test_late_copies(); // first: the stream-ordering checks
     static const char *const precs[] = {"fp32", "tf32", "bf16", "fp16"};
     static const char *const ckpts[] = {"full", "every:2", "sqrt", "segments:3"};
     static const char *const accums[] = {"1", "2"};
@@ -100,6 +101,5 @@ int main(void) {
         for (int p = 0; p < 4; p++)
             for (int c = 0; c < 4; c++)
                 for (int a = 0; a < 2; a++) one_case(models[m].name, models[m].base, models[m].blocks, precs[p], ckpts[c], accums[a]);
-    test_late_copies();
     return test_finish();
 }
