@@ -18,7 +18,7 @@ int main(void) {
     test_engine(MO_BACKEND_DRY, 2, 0, 1, &tot);
     test_engine(MO_BACKEND_CPU, 1, 1, 1, &tot); // --offload activations: host blocks, copies in flight
     test_engine(MO_BACKEND_DRY, 1, 1, 1, &tot);
-    test_engine(MO_BACKEND_CPU, 1, 2, 1, &tot);
+    test_engine(MO_BACKEND_CPU, 1, 2, 4, &tot); // the ResNet: every 4th (a run is ~0.1 s here)
     printf("fault injection total: %llu faults injected, %llu survived (unwound as oom, next run normal), %llu bytes leaked\n",
            (unsigned long long)tot.injected, (unsigned long long)tot.survived, (unsigned long long)tot.leaked_bytes);
     CHECK_EQ_U64(tot.leaked_bytes, 0);
