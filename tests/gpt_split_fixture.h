@@ -71,6 +71,36 @@ static inline mo_status split_open(mo_gpt_split **s, const mo_gpt_config *c, con
     return st;
 }
 
+// Two steps of c split as cpu_sc says, on the cpu and again on the dry backend (cpu_sc's backend
+// replaced): every rank's peaks (allocated, reserved, per category) and allocation count must agree.
+// Returns whether all W ranks agreed (-1: a run could not start); peak[r] gets rank r's cpu peak.
+static inline int split_dry_equals_cpu(const mo_gpt_config *c, mo_gpt_split_config cpu_sc, int W, const char *what,
+                                       uint64_t peak[8]) {
+    mo_alloc_stats st[2][8];
+    for (int b = 0; b < 2; b++) {
+        mo_gpt_split *s = NULL;
+        mo_gpt_split_config sc = cpu_sc;
+        sc.backend = b == 0 ? MO_BACKEND_CPU : MO_BACKEND_DRY;
+        if (!CHECK_OK(split_open(&s, c, &sc, 4))) return -1;
+        CHECK_OK(mo_gpt_split_step(s));
+        CHECK_OK(mo_gpt_split_step(s));
+        for (int r = 0; r < W; r++) mo_allocator_stats(mo_gpt_split_allocator(s, r), &st[b][r]);
+        mo_gpt_split_destroy(s);
+    }
+    int same = 1;
+    for (int r = 0; r < W; r++) {
+        int eq = st[0][r].peak_allocated_bytes == st[1][r].peak_allocated_bytes &&
+                 st[0][r].peak_reserved_bytes == st[1][r].peak_reserved_bytes && st[0][r].num_allocs == st[1][r].num_allocs &&
+                 !memcmp(st[0][r].peak_by_cat, st[1][r].peak_by_cat, sizeof st[0][r].peak_by_cat);
+        CHECK_MSG(eq, "%s, rank %d: cpu peak %llu/%llu, dry peak %llu/%llu", what, r,
+                  (unsigned long long)st[0][r].peak_allocated_bytes, (unsigned long long)st[0][r].peak_reserved_bytes,
+                  (unsigned long long)st[1][r].peak_allocated_bytes, (unsigned long long)st[1][r].peak_reserved_bytes);
+        same = same && eq;
+        peak[r] = st[0][r].peak_allocated_bytes;
+    }
+    return same;
+}
+
 // The same run split: fills r as split_ref_run does, gathered into the unsplit layout; *replicas
 // says whether every replicated tensor has the same bits on every rank that holds it.
 static inline int split_run(mo_gpt_config c, mo_gpt_split_config sc, uint64_t batch_seed, int steps, split_ref *r,

@@ -140,28 +140,14 @@ static void test_dry_equals_cpu(void) {
         c.loss_scaling = k->dt == MO_F16;
         c.grad_clip = 1.0f;
         if (k->dt != MO_F32) c.hidden = 64;
-        int W = k->tp * k->pp, same = 1;
-        mo_alloc_stats st[2][8];
-        for (int b = 0; b < 2; b++) {
-            mo_gpt_split *s = NULL;
-            mo_gpt_split_config sc = sp_sc(k->tp, k->pp, b == 0 ? MO_BACKEND_CPU : MO_BACKEND_DRY);
-            if (!CHECK_OK(split_open(&s, &c, &sc, 4))) return;
-            CHECK_OK(mo_gpt_split_step(s));
-            CHECK_OK(mo_gpt_split_step(s));
-            for (int r = 0; r < W; r++) mo_allocator_stats(mo_gpt_split_allocator(s, r), &st[b][r]);
-            mo_gpt_split_destroy(s);
-        }
-        for (int r = 0; r < W; r++) {
-            int eq = st[0][r].peak_allocated_bytes == st[1][r].peak_allocated_bytes &&
-                     st[0][r].peak_reserved_bytes == st[1][r].peak_reserved_bytes && st[0][r].num_allocs == st[1][r].num_allocs &&
-                     !memcmp(st[0][r].peak_by_cat, st[1][r].peak_by_cat, sizeof st[0][r].peak_by_cat);
-            CHECK_MSG(eq, "sp %s, rank %d: cpu peak %llu/%llu, dry peak %llu/%llu", k->what, r,
-                      (unsigned long long)st[0][r].peak_allocated_bytes, (unsigned long long)st[0][r].peak_reserved_bytes,
-                      (unsigned long long)st[1][r].peak_allocated_bytes, (unsigned long long)st[1][r].peak_reserved_bytes);
-            same = same && eq;
-        }
+        int W = k->tp * k->pp;
+        char what[96];
+        snprintf(what, sizeof what, "sp %s", k->what);
+        uint64_t peak[8] = {0};
+        int same = split_dry_equals_cpu(&c, sp_sc(k->tp, k->pp, MO_BACKEND_CPU), W, what, peak);
+        if (same < 0) return;
         printf("  sp %-44s dry == cpu on all %d ranks: %s (rank 0 peak %llu)\n", k->what, W, same ? "yes" : "NO",
-               (unsigned long long)st[0][0].peak_allocated_bytes);
+               (unsigned long long)peak[0]);
     }
 }
 
