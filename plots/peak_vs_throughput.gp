@@ -21,7 +21,9 @@ do for [fmt in "png svg"] {
         set ylabel "throughput (".(exists("items") ? items : "tokens")."/s)"
         set xrange [0:*]
         set yrange [0:*]
-        set key bottom right
+        # below the axes (horizontal): inside them it covered a point wherever it stood
+        set key below horizontal
+        set bmargin 5
         plot pf using 1:2 with linespoints lw 2 dt 2 pt 6 ps 2.6 lc rgb "#d62728" title "Pareto frontier", \
              f using 2:3 with points pt 7 ps 1.3 lc rgb "#1f77b4" title "configuration", \
              f using 2:3:6 with labels left offset 0.9,0 font ",9" noenhanced notitle
