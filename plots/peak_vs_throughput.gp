@@ -34,6 +34,7 @@ do for [fmt in "png svg"] {
         set xrange [0:1]
         set yrange [n_tp + 0.5:0]
         set lmargin 0; set rmargin 1
+        set bmargin 5 # as the plot beside it: the list ends above its tic labels
         plot f using (0):5:(sprintf("%2d  %s%s", $5, strcol(1), $4 > 0 ? "  (frontier)" : "")) with labels left font listfont noenhanced
         unset multiplot
     }

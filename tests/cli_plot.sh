@@ -47,5 +47,20 @@ done
 [ "$(grep -vc '^#' "$tmp/figs/fits_by_cap.dat")" -eq 12 ] && ok || no "fits_by_cap.dat: want 12 cells"
 grep -q ' oom "1.00 MiB' "$tmp/figs/fits_by_cap.dat" && ok || no "fits_by_cap.dat lacks the oom cells"
 
+# Number labels never print over each other: on a dense committed sweep (36 points, clusters at one
+# peak), no label starts on the line of another (within 3% of the y axis) and inside that one's text,
+# which runs right at about 1.1% of the x axis (ending near 1.15x the largest peak) a character.
+"$M" plot "$SRC/results/h100-bench-3837bf5/sweep.csv" --out-dir "$tmp/dense" >"$tmp/out" 2>"$tmp/err" \
+  && ok || no "memopt plot of the committed bench sweep failed"
+awk -F'"' '!/^#/ { split($3, v, " "); n++; x[n] = v[1]; y[n] = v[2]; t[n] = $4
+                    if (v[1] > mx) mx = v[1]; if (v[2] > my) my = v[2] }
+  END { bad = 0; labels = 0
+        for (i = 1; i <= n; i++) { if (t[i] == "") continue; labels++
+          for (j = 1; j <= n; j++) if (j != i && t[j] != "" && x[j] >= x[i] &&
+              x[j] - x[i] <= (length(t[i]) + 1) * 0.011 * 1.15 * mx && (y[j] - y[i] <= 0.03 * my && y[i] - y[j] <= 0.03 * my)) {
+            print "labels " t[i] " and " t[j] " overprint"; bad = 1 } }
+        if (labels < 10) { print "only " labels " labels"; bad = 1 }
+        exit bad }' "$tmp/dense/peak_vs_throughput.dat" >"$tmp/err" && ok || no "peak_vs_throughput: overprinting labels"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
