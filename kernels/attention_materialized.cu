@@ -68,22 +68,6 @@ template <typename E> static __device__ __forceinline__ void am_load16(const E *
 #pragma unroll
     for (int j = 0; j < am_vec<E>::V; j++) out[j] = am_f(e[j]);
 }
-// The first n (1..V) of those V elements, the rest left as they are: the vector that holds the causal
-// diagonal, whose columns past t the scores GEMM never wrote (a 16-byte load there would read
-// uninitialized memory, unused but reported by compute-sanitizer's initcheck).
-// Unrolled with a predicate, never `for (j < n)`: a loop bound unknown at compile time indexes out[]
-// dynamically, which moves the callers' register arrays to local memory. At 35a8a61 that form made the
-// H200's bf16 materialized GPT-2 step 27.2 ms against 19.7 before it (tf32 46.8 against 42.6;
-// tools/ab_revisions.sh against 0d21768).
-template <typename E> static __device__ __forceinline__ void am_load_upto(const E *p, float *out, int n) {
-    if (n >= am_vec<E>::V) {
-        am_load16(p, out);
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < am_vec<E>::V; j++)
-        if (j < n) out[j] = am_f(p[j]);
-}
 template <typename E> static __device__ __forceinline__ void am_store16(E *p, const float *in) {
     int4 raw;
     E *e = reinterpret_cast<E *>(&raw);
@@ -172,6 +156,18 @@ static mo_status am_permute(cudaStream_t s, E *rowl, E *h0, E *h1, E *h2, size_t
 // ---- softmax over the causal part of each row ----
 // In place on att (rows = B*NH*T rows of length T; row r is query t = r % T): scaled scores in,
 // softmax over columns 0..t out, exact zeros in columns t+1..T-1.
+// The register kernels load the vector that holds the diagonal whole (16 bytes, like every other
+// vector at or before t) and use only its columns <= t. Its columns past t are inside the row and were
+// written by the score GEMM whenever the chunk rows are a multiple of V (the default: multiples of 64;
+// the fp32 score kernel writes its whole 128 x 128 diagonal tiles); with other MEMOPT_ATTN_CHUNK_ROWS
+// they may be stale, and are still never used. Loading only columns <= t (0bf00c8's am_load_upto, then
+// 52cc510's predicated form) cost more than it saved: the first form put the register arrays in local
+// memory (H200 bf16 step 27.2 ms against 19.7), and the second still put a branch region around every
+// vector and a wait after every element load, so a row's loads ran one after another instead of all in
+// flight (ptxas: 27 wait groups instead of 1 in the bf16 forward at T 1024); the H100's GPT-2 124M step
+// at 3837bf5 against 3ca7c23 (tools/ab_revisions.sh): bf16 materialized 24.4 against 22.8 ms, tf32 49.5
+// against 48.6. compute-sanitizer's initcheck reports these loads either way: the score GEMM stores
+// through TMA, which it does not see (results/h100-sanitize-3837bf5.log).
 template <typename E, int IT>
 __global__ void am_softmax_forward_reg_kernel(E *att, int rows, int T) {
     constexpr int V = am_vec<E>::V;
@@ -187,7 +183,7 @@ __global__ void am_softmax_forward_reg_kernel(E *att, int rows, int T) {
         const int i0 = (it * 32 + lane) * V;
 #pragma unroll
         for (int j = 0; j < V; j++) v[it][j] = 0.0f;
-        if (i0 <= t) am_load_upto(x + i0, v[it], t - i0 + 1); // columns past t were never written by the GEMM
+        if (i0 <= t) am_load16(x + i0, v[it]); // columns past t: loaded whole, never used (see above)
 #pragma unroll
         for (int j = 0; j < V; j++)
             if (i0 + j <= t) mx = fmaxf(mx, v[it][j]);
@@ -256,8 +252,8 @@ __global__ void am_softmax_backward_reg_kernel(E *datt, const E *__restrict__ at
 #pragma unroll
         for (int j = 0; j < V; j++) av[it][j] = gv[it][j] = 0.0f;
         if (i0 <= t) {
-            am_load_upto(a + i0, av[it], t - i0 + 1);
-            am_load_upto(g + i0, gv[it], t - i0 + 1);
+            am_load16(a + i0, av[it]);
+            am_load16(g + i0, gv[it]);
         }
 #pragma unroll
         for (int j = 0; j < V; j++)
