@@ -35,16 +35,17 @@
 #   with its machine) and for gpu_attention_cudnn,
 #   whose hazards are all inside cuDNN's generated SDPA kernels (cudnn_generated_fort_native_sdpa_sm90_*):
 #   its filtered run excludes kns=cudnn_generated.
-# One open finding, in our kernels, explained but not fixed (docs/DESIGN.md):
-# - initcheck, in that pass: "Uninitialized __global__ memory read of size 2" in the materialized softmax
-#   (am_load_upto, bf16: score columns at or before the causal diagonal, which the score GEMM writes) and
-#   of size 2 in acc_f32_kernel (pool.cu: the staged filter gradient, which cuDNN's backward-filter
-#   engine writes). The loads are guarded to the written part (the PTX predicates them), and the GPU
-#   tests show every byte read is the library's output: gpu_attention_chunks and gpu_ops_gemm_attn_mixed
-#   poison att with NaN before the forward and compare it with the reference; gpu_resnet_ops runs the
-#   filter gradient into a NaN-poisoned scratch and requires run 0's bits. So initcheck does not see
-#   those library kernels' stores (nvjet and cuDNN's Hopper kernels store through TMA); the reports stay
-#   in the log, counted as ours.
+# One open finding, in our kernels' reads of what a library wrote, explained but not fixed (docs/DESIGN.md):
+# - initcheck: "Uninitialized __global__ memory read" in the materialized softmax (am_load16 / at
+#   3837bf5 am_load_upto: score columns, which the score GEMM writes), layernorm_forward_mixed's mx_ld8
+#   (a GEMM's output), bn_stats_kernel (cuDNN's convolution output), acc_f32_kernel (pool.cu: the staged
+#   filter gradient, which cuDNN's backward-filter engine writes), and cuBLASLt's own splitKreduce_kernel
+#   (its partial sums). The GPU tests show every byte used is the library's output:
+#   gpu_attention_chunks and gpu_ops_gemm_attn_mixed poison att with NaN before the forward and compare
+#   it with the reference; gpu_resnet_ops runs the filter gradient into a NaN-poisoned scratch and
+#   requires run 0's bits. So initcheck does not see those library kernels' stores (nvjet and cuDNN's
+#   Hopper kernels store through TMA); the reports stay in the log, counted as ours
+#   (results/h100-sanitize-3837bf5.log).
 set -uo pipefail
 B="${1:?usage: gpu_sanitize.sh BUILD_DIR LOG_DIR SUMMARY_LOG}"
 L="${2:?}"
