@@ -21,6 +21,7 @@
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,8 @@ typedef struct dnn_plan {
 } dnn_plan;
 
 struct mo_dnn_cache {
-    cudnnHandle_t h;
+    cudnnHandle_t h; // from the process's pool (dnn_handle_take), given back at mo_dnn_destroy
+    int dev;         // the device it was made on
     int n, victim;
     long hits, misses, table_used, table_missing;
     char device[256];
@@ -65,24 +67,100 @@ static void plan_release(dnn_plan *p) {
     p->nkeep = 0;
 }
 
+// ---- the process's cuDNN handles, reused by every context (gpu_alloc_faults' ResNet engine case)
+// A context used to cudnnCreate a handle at its first convolution and cudnnDestroy it with the context:
+// one create/destroy pair per run. On the H100 (cuDNN 9.14, CUDA 13.0) that test's loop of short ResNet
+// runs read one 2 MiB page more from its 107th fault or so on, at the same iteration for a ResNet of 8 and
+// of 4 blocks; the GPT runs before it (no cuDNN, thousands of them) left nothing. The likeliest cause is
+// a growth per handle lifetime inside cuDNN (tests/gpu_dnn_churn.c measures it). A handle given back at
+// mo_dnn_destroy (its plans released first, its stream unset) goes to the next context of the same
+// device instead, so a process makes as many handles as it has contexts using cuDNN at once; the pooled
+// ones are destroyed by mo_dnn_pool_drain, also run at exit (atexit, registered after the CUDA runtime
+// initialized, so it runs before the runtime's own teardown).
+#define DNN_POOL_MAX 64
+
+static pthread_mutex_t dnn_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { cudnnHandle_t h; int dev; } dnn_pool[DNN_POOL_MAX];
+static int dnn_pool_n;
+static long dnn_pool_created;
+static pthread_once_t dnn_pool_once = PTHREAD_ONCE_INIT;
+
+static void dnn_pool_at_exit(void) { mo_dnn_pool_drain(); }
+static void dnn_pool_register(void) { atexit(dnn_pool_at_exit); }
+
+void mo_dnn_pool_drain(void) {
+    pthread_mutex_lock(&dnn_pool_lock);
+    int prev = -1;
+    (void)cudaGetDevice(&prev);
+    for (int i = 0; i < dnn_pool_n; i++) {
+        if (dnn_pool[i].dev != prev) (void)cudaSetDevice(dnn_pool[i].dev); // destroyed on its own device
+        cudnnDestroy(dnn_pool[i].h);
+        if (dnn_pool[i].dev != prev && prev >= 0) (void)cudaSetDevice(prev);
+    }
+    dnn_pool_n = 0;
+    pthread_mutex_unlock(&dnn_pool_lock);
+}
+
+void mo_dnn_pool_stats(int *pooled, long *created) {
+    pthread_mutex_lock(&dnn_pool_lock);
+    if (pooled) *pooled = dnn_pool_n;
+    if (created) *created = dnn_pool_created;
+    pthread_mutex_unlock(&dnn_pool_lock);
+}
+
+// A handle of device dev: a pooled one, or a new one.
+static mo_status dnn_handle_take(int dev, cudnnHandle_t *out) {
+    *out = NULL;
+    pthread_mutex_lock(&dnn_pool_lock);
+    for (int i = dnn_pool_n - 1; i >= 0; i--)
+        if (dnn_pool[i].dev == dev) {
+            *out = dnn_pool[i].h;
+            dnn_pool[i] = dnn_pool[--dnn_pool_n];
+            break;
+        }
+    pthread_mutex_unlock(&dnn_pool_lock);
+    if (*out) return MO_OK;
+    pthread_once(&dnn_pool_once, dnn_pool_register);
+    CUDNN_CHECK(cudnnCreate(out));
+    pthread_mutex_lock(&dnn_pool_lock);
+    dnn_pool_created++;
+    pthread_mutex_unlock(&dnn_pool_lock);
+    return MO_OK;
+}
+
+// h back to the pool (nothing in flight uses it: the caller synchronized its stream); destroyed when full.
+static void dnn_handle_give(cudnnHandle_t h, int dev) {
+    (void)cudnnSetStream(h, NULL); // no reference to the context's stream, destroyed next
+    pthread_mutex_lock(&dnn_pool_lock);
+    if (dnn_pool_n < DNN_POOL_MAX) {
+        dnn_pool[dnn_pool_n].h = h;
+        dnn_pool[dnn_pool_n].dev = dev;
+        dnn_pool_n++;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&dnn_pool_lock);
+    if (h) cudnnDestroy(h);
+}
+
 static mo_status dnn_get(mo_ctx *c, mo_dnn_cache **out) {
     if (!c->dnn) {
         mo_dnn_cache *d = calloc(1, sizeof *d);
         if (!d) return MO_FAIL(MO_ERR_OOM, "host out of memory for the cuDNN plan cache");
         c->dnn = d;
-        CUDNN_CHECK(cudnnCreate(&d->h));
         // a handle not bound to c->stream, or without its device name, must not be used by a later call:
-        // destroy it so that the next call reports it could not be created
+        // give it back so that the next call reports it could not be had
         mo_status st = MO_OK;
         int dev = 0;
         struct cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        d->dev = dev;
+        MO_TRY(dnn_handle_take(dev, &d->h));
         CUDNN_CHECK_GOTO(st, cudnnSetStream(d->h, (cudaStream_t)c->stream), bad);
-        CUDA_CHECK_GOTO(st, cudaGetDevice(&dev), bad);
         CUDA_CHECK_GOTO(st, cudaGetDeviceProperties(&prop, dev), bad);
         snprintf(d->device, sizeof d->device, "%s", prop.name);
         goto good;
     bad:
-        cudnnDestroy(d->h);
+        dnn_handle_give(d->h, d->dev);
         d->h = NULL;
         return st;
     good:;
@@ -103,8 +181,8 @@ void mo_dnn_destroy(mo_ctx *c) {
     mo_dnn_cache *d = c->dnn;
     if (!d) return;
     if (c->stream) cudaStreamSynchronize((cudaStream_t)c->stream); // nothing in flight uses a plan
-    for (int i = 0; i < d->n; i++) plan_release(&d->slot[i]);
-    if (d->h) cudnnDestroy(d->h);
+    for (int i = 0; i < d->n; i++) plan_release(&d->slot[i]); // built on d->h: released before it goes
+    if (d->h) dnn_handle_give(d->h, d->dev);
     free(d);
     c->dnn = NULL;
 }

@@ -87,8 +87,12 @@ mo_status conv_flip_filter_cuda(mo_ctx *c, float *wf, const float *w, int K, int
 mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
 // The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.
 mo_status mo_dnn_handle(mo_ctx *c, void **handle);
-// Frees the cuDNN handle and plan cache of c (mo_ctx_destroy calls it; no-op when none was made).
+// Frees the plan cache of c and gives its cuDNN handle back to the process's pool, where the next
+// context of the device takes it (mo_ctx_destroy calls it; no-op when none was made).
 void mo_dnn_destroy(mo_ctx *c);
+// The pool: cudnnDestroy of every pooled handle (also run at exit); handles pooled now and ever created.
+void mo_dnn_pool_drain(void);
+void mo_dnn_pool_stats(int *pooled, long *created);
 
 #ifdef __cplusplus
 }
