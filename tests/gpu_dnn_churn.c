@@ -102,7 +102,9 @@ static void engine_runs(int n, int drain, mo_run_config *rc, const mo_run_env *e
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_require_gpu();
-    raw_handles(env_int("MEMOPT_TEST_CHURN_N", 1000));
+    // Under compute-sanitizer (MEMOPT_TEST_REDUCED) a few cycles: every path once, not the growth.
+    const int reduced = test_is_reduced();
+    raw_handles(env_int("MEMOPT_TEST_CHURN_N", reduced ? 20 : 1000));
     static mo_config c;
     mo_config_defaults(&c, MO_CMD_RUN);
     static const char *const kv[] = {"--model", "resnet", "--layers", "10", "--hidden", "4", "--input", "32",
@@ -117,7 +119,7 @@ int main(void) {
     rc.warmup = 1;
     mo_run_env env;
     if (!CHECK_OK(mo_run_env_init(&env, &rc))) return test_finish();
-    const int runs = env_int("MEMOPT_TEST_CHURN_RUNS", 300);
+    const int runs = env_int("MEMOPT_TEST_CHURN_RUNS", reduced ? 5 : 300);
     engine_runs(runs, 0, &rc, &env);
     engine_runs(runs, 1, &rc, &env);
     return test_finish();
