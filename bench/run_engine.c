@@ -371,7 +371,7 @@ mo_status mo_run_step(mo_run_session *s, double *ms_out) {
         session_release(s); // an out-of-memory unwinds here: nothing stays allocated
         return st;
     }
-    if (!s->sp && s->x->offload_act) { // the copy stream's figures of this step
+    if (!s->sp && s->rc.offload) { // the copy stream's figures of this step (none: the optimizer's update in order)
         mo_copy_stats cs = {0};
         if ((st = mo_copy_collect(s->x, &cs)) != MO_OK) return session_fail(s, st);
         if (s->timed) s->copies.copy_ms += cs.copy_ms, s->copies.stall_ms += cs.stall_ms, s->copies.bytes += cs.bytes,
@@ -484,7 +484,9 @@ mo_status mo_run_end(mo_run_session *s, mo_csv_row *row) {
     row->activation_bytes = (int64_t)a->peak_by_cat[MO_CAT_ACTIVATION];
     row->workspace_bytes = (int64_t)a->peak_by_cat[MO_CAT_WORKSPACE];
     row->host_bytes = (int64_t)s->host_bytes;
-    if (rc->offload == MO_OFFLOAD_ACTIVATIONS && s->n > 0 && s->be != MO_BACKEND_DRY && s->copies.copies > 0) {
+    // activations, or the optimizer's update chunked on the copy stream (MEMOPT_OFFLOAD_CHUNK): the stall is
+    // then the host's waits for chunks down and the compute stream's for the last one back
+    if (rc->offload && s->n > 0 && s->be != MO_BACKEND_DRY && s->copies.copies > 0) {
         row->offload_copy_ms = s->copies.copy_ms / s->n; // means over the timed steps
         row->offload_stall_ms = s->copies.stall_ms / s->n;
     }
@@ -661,6 +663,11 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
                 mo_offload_name(rc->offload), (unsigned long long)s->host_bytes, mo_format_bytes(s->host_bytes, b1, 32),
                 rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16 ? ", the fp32 master" : "",
                 rc->backend == MO_BACKEND_CUDA ? "pinned" : rc->backend == MO_BACKEND_DRY ? "modelled" : "malloc");
+    if (rc->offload == MO_OFFLOAD_OPTIMIZER && s->n > 0 && s->copies.copies > 0)
+        fprintf(out, "  update on the copy stream (MEMOPT_OFFLOAD_CHUNK): %d copies, %s a step; copies %.3f ms, the host"
+                     " and compute waited %.3f ms a step%s\n",
+                s->copies.copies / s->n, mo_format_bytes(s->copies.bytes / (uint64_t)s->n, b1, 32), s->copies.copy_ms / s->n,
+                s->copies.stall_ms / s->n, rc->backend == MO_BACKEND_CPU ? " (cpu: synchronous memcpy, no overlap)" : "");
     if (rc->backend == MO_BACKEND_CUDA)
         fprintf(out, "  cross-check: device memory in use rose by %s at most between steps (allocator reserved peak %s;"
                      " the rest is the cuBLAS handles and the CUDA context)\n",

@@ -11,7 +11,9 @@
 
 // One copy: where the compute stream stood when it was enqueued (the copy stream waits for it), and the
 // copy's own start and end on the copy stream. One join: two marks on the compute stream around its wait.
-typedef struct copy_rec { void *ev_ready, *ev_start, *ev_end; int to_host; } copy_rec;
+// `update`: a copy of the offloaded optimizer's update (its joins are not the copy stream's activation
+// joins in the cost trace).
+typedef struct copy_rec { void *ev_ready, *ev_start, *ev_end; int to_host, update; } copy_rec;
 typedef struct join_rec { void *ev_a, *ev_b; } join_rec;
 
 mo_copy_test mo_copy_testing;
@@ -84,7 +86,7 @@ static mo_status grow(struct mo_copy_engine *e, mo_backend_kind be, int copy) {
                     if (ev[k]) cudaEventDestroy((cudaEvent_t)ev[k]);
                 return st;
             }
-            if (copy) e->copies[i] = (copy_rec){ev[0], ev[1], ev[2], 0};
+            if (copy) e->copies[i] = (copy_rec){ev[0], ev[1], ev[2], 0, 0};
             else e->joins[i] = (join_rec){ev[0], ev[1]};
             *cap = i + 1;
         }
@@ -95,17 +97,22 @@ static mo_status grow(struct mo_copy_engine *e, mo_backend_kind be, int copy) {
     return MO_OK;
 }
 
-mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int to_host, int *ticket) {
+// update_name NULL: an activation copy; else the offloaded update's copy of that name.
+static mo_status copy_enqueue(mo_ctx *c, void *dst, const void *src, size_t bytes, int to_host, const char *update_name,
+                              int *ticket) {
     struct mo_copy_engine *e = NULL;
     MO_TRY(engine_of(c, &e));
     MO_TRY(grow(e, c->backend, 1));
     *ticket = e->n_copies++;
+    e->copies[*ticket].update = update_name != NULL;
     e->acc.bytes += bytes;
     e->acc.copies++;
     // On every backend, dry included: the planner times the copies, and the compute between each and its
     // join that it can hide behind, from the step's cost trace.
-    mo_cost_record_copy(c, to_host ? "offload_act_d2h" : "offload_act_h2d", to_host ? MO_COST_COPY_OUT : MO_COST_COPY_BACK,
-                        (double)bytes, *ticket);
+    if (update_name) mo_cost_record(c, update_name, MO_COST_HOST_COPY, 0, (double)bytes);
+    else
+        mo_cost_record_copy(c, to_host ? "offload_act_d2h" : "offload_act_h2d",
+                            to_host ? MO_COST_COPY_OUT : MO_COST_COPY_BACK, (double)bytes, *ticket);
     if (c->backend == MO_BACKEND_DRY) return MO_OK;
     if (c->backend == MO_BACKEND_CPU) {
         const double t0 = mo_host_ms();
@@ -133,13 +140,38 @@ mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int
 #endif
 }
 
+mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int to_host, int *ticket) {
+    return copy_enqueue(c, dst, src, bytes, to_host, NULL, ticket);
+}
+
+mo_status mo_copy_async_update(mo_ctx *c, void *dst, const void *src, size_t bytes, int to_host, const char *name,
+                               int *ticket) {
+    return copy_enqueue(c, dst, src, bytes, to_host, name ? name : "offload_update_copy", ticket);
+}
+
+mo_status mo_copy_wait_host(mo_ctx *c, int ticket) {
+    struct mo_copy_engine *e = NULL;
+    MO_TRY(engine_of(c, &e));
+    if (ticket < 0 || ticket >= e->n_copies)
+        return MO_FAIL(MO_ERR_INTERNAL, "copy stream: host wait for copy %d, %d enqueued since the last collect",
+                       ticket, e->n_copies);
+    if (c->backend != MO_BACKEND_CUDA) return MO_OK; // the copy is done already (cpu, dry)
+#ifdef MEMOPT_HAVE_CUDA
+    const double t0 = mo_host_ms();
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->copies[ticket].ev_end));
+    e->acc.stall_ms += mo_host_ms() - t0;
+#endif
+    return MO_OK;
+}
+
 mo_status mo_copy_join(mo_ctx *c, int ticket) {
     struct mo_copy_engine *e = NULL;
     MO_TRY(engine_of(c, &e));
     if (ticket < 0 || ticket >= e->n_copies)
         return MO_FAIL(MO_ERR_INTERNAL, "copy stream: join of copy %d, %d enqueued since the last collect", ticket,
                        e->n_copies);
-    mo_cost_record_copy(c, "offload_act_join", MO_COST_COPY_JOIN, 0, ticket); // where the schedule waits, on every backend
+    if (!e->copies[ticket].update) // where the schedule waits, on every backend (the update's copies: host copies)
+        mo_cost_record_copy(c, "offload_act_join", MO_COST_COPY_JOIN, 0, ticket);
     if (c->backend != MO_BACKEND_CUDA) return MO_OK; // the copy is done already (cpu, dry)
 #ifdef MEMOPT_HAVE_CUDA
     if (mo_copy_testing.skip_out_joins && e->copies[ticket].to_host) return MO_OK;

@@ -31,8 +31,17 @@ typedef struct mo_copy_stats {
 // ordered after everything enqueued on c->stream so far; *ticket names it for mo_copy_join. On cuda the
 // host side must be pinned (the host allocator's memory is).
 mo_status mo_copy_async(mo_ctx *c, void *dst, const void *src, size_t bytes, int to_host, int *ticket);
+// The same for the offloaded optimizer's update (strategies/offload_update.c): recorded in the cost trace
+// as a host copy (MO_COST_HOST_COPY) named `name`, which the planner times apart from the copy stream's
+// activation copies (those are hidden behind the compute between copy and join; the update's behind
+// the host's work).
+mo_status mo_copy_async_update(mo_ctx *c, void *dst, const void *src, size_t bytes, int to_host, const char *name,
+                               int *ticket);
 // The compute stream waits for copy `ticket` from here on (its wait is timed as stall).
 mo_status mo_copy_join(mo_ctx *c, int ticket);
+// The host waits for copy `ticket` (its wait, on the host clock, is added to the stall): the offloaded
+// update reads a chunk's gradients on the host once they have arrived.
+mo_status mo_copy_wait_host(mo_ctx *c, int ticket);
 // Waits for every copy and drops the records since the last collect (after a failure: nothing may still
 // write into memory about to be freed, and the failed step's figures are not wanted).
 mo_status mo_copy_sync(mo_ctx *c);

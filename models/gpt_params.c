@@ -6,6 +6,7 @@
 #include "models/ckpt_layout.h"
 #include "kernels/ops_mixed.h"
 #include "kernels/ops_mixed_impl.h"
+#include "strategies/offload_update.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -291,6 +292,14 @@ mo_status mo_gpt_create_shard(mo_gpt **out, const mo_gpt_config *cfg, mo_ctx *ct
         return MO_FAIL(MO_ERR_INVALID, "--offload optimizer: %s",
                        sh ? "not built for a split or data-parallel model yet (accepted there: --offload none)"
                           : "the context has no host allocator (ctx->host_alloc)");
+    }
+    if (cfg->offload) { // the update's knobs (offload_update.h) refused now, not after the first step's compute
+        size_t chunk;
+        int threads;
+        if ((st = mo_offload_knobs(&chunk, &threads)) != MO_OK) {
+            free(m);
+            return st;
+        }
     }
     // Offload: AdamW's moments and a 16-bit run's master in host memory, plus the update's host staging.
     mo_allocator *h = cfg->offload ? ctx->host_alloc : a;

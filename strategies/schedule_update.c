@@ -7,10 +7,9 @@
 #include "kernels/cost.h"
 #include "kernels/ops.h"
 #include "kernels/ops_mixed.h"
-#include "kernels/ops_mixed_impl.h"
-#include "kernels/adamw.h"
 #include "models/step_ops.h"
 #include "strategies/comm.h"
+#include "strategies/offload_update.h"
 
 void mo_sched_scaler_init(mo_sched_scaler *s, int on, int interval) {
     s->on = on;
@@ -107,40 +106,6 @@ static mo_status scaler_check(const mo_sched_optim *o, mo_sched_scaler *sc, int 
     return MO_OK;
 }
 
-// The offloaded AdamW (mo_sched_optim's host_grads): the CPU reference on host buffers, the same
-// code and data as the device update, so the weights come out bit-identical. Copies are synchronous
-// (mo_memcpy_*: on the context's stream, then a stream synchronize). On dry nothing moves (the host
-// addresses are fake, never touched), but every backend records the same cost ops, each beside the
-// call it stands for: the copies' bytes over the host link (HOST_COPY) and the host AdamW's and cast's
-// host memory traffic (HOST), which is what the planner times an offloaded update by.
-static mo_status offload_adamw(const mo_sched_optim *o, int step, float scale) {
-    mo_ctx *x = o->ctx;
-    size_t n = o->n, fb = n * sizeof(float);
-    const int dry = x->backend == MO_BACKEND_DRY;
-    mo_cost_record(x, "offload_grads_d2h", MO_COST_HOST_COPY, 0, (double)fb);
-    if (!dry) MO_TRY(mo_memcpy_d2h(x, o->host_grads, o->grads, fb));
-    if (o->dt == MO_F32) {
-        mo_cost_record(x, "offload_params_d2h", MO_COST_HOST_COPY, 0, (double)fb);
-        if (!dry) MO_TRY(mo_memcpy_d2h(x, o->host_params, o->params, fb));
-        mo_cost_record(x, "adamw_host", MO_COST_HOST, 12.0 * n, 28.0 * n); // p, g, m, v read; p, m, v written
-        if (!dry)
-            MO_TRY(adamw_cpu(o->host_params, o->host_grads, o->adam_m, o->adam_v, n, o->lr, o->beta1, o->beta2, o->eps,
-                             o->weight_decay, step, scale));
-        mo_cost_record(x, "offload_params_h2d", MO_COST_HOST_COPY, 0, (double)fb);
-        return dry ? MO_OK : mo_memcpy_h2d(x, o->params, o->host_params, fb);
-    }
-    // 16-bit: the master on the host; its working copy cast there into the (consumed) gradient staging.
-    const size_t wb = n * mo_dtype_size(o->dt);
-    mo_cost_record(x, "adamw_host", MO_COST_HOST, 12.0 * n, 28.0 * n);
-    if (!dry)
-        MO_TRY(adamw_cpu(o->params, o->host_grads, o->adam_m, o->adam_v, n, o->lr, o->beta1, o->beta2, o->eps,
-                         o->weight_decay, step, scale));
-    mo_cost_record(x, "cast_host", MO_COST_HOST, 0, (double)(fb + wb)); // the fp32 master read, the 16-bit copy written
-    if (!dry) MO_TRY(cast_mixed_cpu(o->dt, o->host_grads, MO_F32, o->params, n));
-    mo_cost_record(x, "offload_wparams_h2d", MO_COST_HOST_COPY, 0, (double)wb);
-    return dry ? MO_OK : mo_memcpy_h2d(x, o->wparams, o->host_grads, wb);
-}
-
 mo_status mo_sched_update(const mo_sched_optim *o, mo_sched_scaler *sc, int *step, mo_sched_update_info *out) {
     mo_ctx *x = o->ctx;
     // The gradients carry the loss scale of the step that made them (the scaler changes it below).
@@ -169,7 +134,7 @@ mo_status mo_sched_update(const mo_sched_optim *o, mo_sched_scaler *sc, int *ste
     if (o->n_parts > 0) return MO_OK;
     if (o->host_grads) {
         if (*step < 1) return MO_FAIL(MO_ERR_INVALID, "adamw: step t=%d must be >= 1", *step);
-        OP_CTX(x, MO_PROF_OPTIMIZER, offload_adamw(o, *step, scale));
+        OP_CTX(x, MO_PROF_OPTIMIZER, mo_offload_update(o, *step, scale)); // strategies/offload_update.c
         return MO_OK;
     }
     OP_CTX(x, MO_PROF_OPTIMIZER, mo_adamw_mixed(x, o->dt, o->params, o->wparams, o->grads, o->adam_m, o->adam_v, o->n,

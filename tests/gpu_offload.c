@@ -112,5 +112,22 @@ int main(void) {
     test_equal(MO_BF16, 2, MO_CKPT_FULL, "bf16 accum 2 ckpt full");
     test_dry_equals_cuda(MO_F32);
     test_dry_equals_cuda(MO_BF16);
+    // The update chunked on the copy stream (chunks of 10007 parameters: the copies back of one chunk
+    // overlap the host work of the next; an odd size leaves a short last chunk) and/or over host threads
+    // (strategies/offload_update.h): still bit-identical, and dry still predicts cuda to the byte.
+    const char *knobs[][2] = {{"10007", NULL}, {NULL, "4"}, {"65536", "3"}};
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        if (knobs[i][0]) setenv("MEMOPT_OFFLOAD_CHUNK", knobs[i][0], 1);
+        else unsetenv("MEMOPT_OFFLOAD_CHUNK");
+        if (knobs[i][1]) setenv("MEMOPT_OFFLOAD_THREADS", knobs[i][1], 1);
+        else unsetenv("MEMOPT_OFFLOAD_THREADS");
+        printf("MEMOPT_OFFLOAD_CHUNK=%s MEMOPT_OFFLOAD_THREADS=%s\n", knobs[i][0] ? knobs[i][0] : "(unset)",
+               knobs[i][1] ? knobs[i][1] : "(unset)");
+        test_equal(MO_F32, 2, MO_CKPT_FULL, "fp32 accum 2 ckpt full, knobs");
+        test_equal(MO_BF16, 1, MO_CKPT_NONE, "bf16, knobs");
+        test_dry_equals_cuda(MO_BF16);
+    }
+    unsetenv("MEMOPT_OFFLOAD_CHUNK");
+    unsetenv("MEMOPT_OFFLOAD_THREADS");
     return test_finish();
 }

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/copy_stream.h"
+#include "kernels/cost.h"
 #include "models/gpt_zero.h"
 #include "tests/gpt_fixture.h"
 
@@ -174,9 +176,109 @@ static void test_refusal(void) {
     mo_allocator_destroy(a);
 }
 
+// The update's knobs (strategies/offload_update.h): chunked on the copy stream and/or over several host
+// threads, the weights, m and v stay bit-identical to no offload (test_equivalence under each setting).
+static void set_knobs(const char *chunk, const char *threads) {
+    if (chunk) setenv("MEMOPT_OFFLOAD_CHUNK", chunk, 1);
+    else unsetenv("MEMOPT_OFFLOAD_CHUNK");
+    if (threads) setenv("MEMOPT_OFFLOAD_THREADS", threads, 1);
+    else unsetenv("MEMOPT_OFFLOAD_THREADS");
+    printf("offload update knobs: MEMOPT_OFFLOAD_CHUNK=%s MEMOPT_OFFLOAD_THREADS=%s\n", chunk ? chunk : "(unset)",
+           threads ? threads : "(unset)");
+}
+
+// The knobs' copies and cost ops: per chunk the gradients down (and in fp32 the weights down), the weights
+// back; on cpu each is counted by the copy engine, on dry and cpu alike the cost trace holds the same host
+// copy and host work bytes as the whole update in order.
+static void test_chunked_copies(void) {
+    mo_dtype dts[] = {MO_F32, MO_BF16};
+    for (int d = 0; d < 2; d++) {
+        mo_gpt_config c = tiny_config();
+        c.dtype = dts[d];
+        c.offload = 1;
+        double bytes[2][2][2] = {{{0}}}; // [chunked][backend cpu, dry][host copy, host work]
+        for (int chunked = 0; chunked < 2; chunked++)
+            for (int b = 0; b < 2; b++) {
+                set_knobs(chunked ? "1000" : NULL, chunked ? "3" : NULL);
+                off_fixture o;
+                if (!off_open(&o, b ? MO_BACKEND_DRY : MO_BACKEND_CPU, &c)) return;
+                mo_cost_trace t = {0};
+                mo_cost_trace_attach(o.f.ctx, &t);
+                CHECK_OK(mo_gpt_step(o.f.m));
+                CHECK_OK(mo_gpt_step(o.f.m));
+                mo_cost_trace_attach(o.f.ctx, NULL);
+                for (size_t i = 0; i < t.n; i++) {
+                    if (t.ops[i].cls == MO_COST_HOST_COPY) bytes[chunked][b][0] += t.ops[i].bytes;
+                    if (t.ops[i].cls == MO_COST_HOST) bytes[chunked][b][1] += t.ops[i].bytes;
+                    CHECK_MSG(t.ops[i].cls != MO_COST_COPY_OUT && t.ops[i].cls != MO_COST_COPY_BACK &&
+                                  t.ops[i].cls != MO_COST_COPY_JOIN,
+                              "%s: the update's copies recorded as activation copies (%s)", mo_dtype_name(c.dtype),
+                              t.ops[i].name);
+                }
+                mo_cost_trace_free(&t);
+                mo_copy_stats cs = {0};
+                CHECK_OK(mo_copy_collect(o.f.ctx, &cs));
+                const size_t n = o.f.m->num_params, nch = (n + 999) / 1000;
+                const int per = c.dtype == MO_F32 ? 3 : 2;
+                const uint64_t want = chunked ? (uint64_t)(2 * nch * per) : 0;
+                CHECK_MSG((uint64_t)cs.copies == want, "%s chunked %d %s: %d copies on the copy stream, want %llu",
+                          mo_dtype_name(c.dtype), chunked, b ? "dry" : "cpu", cs.copies, (unsigned long long)want);
+                const uint64_t wb = chunked ? 2 * (uint64_t)n * (c.dtype == MO_F32 ? 12 : 6) : 0;
+                CHECK_MSG(cs.bytes == wb, "%s chunked %d: %llu bytes copied, want %llu", mo_dtype_name(c.dtype), chunked,
+                          (unsigned long long)cs.bytes, (unsigned long long)wb);
+                off_close(&o);
+            }
+        for (int k = 0; k < 2; k++)
+            CHECK_MSG(bytes[0][0][k] > 0 && bytes[1][0][k] == bytes[0][0][k] && bytes[1][1][k] == bytes[0][0][k] &&
+                          bytes[0][1][k] == bytes[0][0][k],
+                      "%s %s bytes in the trace: whole %g (dry %g), chunked %g (dry %g)", mo_dtype_name(c.dtype),
+                      k ? "host work" : "host copy", bytes[0][0][k], bytes[0][1][k], bytes[1][0][k], bytes[1][1][k]);
+    }
+    set_knobs(NULL, NULL);
+}
+
+// A knob that is not a number in range: the model is refused at creation, naming it, nothing allocated.
+static void test_knob_errors(void) {
+    const char *bad[][2] = {{"0", NULL}, {"-5", NULL}, {"12x", NULL}, {NULL, "0"}, {NULL, "257"}, {NULL, "two"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        set_knobs(bad[i][0], bad[i][1]);
+        mo_gpt_config c = tiny_config();
+        c.offload = 1;
+        mo_allocator *a = NULL, *h = NULL;
+        mo_ctx *x = NULL;
+        mo_gpt *m = NULL;
+        CHECK_OK(mo_allocator_create(&a, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
+        CHECK_OK(mo_allocator_create_host(&h, MO_BACKEND_CPU));
+        CHECK_OK(mo_ctx_create(&x, MO_BACKEND_CPU, a));
+        x->host_alloc = h;
+        mo_status st = mo_gpt_create(&m, &c, x);
+        const char *name = bad[i][0] ? "MEMOPT_OFFLOAD_CHUNK=" : "MEMOPT_OFFLOAD_THREADS=";
+        CHECK_MSG(st == MO_ERR_INVALID && strstr(mo_errmsg(), name) && m == NULL, "knob %s%s: status %d, '%s'", name,
+                  bad[i][0] ? bad[i][0] : bad[i][1], (int)st, mo_errmsg());
+        mo_clear_error();
+        mo_ctx_destroy(x);
+        mo_alloc_stats s1, s2;
+        mo_allocator_stats(a, &s1);
+        mo_allocator_stats(h, &s2);
+        CHECK_EQ_U64(s1.allocated_bytes + s2.allocated_bytes, 0);
+        mo_allocator_destroy(h);
+        mo_allocator_destroy(a);
+    }
+    set_knobs(NULL, NULL);
+}
+
 int main(void) {
     test_equivalence();
     test_bytes();
     test_refusal();
+    // The same equivalence with the update chunked (small, odd and larger than the model), threaded, both.
+    const char *knobs[][2] = {{"1000", NULL}, {"777", "4"}, {NULL, "3"}, {"100000000", "2"}};
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        set_knobs(knobs[i][0], knobs[i][1]);
+        test_equivalence();
+    }
+    set_knobs(NULL, NULL);
+    test_chunked_copies();
+    test_knob_errors();
     return test_finish();
 }

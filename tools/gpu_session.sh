@@ -14,7 +14,7 @@
 #   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused); "trace" the
 #   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
 #   "bench" times make bench; "shard" the --offload optimizer and --dp 2 --zero 0..3 rows, and --offload activations beside none for GPT, the MLP and ResNet-50 (h200-shard.csv); "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
-#   (gpu_alloc_faults); "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
+#   (gpu_alloc_faults); "offopt" the offloaded optimizer's update in order against its thread and chunk knobs; "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
 #   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log); "mlp" the
 #   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them; "attnimpl" the
 #   fused attention's TF32 kernels tested, then the tf32 / bf16 / T 2048 fused steps beside PyTorch;
@@ -343,6 +343,18 @@ if has shard; then
         | grep -E "step:|peak alloc|offload|copy stream" | sed "s/^/$(echo $a | awk '{print $2, $NF}') ckpt full offload $off: /"
     done
   done
+fi
+if has offopt; then
+  # --offload optimizer's update in order (the default) against its knobs (strategies/offload_update.h):
+  # host AdamW over 8 threads, then also chunked on the copy stream (4M parameters a chunk), fp32 and bf16,
+  # interleaved twice, into offload-update.csv (the knobs column tells the rows apart): the measurement that
+  # decides the default
+  for rep in 1 2; do for prec in fp32 bf16; do
+    for kn in "" "MEMOPT_OFFLOAD_THREADS=8" "MEMOPT_OFFLOAD_THREADS=8 MEMOPT_OFFLOAD_CHUNK=4194304"; do
+      env $kn timeout 150 $M run --preset gpt2-124m --precision $prec --offload optimizer --steps 5 --warmup 2 \
+        --csv "$R/offload-update.csv" | grep -E "step:|update on" | sed "s/^/$prec ${kn:-in order} rep $rep: /"
+    done
+  done; done
 fi
 if has revab; then
   # this revision's GPT-2 124M step against an older one built from .old/src-REV.tar, interleaved
