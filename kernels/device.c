@@ -22,7 +22,7 @@ static void cuda_version(char *dst, size_t n, int v) {
 }
 #endif
 
-void mo_library_versions(mo_device_info *out) {
+void mo_runtime_versions(mo_device_info *out) {
     memset(out, 0, sizeof *out);
     set_none(out->driver, sizeof out->driver);
     set_none(out->runtime, sizeof out->runtime);
@@ -33,9 +33,15 @@ void mo_library_versions(mo_device_info *out) {
     // Neither call needs a device; the driver's answers 0 when no driver is installed.
     if (cudaDriverGetVersion(&v) == cudaSuccess) cuda_version(out->driver, sizeof out->driver, v);
     if (cudaRuntimeGetVersion(&v) == cudaSuccess) cuda_version(out->runtime, sizeof out->runtime, v);
-    // cuBLASLt: major*10000 + minor*100 + patch.
+#endif
+}
+
+void mo_library_versions(mo_device_info *out) {
+    mo_runtime_versions(out);
+#ifdef MEMOPT_HAVE_CUDA
+    // cuBLASLt: major*10000 + minor*100 + patch; 0 when it could not be loaded (cublas_lazy.h).
     size_t lt = cublasLtGetVersion();
-    snprintf(out->cublas, sizeof out->cublas, "%zu.%zu.%zu", lt / 10000, (lt / 100) % 100, lt % 100);
+    if (lt > 0) snprintf(out->cublas, sizeof out->cublas, "%zu.%zu.%zu", lt / 10000, (lt / 100) % 100, lt % 100);
     // cuDNN 9+: major*10000 + minor*100 + patch; cuDNN 8: major*1000 + minor*100 + patch.
     size_t dnn = cudnnGetVersion();
     if (dnn >= 90000) snprintf(out->cudnn, sizeof out->cudnn, "%zu.%zu.%zu", dnn / 10000, (dnn / 100) % 100, dnn % 100);

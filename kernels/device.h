@@ -24,8 +24,12 @@ typedef struct mo_device_info {
 
 mo_status mo_device_count(int *n); // 0 devices (or no CUDA build) is not an error
 mo_status mo_device_query(int index, mo_device_info *out);
-// Fills the fields that do not need a device (runtime, cuBLAS, cuDNN versions linked in).
+// Fills the fields that do not need a device (runtime, cuBLAS, cuDNN versions linked in). Asking
+// cuBLASLt its version loads it (~0.3 s, kernels/cublas_lazy.h).
 void mo_library_versions(mo_device_info *out);
+// Only the driver and runtime versions (the rest "none"): what a run's CSV row records, without
+// loading cuBLASLt.
+void mo_runtime_versions(mo_device_info *out);
 
 #ifdef __cplusplus
 }

@@ -41,9 +41,9 @@ EVERY=(every: every:-1 every:0 every:99999999999 every:1x every:1025 "every: 2" 
 SEEDS=(-1 18446744073709551616 99999999999999999999999 abc "" 1.5 0x10 " 1" +1)
 INT0=(-1 "${HUGE[@]}" abc "" 1x 0x10 1.5)
 CONFIG_CMDS=(run sweep claims plan mincap)
-# A CUDA build's binary takes ~0.1 s to start (it loads cuBLAS and cuDNN), 30x the cpu-only one: there
-# every list is cut to a few values per kind. The parser is the same code; the cpu-only build (and
-# make sanitize's) tries them all.
+# A CUDA build's binary took ~0.45 s to start when it linked cuBLAS (loaded on first use since
+# kernels/cublas_lazy_cuda.c): there every list is cut to a few values per kind. The parser is the
+# same code; the cpu-only build (and make sanitize's) tries them all.
 if "$M" --version | grep -q "built with CUDA"; then
   echo "a CUDA build: a few values of each kind (the cpu-only build tries all)"
   HUGE=(18446744073709551616 4294967297)
