@@ -650,26 +650,25 @@ static void print_summary(const mo_run_session *s, const mo_csv_row *row, FILE *
         if (s->n > 0 && s->copies.copies == 0)
             fprintf(out, "  copy stream: nothing to offload (the checkpoint layout has no segment input but the ones "
                          "kept on the device)\n");
-        if (s->n > 0 && s->copies.copies > 0) {
-            char how[64] = "overlap n/a";
-            if (rc->backend == MO_BACKEND_DRY) snprintf(how, sizeof how, "dry: nothing copied");
-            else if (rc->backend == MO_BACKEND_CPU) snprintf(how, sizeof how, "cpu: synchronous memcpy, no overlap");
-            else if (s->copies.copy_ms > 0)
-                snprintf(how, sizeof how, "overlap %.0f%%", 100.0 * (1.0 - s->copies.stall_ms / s->copies.copy_ms));
-            fprintf(out, "  copy stream: %d copies, %s a step; copies %.3f ms, compute stalled %.3f ms a step (%s)\n",
-                    s->copies.copies / s->n, mo_format_bytes(s->copies.bytes / (uint64_t)s->n, b1, 32),
-                    s->copies.copy_ms / s->n, s->copies.stall_ms / s->n, how);
-        }
     } else if (rc->offload)
         fprintf(out, "  offload %s: host_bytes %llu (%s: AdamW m, v%s and the update's staging, %s), not in the device figures above\n",
                 mo_offload_name(rc->offload), (unsigned long long)s->host_bytes, mo_format_bytes(s->host_bytes, b1, 32),
                 rc->precision == MO_PREC_FP16 || rc->precision == MO_PREC_BF16 ? ", the fp32 master" : "",
                 rc->backend == MO_BACKEND_CUDA ? "pinned" : rc->backend == MO_BACKEND_DRY ? "modelled" : "malloc");
-    if (rc->offload == MO_OFFLOAD_OPTIMIZER && s->n > 0 && s->copies.copies > 0)
-        fprintf(out, "  update on the copy stream (MEMOPT_OFFLOAD_CHUNK): %d copies, %s a step; copies %.3f ms, the host"
-                     " and compute waited %.3f ms a step%s\n",
-                s->copies.copies / s->n, mo_format_bytes(s->copies.bytes / (uint64_t)s->n, b1, 32), s->copies.copy_ms / s->n,
-                s->copies.stall_ms / s->n, rc->backend == MO_BACKEND_CPU ? " (cpu: synchronous memcpy, no overlap)" : "");
+    // The copy stream: the activations' copies, or the optimizer's update chunked on it (MEMOPT_OFFLOAD_CHUNK),
+    // where the host waits for its chunks as well as the compute stream for the last one back.
+    if (rc->offload && s->n > 0 && s->copies.copies > 0) {
+        char how[64] = "overlap n/a";
+        if (rc->backend == MO_BACKEND_DRY) snprintf(how, sizeof how, "dry: nothing copied");
+        else if (rc->backend == MO_BACKEND_CPU) snprintf(how, sizeof how, "cpu: synchronous memcpy, no overlap");
+        else if (s->copies.copy_ms > 0)
+            snprintf(how, sizeof how, "overlap %.0f%%", 100.0 * (1.0 - s->copies.stall_ms / s->copies.copy_ms));
+        const int update = rc->offload == MO_OFFLOAD_OPTIMIZER;
+        fprintf(out, "  copy stream: %d copies, %s a step%s; copies %.3f ms, %s stalled %.3f ms a step (%s)\n",
+                s->copies.copies / s->n, mo_format_bytes(s->copies.bytes / (uint64_t)s->n, b1, 32),
+                update ? " (the update, MEMOPT_OFFLOAD_CHUNK)" : "", s->copies.copy_ms / s->n,
+                update ? "the host and compute" : "compute", s->copies.stall_ms / s->n, how);
+    }
     if (rc->backend == MO_BACKEND_CUDA)
         fprintf(out, "  cross-check: device memory in use rose by %s at most between steps (allocator reserved peak %s;"
                      " the rest is the cuBLAS handles and the CUDA context)\n",

@@ -146,9 +146,17 @@ typedef struct chunked {
     int *down; // per chunk: the ticket of its gradients' copy down (the fp32 weights' is the next ticket)
 } chunked;
 
+// Chunk i's first element and length.
+static size_t chunk_at(const chunked *k, size_t i, size_t *len) {
+    const size_t off = i * k->C;
+    *len = i + 1 == k->nch ? k->o->n - off : k->C;
+    return off;
+}
+
 static mo_status issue_down(chunked *k, size_t i) {
     const mo_sched_optim *o = k->o;
-    const size_t off = i * k->C, c = (i + 1 == k->nch ? o->n - off : k->C), b = c * sizeof(float);
+    size_t c;
+    const size_t off = chunk_at(k, i, &c), b = c * sizeof(float);
     mo_ctx *x = o->ctx;
     MO_TRY(mo_copy_async_update(x, o->host_grads + off, (const float *)o->grads + off, b, 1, "offload_grads_d2h",
                                 &k->down[i]));
@@ -164,7 +172,8 @@ static mo_status update_chunk(chunked *k, size_t i, int step, float scale, int T
     const mo_sched_optim *o = k->o;
     mo_ctx *x = o->ctx;
     const int dry = x->backend == MO_BACKEND_DRY;
-    const size_t off = i * k->C, c = (i + 1 == k->nch ? o->n - off : k->C), b = c * sizeof(float);
+    size_t c;
+    const size_t off = chunk_at(k, i, &c), b = c * sizeof(float);
     MO_TRY(mo_copy_wait_host(x, k->down[i] + (o->dt == MO_F32))); // in order: the later of its copies down
     mo_cost_record(x, "adamw_host", MO_COST_HOST, 12.0 * c, 28.0 * c);
     if (o->dt == MO_F32) {

@@ -330,15 +330,16 @@ static void test_engine(mo_backend_kind be, int tp, int offact, uint64_t stride,
                            (unsigned long long)k, row.status, (long long)row.predicted_peak_bytes);
         }
         char what[128];
-        snprintf(what, sizeof what, "engine%s k=%llu (iteration %d), after the failing run",
-                 offact == 2 ? " resnet" : offact ? " offload" : "", (unsigned long long)k, iter);
+        const char *model = offact == 2 ? " resnet" : offact ? " offload" : "";
+        snprintf(what, sizeof what, "engine%s k=%llu (iteration %d), after the failing run", model, (unsigned long long)k,
+                 iter);
         if (fault_after && !fault_after(what)) ok = 0;
         // The next configuration of a sweep runs normally.
         engine_run(&rc, &env, 0, &row);
         ok &= CHECK_MSG(!strcmp(row.status, "ok") && row.peak_allocated_bytes == ref_peak,
                         "engine after k=%llu: %s %s", (unsigned long long)k, row.status, row.detail);
-        snprintf(what, sizeof what, "engine%s k=%llu (iteration %d), after the good run that followed it",
-                 offact == 2 ? " resnet" : offact ? " offload" : "", (unsigned long long)k, iter);
+        snprintf(what, sizeof what, "engine%s k=%llu (iteration %d), after the good run that followed it", model,
+                 (unsigned long long)k, iter);
         if (fault_after && !fault_after(what)) ok = 0;
         iter++;
         if (ok) tot->survived++;
