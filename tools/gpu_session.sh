@@ -25,7 +25,7 @@
 #   the fp32/bf16 x none/segments:4 rows of both, 5 steps after 2 warm-up (the checkpointing claim's ratios);
 #   "convtune" tunes ResNet-50 batch 128's convolutions (MEMOPT_CONV_TUNE=1), writes the lines into
 #   kernels/conv_algo_table.c (copied to OUTDIR) and rebuilds memopt on it; "resnetfast" the TF32 and 16-bit
-#   ResNet-50 rows of memopt and the peer; "attncudnn" the bf16 fused GPT step on the own attention
+#   ResNet-50 rows of memopt and the peer; "resnetprof" --profile per class of the ResNet-50 step (RESNETPROF_PRECS); "attncudnn" the bf16 fused GPT step on the own attention
 #   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
@@ -194,6 +194,14 @@ if has resnetlite; then
   done
   PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 --steps 5 --warmup 2 \
     --precision fp32,bf16 --ckpt none,segments:4 --csv "$R/torch-resnet50-lite.csv" || echo "(peer exit $?)"
+fi
+if has resnetprof; then
+  # --profile's device time per class (conv under gemm, batch norm under layernorm) of the ResNet-50 batch 128
+  # step, beside the cost trace's prediction: where the step's time goes, before and after a kernel change
+  for prec in ${RESNETPROF_PRECS:-fp32 tf32 bf16}; do
+    timeout 120 $M run --model resnet --preset resnet50 --batch 128 --steps 5 --warmup 2 --precision $prec --profile \
+      --csv "$R/resnetprof.csv" 2>&1 | grep -E "step:|profile|predicted|error" | sed "s/^/resnet50 $prec: /"
+  done
 fi
 if has resnetfast; then
   # ResNet-50 batch 128, the issue's six rows, memopt (stored conv choices) and the peer, 10 steps
