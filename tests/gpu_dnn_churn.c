@@ -10,6 +10,9 @@
 //   3. the same runs with the pool drained after each (a cudnnCreate and cudnnDestroy per run, as before
 //      the pool): printed, not checked.
 // Every change of the used bytes is printed with its cycle, so the next GPU session sees which one grows.
+// It reads device-wide memory (cudaMemGetInfo): it must run alone on the GPU (ctest's RESOURCE_LOCK gpu,
+// tools/gpu_session.sh runs it after the others). Beside gpu_offload and gpu_resnet_ops (session 11, an H100)
+// its check saw their allocations come and go: -691601408 bytes over the 300 runs.
 #include "tests/testlib.h"
 
 #ifdef MEMOPT_HAVE_CUDA

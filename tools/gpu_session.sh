@@ -67,12 +67,13 @@ if has gpufast; then
   t0=$(date +%s)
   # gpu_alloc reads device-wide memory: it runs alone, after the others
   pids=""
-  for t in $(cd $B && ls gpu_* | grep -v -e gpu_attention_chunks -e gpu_alloc); do # gpu_alloc*: alone, below
+  for t in $(cd $B && ls gpu_* | grep -v -e gpu_attention_chunks -e gpu_alloc -e gpu_dnn_churn); do # alone, below
     (cd $B && timeout 300 ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
     pids="$pids $!"
   done
   wait $pids # by pid: a bare wait would also wait for this script's own tee
   (cd $B && timeout 60 ./gpu_alloc >"$R/gpu_alloc.log" 2>&1; echo "gpu_alloc exit $?: $(tail -1 "$R/gpu_alloc.log")")
+  (cd $B && timeout 120 ./gpu_dnn_churn >"$R/gpu_dnn_churn.log" 2>&1; echo "gpu_dnn_churn exit $?: $(tail -1 "$R/gpu_dnn_churn.log")")
   (cd $B && timeout 300 ./gpu_alloc_faults >"$R/gpu_alloc_faults.log" 2>&1; echo "gpu_alloc_faults exit $?: $(tail -1 "$R/gpu_alloc_faults.log")")
   grep -E "^fault injection" "$R/gpu_alloc_faults.log" | tail -3
   (cd $B && timeout 300 ./gpu_attention_chunks >"$R/gpu_attention_chunks.log" 2>&1; echo "gpu_attention_chunks exit $?: $(tail -1 "$R/gpu_attention_chunks.log")")
@@ -81,14 +82,21 @@ if has gpufast; then
   grep -hE "^(FAIL|  FAIL)|FAILED|failed" $R/gpu_*.log | head -20
 fi
 if has gpusome; then
-  # the GPU test binaries named in GPU_TESTS, at once (for a call about a few of them)
+  # the GPU test binaries named in GPU_TESTS, at once (for a call about a few of them); those that read
+  # device-wide memory (cudaMemGetInfo: gpu_alloc, gpu_alloc_faults, gpu_dnn_churn) after, one at a time,
+  # since the others' allocations would move their figures
   t0=$(date +%s)
   pids=""
+  alone=""
   for t in ${GPU_TESTS:?stage gpusome needs GPU_TESTS}; do
+    case $t in gpu_alloc|gpu_alloc_faults|gpu_dnn_churn) alone="$alone $t"; continue;; esac
     (cd $B && timeout ${GPUSOME_TIMEOUT:-300} ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
     pids="$pids $!"
   done
   wait $pids
+  for t in $alone; do
+    (cd $B && timeout ${GPUSOME_TIMEOUT:-300} ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")")
+  done
   echo "gpu tests ($GPU_TESTS): $(( $(date +%s) - t0 )) s"
   grep -hE "^(FAIL|  FAIL)|FAILED|SKIP" $R/gpu_*.log | head -30
 fi
