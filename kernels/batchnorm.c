@@ -84,8 +84,8 @@ mo_status mo_batchnorm_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, f
         return batchnorm_forward_cpu(dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, M, C, momentum, relu);
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        return batchnorm_forward_cuda(c, dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, M, C, momentum,
-                                      relu);
+        return batchnorm_forward_cuda(c, dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, NULL, M, C,
+                                      momentum, relu);
 #else
         return MO_FAIL(MO_ERR_UNSUPPORTED, "batchnorm_forward: this build has no CUDA");
 #endif
@@ -120,7 +120,7 @@ mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma
             break;
         case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-            rs = batchnorm_backward_cuda(c, dt, din, dgamma, dbeta, dy, in, gamma, mean, rstd, M, C);
+            rs = batchnorm_backward_cuda(c, dt, din, dgamma, dbeta, (void *)dy, NULL, in, gamma, mean, rstd, M, C);
 #else
             rs = MO_FAIL(MO_ERR_UNSUPPORTED, "batchnorm_backward: this build has no CUDA");
 #endif
@@ -131,4 +131,61 @@ mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma
     }
     const mo_status fs = mo_scratch_free(c, masked);
     return rs != MO_OK ? rs : fs;
+}
+
+mo_status mo_batchnorm_add_relu_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
+                                        float *run_var, const void *in, const float *gamma, const float *beta,
+                                        const void *res, int M, int C, float momentum) {
+    MO_TRY(bn_check(dt, M, C, "batchnorm_add_relu_forward"));
+    if ((run_mean == NULL) != (run_var == NULL))
+        return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: run_mean and run_var must be both set or both NULL");
+    if (!res && c->backend != MO_BACKEND_DRY)
+        return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: res is NULL");
+    const double n = (double)M * C, e = (double)mo_dtype_size(dt);
+    // in read twice (statistics, normalize), res read, out written
+    mo_cost_record(c, "batchnorm_add_relu_fwd", MO_COST_MEMORY, 10 * n, e * n * 4);
+    switch (c->backend) {
+    case MO_BACKEND_CPU: {
+        // the three ops' roundings, in their order: BN to dt, + res to dt, ReLU
+        MO_TRY(batchnorm_forward_cpu(dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, M, C, momentum, 0));
+        for (size_t j = 0; j < (size_t)M * C; j++) {
+            rn_st(dt, out, j, rn_ld(dt, out, j) + rn_ld(dt, res, j));
+            if (rn_ld(dt, out, j) <= 0.0f) rn_st(dt, out, j, 0.0f); // NaN kept, as torch.relu
+        }
+        return MO_OK;
+    }
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        return batchnorm_forward_cuda(c, dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, res, M, C, momentum,
+                                      1);
+#else
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "batchnorm_add_relu_forward: this build has no CUDA");
+#endif
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "batchnorm_add_relu_forward: unknown backend %d", (int)c->backend);
+}
+
+mo_status mo_batchnorm_relu_backward_inplace(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
+                                             void *dout, const void *in, const void *out, const float *gamma,
+                                             const float *mean, const float *rstd, int M, int C) {
+    MO_TRY(bn_check(dt, M, C, "batchnorm_relu_backward_inplace"));
+    if (!out && c->backend != MO_BACKEND_DRY)
+        return MO_FAIL(MO_ERR_INVALID, "batchnorm_relu_backward_inplace: the mask needs the forward's out");
+    const double n = (double)M * C, e = (double)mo_dtype_size(dt);
+    // sums: dout, out, in read, the masked dout written; dx: dout and in read, din written
+    mo_cost_record(c, "batchnorm_relu_bwd", MO_COST_MEMORY, 14 * n, e * n * 7);
+    switch (c->backend) {
+    case MO_BACKEND_CPU:
+        MO_TRY(relu_backward_cpu(dt, dout, dout, out, (size_t)n));
+        return batchnorm_backward_cpu(dt, din, dgamma, dbeta, dout, in, gamma, mean, rstd, M, C);
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        return batchnorm_backward_cuda(c, dt, din, dgamma, dbeta, dout, out, in, gamma, mean, rstd, M, C);
+#else
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "batchnorm_relu_backward_inplace: this build has no CUDA");
+#endif
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "batchnorm_relu_backward_inplace: unknown backend %d", (int)c->backend);
 }

@@ -33,6 +33,20 @@ mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma
                                 const float *rstd, int M, int C, int relu);
 size_t mo_batchnorm_backward_scratch_bytes(mo_dtype dt, int M, int C, int relu);
 
+// The bottleneck's last BN, its residual add and ReLU in one pass: out (M,C) = max(0, BN(in) + res), with
+// the roundings of the three ops done apart (BN rounded to dt, the sum rounded to dt, the ReLU), so the
+// result equals mo_batchnorm_forward (relu 0), then mo_residual_forward_mixed, then mo_relu_forward, bit for
+// bit. Statistics, mean, rstd and the running statistics as mo_batchnorm_forward. res (M,C) dt.
+mo_status mo_batchnorm_add_relu_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
+                                        float *run_var, const void *in, const float *gamma, const float *beta,
+                                        const void *res, int M, int C, float momentum);
+// The ReLU's backward in place, then the BN's: dout := out > 0 ? dout : 0 (whoever reads dout after sees
+// the masked gradient: the block's shortcut), then as mo_batchnorm_backward with relu 0. No scratch; one
+// pass fewer than mo_relu_backward then mo_batchnorm_backward. out: the ReLU's output.
+mo_status mo_batchnorm_relu_backward_inplace(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
+                                             void *dout, const void *in, const void *out, const float *gamma,
+                                             const float *mean, const float *rstd, int M, int C);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,8 @@
 #include <cudnn.h>
 #include <stdio.h>
 #include "cuda_check.h"
+#include "ops_mixed_impl.h"
+#include "residual.h"
 #include "resnet_ops_impl.h"
 
 typedef struct bn_desc {
@@ -47,10 +49,10 @@ static mo_status bn_context(mo_status st, const char *what, mo_dtype dt, int M, 
 }
 
 mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
-                                 float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
-                                 float momentum, int relu) {
+                                 float *run_var, const void *in, const float *gamma, const float *beta,
+                                 const void *res, int M, int C, float momentum, int relu) {
     if (!c->bn_cudnn)
-        return bn_context(bn_own_forward_cuda(c, dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, M, C,
+        return bn_context(bn_own_forward_cuda(c, dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, res, M, C,
                                               momentum, relu), "forward", dt, M, C);
     void *h;
     MO_TRY(mo_dnn_handle(c, &h));
@@ -62,19 +64,24 @@ mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean,
                                                                     &zero, d.x, in, d.x, out, d.p, gamma, beta,
                                                                     (double)momentum, run_mean, run_var, MO_BN_EPS,
                                                                     mean, rstd), done);
-    if (st == MO_OK && relu) st = relu_forward_cuda(c, dt, out, out, (size_t)M * C);
+    const size_t n = (size_t)M * C;
+    if (st == MO_OK && res) // the residual add as the unfused step did it
+        st = dt == MO_F32 ? residual_forward_cuda(c, (float *)out, (const float *)out, (const float *)res, n)
+                          : residual_forward_mixed_cuda(c, dt, out, out, res, n);
+    if (st == MO_OK && relu) st = relu_forward_cuda(c, dt, out, out, n);
 done:
     bn_desc_free(&d);
     return bn_context(st, "forward", dt, M, C);
 }
 
-// dgamma, dbeta accumulate: betaParamDiff 1. dout is already masked by the ReLU (batchnorm.c).
-mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
-                                  const void *in, const float *gamma, const float *mean, const float *rstd, int M,
-                                  int C) {
+// dgamma, dbeta accumulate: betaParamDiff 1. mask != NULL: dout is masked in place by mask > 0 first.
+mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, void *dout,
+                                  const void *mask, const void *in, const float *gamma, const float *mean,
+                                  const float *rstd, int M, int C) {
     if (!c->bn_cudnn)
-        return bn_context(bn_own_backward_cuda(c, dt, din, dgamma, dbeta, dout, in, gamma, mean, rstd, M, C),
+        return bn_context(bn_own_backward_cuda(c, dt, din, dgamma, dbeta, dout, mask, in, gamma, mean, rstd, M, C),
                           "backward", dt, M, C);
+    if (mask) MO_TRY(relu_backward_cuda(c, dt, dout, dout, mask, (size_t)M * C));
     void *h;
     MO_TRY(mo_dnn_handle(c, &h));
     bn_desc d = {0};

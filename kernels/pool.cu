@@ -89,6 +89,107 @@ __global__ void maxpool_bwd_kernel(typename D::S *din, const typename D::S *dout
     }
 }
 
+// ---- the max pools with a thread per V channels (rn_vec: 16-byte loads), when C is a multiple of V and the
+// tensors are 16-byte aligned: the same comparisons per channel as the kernels above, so the same bits. The
+// one-channel-a-thread kernels above read 2 bytes a load (the stem's pool, N 128, 112x112x64: one of the
+// larger elementwise costs of the ResNet-50 step).
+template <class D>
+__global__ void maxpool_fwd_vec_kernel(typename D::S *out, const typename D::S *in, int N, int H, int W, int C, int R,
+                                       int st, int pad, int P, int Q) {
+    typedef rn_vec<D> VD;
+    enum { V = VD::V };
+    const int CV = C / V;
+    GRID_STRIDE(i, (size_t)N * P * Q * CV) {
+        const int c0 = (int)(i % CV) * V;
+        size_t t = i / CV;
+        const int q = (int)(t % Q);
+        t /= Q;
+        const int p = (int)(t % P);
+        const int n = (int)(t / P);
+        float m[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) m[k] = -INFINITY;
+        for (int r = 0; r < R; r++) {
+            const int h = p * st - pad + r;
+            if (h < 0 || h >= H) continue;
+            for (int s = 0; s < R; s++) {
+                const int w = q * st - pad + s;
+                if (w < 0 || w >= W) continue;
+                float v[V];
+                VD::ld(v, in + (((size_t)n * H + h) * W + w) * C + c0);
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    if (v[k] > m[k] || isnan(v[k])) m[k] = v[k];
+            }
+        }
+        VD::st(out + (((size_t)n * P + p) * Q + q) * C + c0, m);
+    }
+}
+
+// din (N,H,W,C), V channels a thread: a window's gradient comes here for channel k when in[h][w][k] equals
+// the window's output and no earlier position of the window (row-major) does; only then is the window
+// scanned, up to this position.
+template <class D>
+__global__ void maxpool_bwd_vec_kernel(typename D::S *din, const typename D::S *dout, const typename D::S *in,
+                                       const typename D::S *out, int N, int H, int W, int C, int R, int st, int pad,
+                                       int P, int Q) {
+    typedef rn_vec<D> VD;
+    enum { V = VD::V };
+    const int CV = C / V;
+    GRID_STRIDE(i, (size_t)N * H * W * CV) {
+        const int c0 = (int)(i % CV) * V;
+        size_t t = i / CV;
+        const int w = (int)(t % W);
+        t /= W;
+        const int h = (int)(t % H);
+        const int n = (int)(t / H);
+        int p0 = h + pad - R + 1;
+        p0 = p0 <= 0 ? 0 : (p0 + st - 1) / st;
+        int p1 = (h + pad) / st;
+        if (p1 > P - 1) p1 = P - 1;
+        int q0 = w + pad - R + 1;
+        q0 = q0 <= 0 ? 0 : (q0 + st - 1) / st;
+        int q1 = (w + pad) / st;
+        if (q1 > Q - 1) q1 = Q - 1;
+        float x[V], acc[V];
+        VD::ld(x, in + (((size_t)n * H + h) * W + w) * C + c0);
+#pragma unroll
+        for (int k = 0; k < V; k++) acc[k] = 0.0f;
+        for (int p = p0; p <= p1; p++)
+            for (int q = q0; q <= q1; q++) {
+                const size_t o = (((size_t)n * P + p) * Q + q) * C + c0;
+                float m[V];
+                VD::ld(m, out + o);
+                unsigned cand = 0; // channels whose output this position equals
+#pragma unroll
+                for (int k = 0; k < V; k++) cand |= (x[k] == m[k] ? 1u : 0u) << k;
+                // drop the channels an earlier position of the window equals
+                for (int r = 0; r < R && cand; r++) {
+                    const int hh = p * st - pad + r;
+                    if (hh < 0 || hh >= H || hh > h) continue;
+                    for (int s = 0; s < R && cand; s++) {
+                        const int ww = q * st - pad + s;
+                        if (ww < 0 || ww >= W) continue;
+                        if (hh == h && ww >= w) break; // this position and after
+                        float v[V];
+                        VD::ld(v, in + (((size_t)n * H + hh) * W + ww) * C + c0);
+#pragma unroll
+                        for (int k = 0; k < V; k++)
+                            if (v[k] == m[k]) cand &= ~(1u << k);
+                    }
+                }
+                if (cand) {
+                    float d[V];
+                    VD::ld(d, dout + o);
+#pragma unroll
+                    for (int k = 0; k < V; k++)
+                        if ((cand >> k) & 1u) acc[k] += d[k];
+                }
+            }
+        VD::st(din + (((size_t)n * H + h) * W + w) * C + c0, acc);
+    }
+}
+
 // out (N,C): one thread per (n, c), the HW positions summed in order
 template <class D>
 __global__ void avgpool_fwd_kernel(typename D::S *out, const typename D::S *in, int N, int HW, int C) {
@@ -129,6 +230,14 @@ extern "C" mo_status maxpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, con
                                           int R, int stride, int pad) {
     const int P = mo_pool_out_dim(H, R, stride, pad), Q = mo_pool_out_dim(W, R, stride, pad);
     const size_t n = (size_t)N * P * Q * C;
+    if (rn_vec_ok(mo_dtype_size(dt), C, out, in, in, in)) {
+        const size_t nv = n / (16 / mo_dtype_size(dt));
+#define L(T) maxpool_fwd_vec_kernel<T><<<mx_grid(nv), MX_THREADS, 0, S(c)>>>((T::S *)out, (const T::S *)in, N, H, W, C, R, stride, pad, P, Q)
+        DISPATCH(dt, L);
+#undef L
+        CUDA_CHECK_LAUNCH();
+        return MO_OK;
+    }
 #define L(T) maxpool_fwd_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)out, (const T::S *)in, N, H, W, C, R, stride, pad, P, Q)
     DISPATCH(dt, L);
 #undef L
@@ -140,6 +249,16 @@ extern "C" mo_status maxpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, co
                                            const void *out, int N, int H, int W, int C, int R, int stride, int pad) {
     const int P = mo_pool_out_dim(H, R, stride, pad), Q = mo_pool_out_dim(W, R, stride, pad);
     const size_t n = (size_t)N * H * W * C;
+    if (rn_vec_ok(mo_dtype_size(dt), C, din, dout, in, out)) {
+        const size_t nv = n / (16 / mo_dtype_size(dt));
+#define L(T)                                                                                                        \
+    maxpool_bwd_vec_kernel<T><<<mx_grid(nv), MX_THREADS, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, \
+                                                                   (const T::S *)out, N, H, W, C, R, stride, pad, P, Q)
+        DISPATCH(dt, L);
+#undef L
+        CUDA_CHECK_LAUNCH();
+        return MO_OK;
+    }
 #define L(T)                                                                                                    \
     maxpool_bwd_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, \
                                                                (const T::S *)out, N, H, W, C, R, stride, pad, P, Q)

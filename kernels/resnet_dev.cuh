@@ -23,6 +23,36 @@ struct rn_bf16 {
     static __device__ __forceinline__ uint16_t from_f(float f) { return mx_bf16::from_f(f); }
 };
 
+// 16 bytes of S as fp32: V = 4 fp32 or 8 16-bit elements, for the vectorized kernels (batchnorm.cu,
+// pool.cu). p must be 16-byte aligned; element k of the vector is p[k].
+template <class D> struct rn_vec {
+    typedef typename D::S S;
+    enum { V = 16 / sizeof(S) };
+    union U {
+        uint4 u;
+        S e[V];
+    };
+    static __device__ __forceinline__ void ld(float *f, const S *p) {
+        U x;
+        x.u = *reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+        for (int k = 0; k < V; k++) f[k] = D::to_f(x.e[k]);
+    }
+    static __device__ __forceinline__ void st(S *p, const float *f) {
+        U x;
+#pragma unroll
+        for (int k = 0; k < V; k++) x.e[k] = D::from_f(f[k]);
+        *reinterpret_cast<uint4 *>(p) = x.u;
+    }
+};
+
+// Every pointer 16-byte aligned and C a multiple of the vector: the vectorized kernels apply
+static inline int rn_vec_ok(size_t elem, int C, const void *a, const void *b, const void *c, const void *d) {
+    const size_t V = 16 / elem;
+    return C % (int)V == 0 && ((uintptr_t)a & 15u) == 0 && ((uintptr_t)b & 15u) == 0 && ((uintptr_t)c & 15u) == 0 &&
+           ((uintptr_t)d & 15u) == 0;
+}
+
 #define GRID_STRIDE(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 

@@ -61,18 +61,21 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
 // scratch: mo_conv_backward_filter_scratch_bytes (the gradient, in dt, before it is added to dw)
 mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                     const mo_conv_shape *s, void *scratch);
+// res != NULL: the BN output rounded to dt, + res (the residual add), then the ReLU when relu
 mo_status batchnorm_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
-                                 float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
-                                 float momentum, int relu);
-mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
-                                  const void *in, const float *gamma, const float *mean, const float *rstd, int M,
-                                  int C);
+                                 float *run_var, const void *in, const float *gamma, const float *beta,
+                                 const void *res, int M, int C, float momentum, int relu);
+// mask != NULL: dout := mask > 0 ? dout : 0 in place first (the ReLU's backward), then the BN's
+mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, void *dout,
+                                  const void *mask, const void *in, const float *gamma, const float *mean,
+                                  const float *rstd, int M, int C);
 // the suite's own batch norm kernels (batchnorm.cu; batchnorm_cuda.c picks them unless MEMOPT_BN=cudnn)
 mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
-                              float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
-                              float momentum, int relu);
-mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
-                               const void *in, const float *gamma, const float *mean, const float *rstd, int M, int C);
+                              float *run_var, const void *in, const float *gamma, const float *beta, const void *res,
+                              int M, int C, float momentum, int relu);
+mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, void *dout,
+                               const void *mask, const void *in, const float *gamma, const float *mean,
+                               const float *rstd, int M, int C);
 mo_status maxpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int H, int W, int C, int R,
                                int stride, int pad);
 mo_status maxpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *in,

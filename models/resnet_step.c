@@ -214,9 +214,10 @@ static void unit_free(resnet *m, unit_acts *ua) {
     act_free(m, &ua->c); act_free(m, &ua->a); act_free(m, &ua->mean); act_free(m, &ua->rstd);
 }
 
-// *out = BN(conv(in)) (ReLU'd when relu); running statistics updated when update.
+// *out = BN(conv(in)) (ReLU'd when relu); running statistics updated when update. res != NULL (the
+// block's last unit): *out = ReLU(BN(conv(in)) + res), the residual add and the ReLU in the BN's pass.
 static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *in, int relu,
-                              int update, void **out, const char *out_name) {
+                              const void *res, int update, void **out, const char *out_name) {
     mo_ctx *x = m->ctx;
     mo_conv_shape sh;
     unit_shape(u, s->N, &sh);
@@ -227,26 +228,36 @@ static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_a
     MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->rstd));
     MO_TRY(mo_step_act_alloc(m->ctx, DT, M * u->cout, out, out_name)); // the trace's tensor name
     float *rm = update ? m->running + u->rs_off : NULL, *rv = update ? m->running + u->rs_off + u->cout : NULL;
-    OP(MO_PROF_NORM, mo_batchnorm_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c, m->params + u->g_off,
-                                          m->params + u->b_off, (int)M, u->cout, BN_MOMENTUM, relu));
+    if (res)
+        OP(MO_PROF_NORM, mo_batchnorm_add_relu_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c,
+                                                       m->params + u->g_off, m->params + u->b_off, res, (int)M,
+                                                       u->cout, BN_MOMENTUM));
+    else
+        OP(MO_PROF_NORM, mo_batchnorm_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c, m->params + u->g_off,
+                                              m->params + u->b_off, (int)M, u->cout, BN_MOMENTUM, relu));
     return MO_OK;
 }
 
-// dout (N,P,P,cout of u): the gradient of the unit's BN output (relu: of its ReLU's, masked here by
-// bn_out). The BN's and the conv's weight gradients accumulate; *din (N,H,H,cin) gets the input gradient
-// (NULL: not wanted). in: the conv's input. free_dout: *free_dout (== dout) is freed after the BN.
+// dout (N,P,P,cout of u): the gradient of the unit's BN output (relu: of its ReLU's, masked here in place
+// by bn_out, the ReLU's output: whoever reads dout after sees the masked gradient). The BN's and the conv's
+// weight gradients accumulate; *din (N,H,H,cin) gets the input gradient (NULL: not wanted). in: the
+// conv's input. free_dout: *free_dout (== dout) is freed after the BN.
 static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *dout,
                                void **free_dout, const void *in, const void *bn_out, int relu, void **din) {
     mo_ctx *x = m->ctx;
     mo_conv_shape sh;
     unit_shape(u, s->N, &sh);
     size_t M = (size_t)s->N * u->P * u->P;
-    // The ReLU's mask in place on dout (ours, read by nothing else after), then the plain BN backward: the
-    // fused relu=1 path would take an (M, cout) scratch for the masked copy.
-    if (relu) OP(MO_PROF_ELEMENTWISE, mo_relu_backward(x, DT, (void *)dout, dout, bn_out, M * u->cout));
+    // The ReLU's mask in place on dout (in the BN backward's first pass), then the BN backward: the
+    // mask-into-scratch path of mo_batchnorm_backward (relu 1) would take an (M, cout) scratch.
     MO_TRY(act_alloc(m, M * u->cout, &s->dc));
-    OP(MO_PROF_NORM, mo_batchnorm_backward(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout, ua->c, NULL,
-                                           m->params + u->g_off, ua->mean, ua->rstd, (int)M, u->cout, 0));
+    if (relu)
+        OP(MO_PROF_NORM, mo_batchnorm_relu_backward_inplace(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off,
+                                                            (void *)dout, ua->c, bn_out, m->params + u->g_off,
+                                                            ua->mean, ua->rstd, (int)M, u->cout));
+    else
+        OP(MO_PROF_NORM, mo_batchnorm_backward(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout, ua->c,
+                                               NULL, m->params + u->g_off, ua->mean, ua->rstd, (int)M, u->cout, 0));
     act_free(m, &ua->c); act_free(m, &ua->mean); act_free(m, &ua->rstd);
     if (free_dout) act_free(m, free_dout);
     OP(MO_PROF_GEMM, mo_conv_backward_filter(x, DT, m->grads + u->w_off, s->dc, in, &sh));
@@ -264,21 +275,19 @@ static void block_free_internals(resnet *m, block_acts *a) {
 }
 
 static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, int update) {
-    mo_ctx *x = m->ctx;
     const rn_arch *ar = &m->a;
     const rn_block *k = &ar->blocks[l];
-    if (k->ds >= 0) MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, update, &a->ds.a, "&a->ds.a"));
+    if (k->ds >= 0)
+        MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, NULL, update, &a->ds.a, "&a->ds.a"));
     const void *prev = a->in;
     for (int j = 0; j < k->nu; j++) {
         int last = j == k->nu - 1;
-        MO_TRY(unit_forward(m, s, &ar->units[k->u[j]], &a->u[j], prev, !last, update, last ? &a->out : &a->u[j].a,
-                            last ? "&a->out" : "&a->u[j].a"));
+        // the last unit: out = ReLU(BN(conv) + shortcut), in the BN's pass
+        MO_TRY(unit_forward(m, s, &ar->units[k->u[j]], &a->u[j], prev, !last, last ? (k->ds >= 0 ? a->ds.a : a->in) : NULL,
+                            update, last ? &a->out : &a->u[j].a, last ? "&a->out" : "&a->u[j].a"));
         prev = a->u[j].a;
     }
-    size_t n = (size_t)s->N * k->P * k->P * k->cout;
-    OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, a->out, a->out, k->ds >= 0 ? a->ds.a : a->in, n));
     act_free(m, &a->ds.a);
-    OP(MO_PROF_ELEMENTWISE, mo_relu_forward(x, DT, a->out, a->out, n)); // in place (pool.h: out may alias in)
     return MO_OK;
 }
 
@@ -287,15 +296,15 @@ static mo_status block_backward(resnet *m, step_state *s, int l, block_acts *a) 
     mo_ctx *x = m->ctx;
     const rn_arch *ar = &m->a;
     const rn_block *k = &ar->blocks[l];
-    size_t nout = (size_t)s->N * k->P * k->P * k->cout, nin = (size_t)s->N * k->H * k->H * k->cin;
-    // Through the final ReLU, in place: s->g is now the gradient of the sum (the last BN's output and the shortcut's).
-    OP(MO_PROF_ELEMENTWISE, mo_relu_backward(x, DT, s->g, s->g, a->out, nout));
-    // The main path, last unit first; s->gi: the gradient of the unit's output, then of its input.
+    size_t nin = (size_t)s->N * k->H * k->H * k->cin;
+    // The main path, last unit first; s->gi: the gradient of the unit's output, then of its input. The last
+    // unit's backward masks s->g in place by the block's final ReLU (its output a->out) first: s->g is then
+    // the gradient of the sum (the last BN's output and the shortcut's) for the shortcut below.
     for (int j = k->nu - 1; j >= 0; j--) {
         int last = j == k->nu - 1;
         const void *in = j == 0 ? a->in : a->u[j - 1].a;
         MO_TRY(unit_backward(m, s, &ar->units[k->u[j]], &a->u[j], last ? s->g : s->gi, last ? NULL : &s->gi, in,
-                             last ? NULL : a->u[j].a, !last, &s->dsc));
+                             last ? a->out : a->u[j].a, 1, &s->dsc));
         if (!last) act_free(m, &a->u[j].a);
         s->gi = s->dsc;
         s->dsc = NULL;
@@ -385,7 +394,7 @@ static mo_status forward(step_state *s) {
         MO_TRY(act_alloc(m, img, &s->xin));
         OP(MO_PROF_ELEMENTWISE, mo_cast_mixed(x, DT, s->xin, MO_F32, m->images + off * ar->S * ar->S * 3, img));
     }
-    MO_TRY(unit_forward(m, s, &ar->units[0], &s->stem, images_of(s), 1, 1, &s->stem.a, "&s->stem.a"));
+    MO_TRY(unit_forward(m, s, &ar->units[0], &s->stem, images_of(s), 1, NULL, 1, &s->stem.a, "&s->stem.a"));
     MO_TRY(act_alloc(m, (size_t)N * ar->pool_P * ar->pool_P * ar->W0, &s->pool));
     OP(MO_PROF_ELEMENTWISE, mo_maxpool_forward(x, DT, s->pool, s->stem.a, N, ar->pool_H, ar->pool_H, ar->W0, 3, 2, 1));
     for (int l = 0; l < L; l++) {

@@ -22,6 +22,7 @@
 
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
+#include "kernels/ops_mixed.h"
 #include "kernels/pool.h"
 #ifdef MEMOPT_HAVE_CUDA
 #include "kernels/resnet_ops_impl.h"
@@ -236,6 +237,81 @@ static void gpu_bn(mo_dtype dt, int M, int C, int relu, int impl) {
     }    gc->bn_cudnn = 0;
 }
 
+// The fused forms the bottleneck runs (batchnorm.h): mo_batchnorm_add_relu_forward must give the bits of
+// BN (relu 0), residual add, ReLU run apart on the GPU, and mo_batchnorm_relu_backward_inplace those of
+// ReLU backward in place then BN backward (relu 0), the masked dout included; both against the cpu
+// references of the fused forms by relative error. impl as gpu_bn.
+static void gpu_bn_fused(mo_dtype dt, int M, int C, int impl) {
+    const size_t e = mo_dtype_size(dt), n = (size_t)M * C;
+    const char *pn = mo_dtype_name(dt);
+    gc->bn_cudnn = impl;
+    printf("batchnorm + residual + relu fused %s M %d C %d on %s\n", pn, M, C, impl ? "cudnn" : "own kernels");
+    void *x = hrand(dt, n, -2, 3), *res = hrand(dt, n, -1.5f, 1), *dy = hrand(dt, n, -1, 1);
+    float *g = frand(C, 0.5f, 1.5f), *b = frand(C, -0.5f, 0.5f), *rm0 = frand(C, -1, 1), *rv0 = frand(C, 0.5f, 2);
+    float *z = fnew(C);
+    for (int i = 0; i < C; i++) z[i] = 0.0f;
+    void *d_x = dup_d(x, n * e), *d_res = dup_d(res, n * e), *d_yf = dnew(n * e), *d_yu = dnew(n * e);
+    void *d_dya = dup_d(dy, n * e), *d_dyb = dup_d(dy, n * e), *d_dxa = dnew(n * e), *d_dxb = dnew(n * e);
+    float *d_g = dup_d(g, C * 4), *d_b = dup_d(b, C * 4);
+    float *d_s[2][6]; // per form: mean, rstd, run mean, run var, dgamma, dbeta
+    for (int f = 0; f < 2; f++) {
+        d_s[f][0] = dnew(C * 4), d_s[f][1] = dnew(C * 4);
+        d_s[f][2] = dup_d(rm0, C * 4), d_s[f][3] = dup_d(rv0, C * 4);
+        d_s[f][4] = dup_d(z, C * 4), d_s[f][5] = dup_d(z, C * 4);
+    }
+    int ok = CHECK_OK(mo_batchnorm_add_relu_forward(gc, dt, d_yf, d_s[0][0], d_s[0][1], d_s[0][2], d_s[0][3], d_x, d_g,
+                                                    d_b, d_res, M, C, 0.1f));
+    ok &= CHECK_OK(mo_batchnorm_forward(gc, dt, d_yu, d_s[1][0], d_s[1][1], d_s[1][2], d_s[1][3], d_x, d_g, d_b, M, C,
+                                        0.1f, 0));
+    ok &= CHECK_OK(mo_residual_forward_mixed(gc, dt, d_yu, d_yu, d_res, n));
+    ok &= CHECK_OK(mo_relu_forward(gc, dt, d_yu, d_yu, n));
+    ok &= CHECK_OK(mo_batchnorm_relu_backward_inplace(gc, dt, d_dxa, d_s[0][4], d_s[0][5], d_dya, d_x, d_yf, d_g,
+                                                      d_s[0][0], d_s[0][1], M, C));
+    ok &= CHECK_OK(mo_relu_backward(gc, dt, d_dyb, d_dyb, d_yu, n));
+    ok &= CHECK_OK(mo_batchnorm_backward(gc, dt, d_dxb, d_s[1][4], d_s[1][5], d_dyb, d_x, NULL, d_g, d_s[1][0],
+                                         d_s[1][1], M, C, 0));
+    void *h[2][3]; // per form: y, dx, masked dy
+    float *hs[2][6];
+    for (int f = 0; f < 2; f++) {
+        for (int j = 0; j < 3; j++) h[f][j] = hnew(n * e);
+        for (int j = 0; j < 6; j++) hs[f][j] = fnew(C), down(hs[f][j], d_s[f][j], C * 4);
+    }
+    down(h[0][0], d_yf, n * e), down(h[1][0], d_yu, n * e), down(h[0][1], d_dxa, n * e), down(h[1][1], d_dxb, n * e);
+    down(h[0][2], d_dya, n * e), down(h[1][2], d_dyb, n * e);
+    if (ok) {
+        static const char *const what[3] = {"out", "din", "dout masked in place"};
+        for (int j = 0; j < 3; j++)
+            CHECK_MSG(memcmp(h[0][j], h[1][j], n * e) == 0, "%s fused batchnorm %s: not the bits of the ops apart", pn,
+                      what[j]);
+        for (int j = 0; j < 6; j++)
+            CHECK_MSG(memcmp(hs[0][j], hs[1][j], C * 4) == 0, "%s fused batchnorm: statistic %d not the bits of the ops apart", pn, j);
+        // the cpu references of the fused forms (the backward's mask: the cuda forward's output)
+        void *y_ref = hnew(n * e), *dx_ref = hnew(n * e), *dy_ref = hnew(n * e);
+        float *m_ref = fnew(C), *r_ref = fnew(C), *rm_ref = fnew(C), *rv_ref = fnew(C), *dg_ref = fnew(C), *db_ref = fnew(C);
+        memcpy(rm_ref, rm0, C * 4), memcpy(rv_ref, rv0, C * 4), memcpy(dg_ref, z, C * 4), memcpy(db_ref, z, C * 4);
+        memcpy(dy_ref, dy, n * e);
+        CHECK_OK(mo_batchnorm_add_relu_forward(hc, dt, y_ref, m_ref, r_ref, rm_ref, rv_ref, x, g, b, res, M, C, 0.1f));
+        CHECK_OK(mo_batchnorm_relu_backward_inplace(hc, dt, dx_ref, dg_ref, db_ref, dy_ref, x, h[0][0], g, m_ref, r_ref,
+                                                    M, C));
+        check(pn, dt, h[0][0], h[1][0], y_ref, n, tol_act(dt, 1e-4), "fused forward out");
+        check(pn, MO_F32, hs[0][2], hs[1][2], rm_ref, C, 1e-5, "fused running mean");
+        check(pn, dt, h[0][2], h[1][2], dy_ref, n, 0, "fused dout masked in place");
+        check(pn, dt, h[0][1], h[1][1], dx_ref, n, tol_act(dt, 1e-4), "fused backward din");
+        check(pn, MO_F32, hs[0][4], hs[1][4], dg_ref, C, 1e-4, "fused backward dgamma");
+        check(pn, MO_F32, hs[0][5], hs[1][5], db_ref, C, 1e-4, "fused backward dbeta");
+        free(y_ref), free(dx_ref), free(dy_ref), free(m_ref), free(r_ref), free(rm_ref), free(rv_ref), free(dg_ref),
+            free(db_ref);
+    }
+    dfree(d_x); dfree(d_res); dfree(d_yf); dfree(d_yu); dfree(d_dya); dfree(d_dyb); dfree(d_dxa); dfree(d_dxb);
+    dfree(d_g); dfree(d_b);
+    for (int f = 0; f < 2; f++) {
+        for (int j = 0; j < 6; j++) dfree(d_s[f][j]), free(hs[f][j]);
+        for (int j = 0; j < 3; j++) free(h[f][j]);
+    }
+    free(x); free(res); free(dy); free(g); free(b); free(rm0); free(rv0); free(z);
+    gc->bn_cudnn = 0;
+}
+
 static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int pad) {
     const char *pn = mo_dtype_name(dt);
     const int P = mo_pool_out_dim(H, R, st, pad), Q = mo_pool_out_dim(W, R, st, pad);
@@ -312,6 +388,8 @@ static double time_op(int which, const prec *pr, const mo_conv_shape *s, void *x
         case 2: st = mo_conv_backward_filter(gc, dt, dw, y, x, s); break;
         case 3: st = mo_batchnorm_forward(gc, dt, y, bn[0], bn[1], bn[2], bn[3], x, bn[4], bn[5], M, s->C, 0.1f, relu); break;
         case 4: st = mo_batchnorm_backward(gc, dt, w, bn[2], bn[3], y, x, x, bn[4], bn[0], bn[1], M, s->C, relu); break;
+        case 5: st = mo_batchnorm_add_relu_forward(gc, dt, y, bn[0], bn[1], bn[2], bn[3], x, bn[4], bn[5], w, M, s->C, 0.1f); break;
+        case 6: st = mo_batchnorm_relu_backward_inplace(gc, dt, w, bn[2], bn[3], y, x, x, bn[4], bn[0], bn[1], M, s->C); break;
         }
         if (!CHECK_OK(st)) { mo_timer_destroy(&tm); gc->tf32 = 0; return -1; }
         CHECK_OK(mo_timer_stop(gc, &tm, &ms));
@@ -344,6 +422,7 @@ static void timing(void) {
         const double f = time_op(0, pr, &s, x, w, y, dw, bn, 0), bd = time_op(1, pr, &s, x, w, y, dw, bn, 0),
                      bf = time_op(2, pr, &s, x, w, y, dw, bn, 0), nf = time_op(3, pr, &s, x, w, y, dw, bn, 1),
                      nb = time_op(4, pr, &s, x, w, y, dw, bn, 1);
+        const double ff = time_op(5, pr, &s, x, w, y, dw, bn, 1), fb = time_op(6, pr, &s, x, w, y, dw, bn, 1);
         gc->bn_cudnn = 1;
         const double cf = time_op(3, pr, &s, x, w, y, dw, bn, 1), cb = time_op(4, pr, &s, x, w, y, dw, bn, 1);
         gc->bn_cudnn = 0;
@@ -357,6 +436,10 @@ static void timing(void) {
         printf("  %-4s conv fwd %.3f ms (%.0f TFLOP/s), bwd data %.3f (%.0f), bwd filter %.3f (%.0f); "
                "bn+relu fwd %.3f ms, bwd %.3f ms (cuDNN's: %.3f, %.3f)\n",
                pr->name, f, g / f, bd, g / bd, bf, g / bf, nf, nb, cf, cb);
+        // bytes the fused forms move at the least: forward in twice, res, out; backward 7 passes
+        const double mb = (double)n * mo_dtype_size(pr->dt) * 1e-6;
+        printf("  %-4s bn+add+relu fwd %.3f ms (%.0f GB/s at 4 passes), bn+relu bwd in place %.3f ms (%.0f GB/s at 7)\n",
+               pr->name, ff, 4 * mb / ff, fb, 7 * mb / fb);
     }
     long hits, misses;
     mo_conv_cache_stats(gc, &hits, &misses);
@@ -398,6 +481,10 @@ int main(void) {
         }
         gpu_bn(dts[k], 3 * 41 * 37 + 5, 96, 1, 0); // many row groups, the last one short
         gpu_bn(dts[k], 8 * 28 * 28, 40, 0, 0);    // C not a multiple of the block's 32 channels
+        gpu_bn(dts[k], 2 * 9 * 9 + 3, 12, 1, 0);  // 16-bit: C not a multiple of 8 (the scalar kernels)
+        for (int impl = 0; impl < 2; impl++) gpu_bn_fused(dts[k], 2 * 56 * 56, 64, impl);
+        gpu_bn_fused(dts[k], 3 * 41 * 37 + 5, 96, 0);
+        gpu_bn_fused(dts[k], 37, 5, 0); // the scalar kernels
         gpu_pool(dts[k], 2, 112, 112, 64, 3, 2, 1);
         gpu_pool(dts[k], 3, 9, 7, 5, 3, 2, 1);
         gpu_pool(dts[k], 1, 6, 5, 3, 2, 1, 0);

@@ -5,6 +5,8 @@
 # and temperature cannot pose as a difference between the revisions.
 # Usage: tools/ab_revisions.sh OLD_TAR NEW_MEMOPT CSV [precision:attn ...]
 #   default rows: fp32:materialized tf32:materialized bf16:materialized bf16:fused
+#   a row without ":attn" runs without --attn (the models that refuse it)
+# AB_ARGS: the model's flags (default --preset gpt2-124m; e.g. --model resnet --preset resnet50 --batch 128).
 # AB_REPS rounds (default 2). Each run is 10 timed steps after 3 warm-up; rows go to CSV with -old / -new before .csv (the two
 # revisions may write different schemas), each with its revision in git_rev.
 set -uo pipefail
@@ -27,9 +29,10 @@ new_rev="${MEMOPT_GIT_REV:-new}"
 for rep in $(seq "${AB_REPS:-2}"); do
   for row in $rows; do
     prec=${row%%:*}; attn=${row#*:}
+    aflag="--attn $attn"; [ "$row" = "$prec" ] && { aflag=""; attn=""; }
     for side in old new; do
       if [ $side = old ]; then bin=$old; r=$rev; else bin=$new; r=$new_rev; fi
-      MEMOPT_GIT_REV=$r $bin run --preset gpt2-124m --precision "$prec" --attn "$attn" --steps 10 --warmup 3 \
+      MEMOPT_GIT_REV=$r $bin run ${AB_ARGS:---preset gpt2-124m} --precision "$prec" $aflag --steps 10 --warmup 3 \
         --csv "${csv%.csv}-$side.csv" 2>&1 | grep -E "step:" | sed "s/^/$prec $attn $side ($r) rep $rep: /"
     done
   done

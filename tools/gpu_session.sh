@@ -25,7 +25,7 @@
 #   the fp32/bf16 x none/segments:4 rows of both, 5 steps after 2 warm-up (the checkpointing claim's ratios);
 #   "convtune" tunes ResNet-50 batch 128's convolutions (MEMOPT_CONV_TUNE=1), writes the lines into
 #   kernels/conv_algo_table.c (copied to OUTDIR) and rebuilds memopt on it; "resnetfast" the TF32 and 16-bit
-#   ResNet-50 rows of memopt and the peer; "resnetprof" --profile per class of the ResNet-50 step (RESNETPROF_PRECS); "attncudnn" the bf16 fused GPT step on the own attention
+#   ResNet-50 rows of memopt and the peer; "resnetprof" --profile per class of the ResNet-50 step (RESNETPROF_PRECS); "resnetab" the ResNet-50 step A/B against RESNET_OLD_TAR; "resnetncu" one ResNet-50 step's kernels under ncu; "attncudnn" the bf16 fused GPT step on the own attention
 #   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
@@ -211,6 +211,17 @@ if has resnetprof; then
       --csv "$R/resnetprof.csv" 2>&1 | grep -E "step:|profile|predicted|error" | sed "s/^/resnet50 $prec: /"
   done
 fi
+if has resnetncu; then
+  # one ResNet-50 batch 128 step's kernels under ncu (gpu__time_duration), in launch order (ncu-resnet-*.csv)
+  # and summed per kernel: which convolutions and passes hold the step's time
+  for prec in ${RESNETNCU_PRECS:-fp32 bf16}; do
+    timeout ${RESNETNCU_TIMEOUT:-150} ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+      --print-units base --log-file "$R/ncu-resnet-$prec.csv" $M run --model resnet --preset resnet50 --batch 128 \
+      --precision $prec --steps 1 --warmup 0 >"$R/ncu-resnet-$prec.out" 2>&1
+    echo "ncu resnet50 $prec exit $?: $(wc -l <"$R/ncu-resnet-$prec.csv") lines"
+    python3 tools/ncu_sum.py "$R/ncu-resnet-$prec.csv" 2>&1 | head -30
+  done
+fi
 if has resnetfast; then
   # ResNet-50 batch 128, the issue's six rows, memopt (stored conv choices) and the peer, 10 steps
   csv="$R/h200-resnet50-fast.csv"
@@ -376,6 +387,11 @@ if has revab; then
   # this revision's GPT-2 124M step against an older one built from .old/src-REV.tar, interleaved
   # (tools/ab_revisions.sh; MEMOPT_OLD_TAR names the tarball)
   bash tools/ab_revisions.sh "${MEMOPT_OLD_TAR:-$(ls .old/src-*.tar | head -1)}" $M "$R/revab.csv"
+fi
+if has resnetab; then
+  # the ResNet-50 batch 128 step of this revision against an older one (RESNET_OLD_TAR), interleaved
+  AB_ARGS="--model resnet --preset resnet50 --batch 128" AB_REPS=${RESNETAB_REPS:-2} \
+    bash tools/ab_revisions.sh "${RESNET_OLD_TAR:?stage resnetab needs RESNET_OLD_TAR}" $M "$R/resnetab.csv" ${RESNETAB_ROWS:-fp32 tf32 bf16 fp16}
 fi
 if has profile; then
   # measured device time per profiler class beside the planner's prediction from the run's cost trace
