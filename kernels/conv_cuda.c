@@ -652,11 +652,69 @@ static mo_status dgrad_as_forward(mo_ctx *c, void *din, const void *dout, const 
     return st;
 }
 
+// Strided convolutions (stride st > 1) in fp32 fare worse on the backward-data engine: ncu of one
+// ResNet-50 fp32 step (batch 128, session 11, H100) gave its dgrad2d_grouped_direct kernels 420 of 653 ms,
+// six launches: the three 3x3 stride-2 and the three 1x1 stride-2 convolutions. Their input gradients are
+// forward convolutions too, a chunk of images at a time in the workspace ([flipped filter | chunk |
+// the forward's budget, 8 MiB at least]), so nothing is allocated:
+//   1x1: the compact gradient (n, P, Q, C) = dout's 1x1 convolution with the transposed filter, then
+//        scattered to every st-th row and column of din, zeros elsewhere;
+//   RxR: dout dilated to z (n, Hz, Wz, K), zeros between its rows and columns (Hz = H - R + 1 + 2 pad), then
+//        the flipped filter's stride-1 forward with padding R-1-pad gives din (n, H, W, C): st^2 times
+//        the FLOPs, most of them on zeros, still far below the engine's time.
+static mo_status dgrad_strided_as_forward(mo_ctx *c, void *din, const void *dout, const void *w,
+                                          const mo_conv_shape *s, int *done) {
+    *done = 0;
+    if (c->conv_dgrad_cudnn || s->stride < 2 || s->R != s->S || s->pad > s->R - 1) return MO_OK;
+    const int st = s->stride, R = s->R, N = s->N;
+    const int Hz = s->H - R + 1 + 2 * s->pad, Wz = s->W - R + 1 + 2 * s->pad;
+    const size_t wb = (size_t)s->K * R * R * s->C * sizeof(float), off = (wb + 255) & ~(size_t)255;
+    const size_t img = (R == 1 ? (size_t)s->P * s->Q * s->C : (size_t)Hz * Wz * s->K) * sizeof(float);
+    const size_t keep = (size_t)8 << 20;
+    if (off + keep + img > c->gemm_ws_bytes) return MO_OK; // not one image: the backward-data engine runs it
+    int nc = (int)((c->gemm_ws_bytes - off - keep) / img);
+    if (nc > N) nc = N;
+    if (c->conv_dgrad_chunk > 0 && nc > c->conv_dgrad_chunk) nc = c->conv_dgrad_chunk;
+    const size_t cb = ((size_t)nc * img + 255) & ~(size_t)255;
+    float *wf = (float *)c->gemm_ws, *chunk = (float *)((char *)c->gemm_ws + off);
+    MO_TRY(conv_flip_filter_cuda(c, wf, (const float *)w, s->K, R, R, s->C));
+    void *ws0 = c->gemm_ws;
+    const size_t wsb0 = c->gemm_ws_bytes;
+    mo_status rs = MO_OK;
+    for (int n0 = 0; n0 < N && rs == MO_OK; n0 += nc) {
+        const int nb = N - n0 < nc ? N - n0 : nc;
+        const float *dy = (const float *)dout + (size_t)n0 * s->P * s->Q * s->K;
+        float *dx = (float *)din + (size_t)n0 * s->H * s->W * s->C;
+        mo_conv_shape t;
+        if (R == 1) {
+            mo_conv_shape_init(&t, nb, s->P, s->Q, s->K, s->C, 1, 1, 1, 0);
+        } else {
+            mo_conv_shape_init(&t, nb, Hz, Wz, s->K, s->C, R, R, 1, R - 1 - s->pad);
+            if (t.P != s->H || t.Q != s->W) { // cannot happen (Hz is chosen for it): the engine then
+                rs = MO_ERR_UNSUPPORTED;
+                break;
+            }
+            rs = conv_dilate_cuda(c, chunk, dy, nb, s->P, s->Q, s->K, Hz, Wz, st);
+            if (rs != MO_OK) break;
+        }
+        c->gemm_ws = (char *)ws0 + off + cb, c->gemm_ws_bytes = wsb0 - off - cb;
+        rs = R == 1 ? conv_run(c, MO_CONV_FWD, MO_F32, &t, (void *)dy, wf, chunk, 0)
+                     : conv_run(c, MO_CONV_FWD, MO_F32, &t, chunk, wf, dx, 0);
+        c->gemm_ws = ws0, c->gemm_ws_bytes = wsb0;
+        if (rs == MO_OK && R == 1) rs = conv_scatter_cuda(c, dx, chunk, nb, s->H, s->W, s->C, s->P, s->Q, st);
+    }
+    if (rs == MO_ERR_UNSUPPORTED) return MO_OK; // no forward engine fits: the engine runs it (all of din)
+    *done = rs == MO_OK;
+    return rs;
+}
+
 mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                   const mo_conv_shape *s) {
     if (dt == MO_F32 && !c->tf32) {
         int done;
         MO_TRY(dgrad_as_forward(c, din, dout, w, s, &done));
+        if (done) return MO_OK;
+        MO_TRY(dgrad_strided_as_forward(c, din, dout, w, s, &done));
         if (done) return MO_OK;
     }
     return conv_run(c, MO_CONV_BWD_DATA, dt, s, din, (void *)w, (void *)dout, 0);

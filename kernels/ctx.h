@@ -82,9 +82,11 @@ typedef struct mo_ctx {
                                   // candidates that fit the workspace and prints a table line (conv_cuda.c)
     int conv_table;               // convolutions take the stored engine choices (conv_table.h) where one
                                   // matches (1, the default); MEMOPT_CONV_TABLE=0 sets 0
-    int conv_dgrad_cudnn;         // fp32 stride-1 input gradients on cuDNN's backward-data engine (1;
+    int conv_dgrad_cudnn;         // fp32 input gradients on cuDNN's backward-data engine (1;
                                   // MEMOPT_CONV_DGRAD=cudnn) instead of a forward convolution with the flipped
                                   // filter (0, the default: conv_cuda.c says why)
+    int conv_dgrad_chunk;         // tests: at most this many images a chunk of the strided fp32 input gradient
+                                  // (conv_cuda.c; 0: as many as the workspace takes)
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the

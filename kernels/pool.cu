@@ -333,3 +333,47 @@ extern "C" mo_status conv_flip_filter_cuda(mo_ctx *c, float *wf, const float *w,
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }
+
+// z (n, Hz, Wz, K) = dout (n, P, Q, K) spread to every st-th row and column, zeros between (the input of
+// the forward convolution that gives a strided convolution's input gradient, conv_cuda.c)
+__global__ void conv_dilate_kernel(float *z, const float *dy, int n, int P, int Q, int K, int Hz, int Wz, int st) {
+    GRID_STRIDE(i, (size_t)n * Hz * Wz * K) {
+        const int k = (int)(i % K);
+        size_t t = i / K;
+        const int j = (int)(t % Wz);
+        t /= Wz;
+        const int h = (int)(t % Hz);
+        const size_t b = t / Hz;
+        const int p = h / st, q = j / st;
+        z[i] = h % st == 0 && j % st == 0 && p < P && q < Q ? dy[((b * P + p) * Q + q) * K + k] : 0.0f;
+    }
+}
+
+// din (n, H, W, C) = cmp (n, P, Q, C) at every st-th row and column, zeros elsewhere (a strided 1x1
+// convolution's input gradient from the compact one)
+__global__ void conv_scatter_kernel(float *din, const float *cmp, int n, int H, int W, int C, int P, int Q, int st) {
+    GRID_STRIDE(i, (size_t)n * H * W * C) {
+        const int ch = (int)(i % C);
+        size_t t = i / C;
+        const int w = (int)(t % W);
+        t /= W;
+        const int h = (int)(t % H);
+        const size_t b = t / H;
+        const int p = h / st, q = w / st;
+        din[i] = h % st == 0 && w % st == 0 && p < P && q < Q ? cmp[((b * P + p) * Q + q) * C + ch] : 0.0f;
+    }
+}
+
+extern "C" mo_status conv_dilate_cuda(mo_ctx *c, float *z, const float *dy, int n, int P, int Q, int K, int Hz, int Wz,
+                                      int st) {
+    conv_dilate_kernel<<<mx_grid((size_t)n * Hz * Wz * K), MX_THREADS, 0, S(c)>>>(z, dy, n, P, Q, K, Hz, Wz, st);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status conv_scatter_cuda(mo_ctx *c, float *din, const float *cmp, int n, int H, int W, int C, int P,
+                                       int Q, int st) {
+    conv_scatter_kernel<<<mx_grid((size_t)n * H * W * C), MX_THREADS, 0, S(c)>>>(din, cmp, n, H, W, C, P, Q, st);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}

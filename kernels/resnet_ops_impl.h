@@ -86,6 +86,10 @@ mo_status relu_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, s
 mo_status relu_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *out, size_t n);
 // wf (C, R, S, K) = w (K, R, S, C) flipped in R and S (fp32)
 mo_status conv_flip_filter_cuda(mo_ctx *c, float *wf, const float *w, int K, int R, int S, int C);
+// z (n, Hz, Wz, K) = dy (n, P, Q, K) at every st-th row and column, zeros between (fp32)
+mo_status conv_dilate_cuda(mo_ctx *c, float *z, const float *dy, int n, int P, int Q, int K, int Hz, int Wz, int st);
+// din (n, H, W, C) = cmp (n, P, Q, C) at every st-th row and column, zeros elsewhere (fp32)
+mo_status conv_scatter_cuda(mo_ctx *c, float *din, const float *cmp, int n, int H, int W, int C, int P, int Q, int st);
 // dw (n) fp32 += float(g (n) of dt)
 mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
 // The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.

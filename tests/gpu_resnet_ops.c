@@ -159,7 +159,22 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
         dfree(d_scr);
     }
 #endif
+    // fp32's strided input gradient runs a chunk of images at a time (conv_cuda.c): one image a chunk
+    // must give the reference too, and the same bits twice
+    void *dxc[2] = {NULL, NULL};
+    if (ok && dt == MO_F32 && !q->tf32 && st > 1 && N > 1) {
+        gc->conv_dgrad_chunk = 1;
+        for (int run = 0; run < 2; run++) {
+            dxc[run] = hnew(nx * e);
+            poison(d_dx, nx * e);
+            ok &= CHECK_OK(mo_conv_backward_data(gc, dt, d_dx, d_dy, d_w, &s));
+            down(dxc[run], d_dx, nx * e);
+        }
+        gc->conv_dgrad_chunk = 0;
+    }
     gc->tf32 = 0;
+    if (ok && dxc[0]) check(q->name, dt, dxc[0], dxc[1], dx_ref, nx, tol_conv(q), "backward data, one image a chunk");
+    free(dxc[0]), free(dxc[1]);
     if (ok) {
         check(q->name, dt, y[0], y[1], y_ref, ny, tol_conv(q), "forward");
         check(q->name, dt, dx[0], dx[1], dx_ref, nx, tol_conv(q), "backward data");
@@ -440,6 +455,27 @@ static void timing(void) {
         const double mb = (double)n * mo_dtype_size(pr->dt) * 1e-6;
         printf("  %-4s bn+add+relu fwd %.3f ms (%.0f GB/s at 4 passes), bn+relu bwd in place %.3f ms (%.0f GB/s at 7)\n",
                pr->name, ff, 4 * mb / ff, fb, 7 * mb / fb);
+    }
+    // fp32's strided input gradients: as chunked forward convolutions (the default) and on the engine
+    {
+        const size_t nbig = (size_t)128 * 56 * 56 * 256, nd = (size_t)128 * 28 * 28 * 512, nwb = (size_t)512 * 256 * 9;
+        void *bx = dnew(nbig * 4), *bd = dnew(nd * 4), *bw = dnew(nwb * 4);
+        CHECK_OK(mo_memset_zero(gc, bd, nd * 4));
+        CHECK_OK(mo_memset_zero(gc, bw, nwb * 4));
+        static const int shp[2][5] = {{56, 128, 128, 3, 1}, {56, 256, 512, 1, 0}}; // H, C, K, R, pad; stride 2
+        for (int j = 0; j < 2; j++) {
+            mo_conv_shape t;
+            mo_conv_shape_init(&t, 128, shp[j][0], shp[j][0], shp[j][1], shp[j][2], shp[j][3], shp[j][3], 2, shp[j][4]);
+            const double fwd = time_op(1, &precs[0], &t, bx, bw, bd, dw, bn, 0);
+            gc->conv_dgrad_cudnn = 1;
+            const double eng = time_op(1, &precs[0], &t, bx, bw, bd, dw, bn, 0);
+            gc->conv_dgrad_cudnn = 0;
+            const double g = mo_conv_flops(&t) * 1e-9;
+            printf("  fp32 bwd data %dx%d stride 2, %d -> %d at %dx%d: %.3f ms as forward convolutions (%.1f TFLOP/s), "
+                   "%.3f on cuDNN's backward-data engine (%.1f)\n", shp[j][3], shp[j][3], shp[j][1], shp[j][2],
+                   shp[j][0], shp[j][0], fwd, g / fwd, eng, g / eng);
+        }
+        dfree(bx), dfree(bd), dfree(bw);
     }
     long hits, misses;
     mo_conv_cache_stats(gc, &hits, &misses);
