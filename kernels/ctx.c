@@ -105,6 +105,8 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->conv_tune = cu && strcmp(cu, "1") == 0;
     const char *dg = getenv("MEMOPT_CONV_DGRAD");
     c->conv_dgrad_cudnn = dg && strcmp(dg, "cudnn") == 0;
+    const char *cg = getenv("MEMOPT_CONV_GEMM");
+    c->conv_gemm = !(cg && strcmp(cg, "0") == 0);
     const char *bn = getenv("MEMOPT_BN");
     c->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");

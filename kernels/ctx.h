@@ -85,6 +85,8 @@ typedef struct mo_ctx {
     int conv_dgrad_cudnn;         // fp32 input gradients on cuDNN's backward-data engine (1;
                                   // MEMOPT_CONV_DGRAD=cudnn) instead of a forward convolution with the flipped
                                   // filter (0, the default: conv_cuda.c says why)
+    int conv_gemm;                // fp32 1x1 stride-1 convolutions as cuBLASLt GEMMs (1, the default;
+                                  // MEMOPT_CONV_GEMM=0: on cuDNN; conv_cuda.c says why)
     int conv_dgrad_chunk;         // tests: at most this many images a chunk of the strided fp32 input gradient
                                   // (conv_cuda.c; 0: as many as the workspace takes)
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the

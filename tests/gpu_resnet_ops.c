@@ -475,6 +475,21 @@ static void timing(void) {
                    "%.3f on cuDNN's backward-data engine (%.1f)\n", shp[j][3], shp[j][3], shp[j][1], shp[j][2],
                    shp[j][0], shp[j][0], fwd, g / fwd, eng, g / eng);
         }
+        // a 1x1 stride-1 convolution (layer1's 64 -> 256): cuBLASLt GEMMs (the default) against cuDNN
+        mo_conv_shape t;
+        mo_conv_shape_init(&t, 128, 56, 56, 64, 256, 1, 1, 1, 0);
+        double ms[2][3];
+        for (int cg = 1; cg >= 0; cg--) {
+            gc->conv_gemm = cg;
+            // x (25.7M floats) in bd, y (102.8M) in bx: the buffers above, roles swapped to fit
+            for (int op = 0; op < 3; op++) ms[cg][op] = time_op(op, &precs[0], &t, bd, bw, bx, dw, bn, 0);
+        }
+        gc->conv_gemm = 1;
+        const double g = mo_conv_flops(&t) * 1e-9;
+        printf("  fp32 1x1 64 -> 256 at 56x56: as GEMMs fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f), bwd filter "
+               "%.3f (%.1f); on cuDNN %.3f (%.1f), %.3f (%.1f), %.3f (%.1f)\n", ms[1][0], g / ms[1][0], ms[1][1],
+               g / ms[1][1], ms[1][2], g / ms[1][2], ms[0][0], g / ms[0][0], ms[0][1], g / ms[0][1], ms[0][2],
+               g / ms[0][2]);
         dfree(bx), dfree(bd), dfree(bw);
     }
     long hits, misses;
