@@ -12,7 +12,7 @@
 # A pass split over device calls: one call per shard, each appending its summary; concatenate the
 # summaries (cat shard1.log shard2.log) into the committed log.
 # SUMMARY_LOG gets one line per run: tool, binary, seconds, the test's exit code, compute-sanitizer's summary.
-# Runs share the GPU: gpu_alloc and gpu_alloc_faults check device-wide memory, which the other runs and the
+# Runs share the GPU: gpu_alloc, gpu_alloc_faults and gpu_dnn_churn check device-wide memory, which the other runs and the
 # sanitizer itself move, so their own checks may fail here; the sanitizer verdict (exit 99) is what counts.
 #
 # Two known findings, and the filtered run beside each raw one (docs/DESIGN.md, "What keeps it honest"):
