@@ -141,6 +141,8 @@ mo_status mo_batchnorm_add_relu_forward(mo_ctx *c, mo_dtype dt, void *out, float
         return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: run_mean and run_var must be both set or both NULL");
     if (!res && c->backend != MO_BACKEND_DRY)
         return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: res is NULL");
+    if (res && res == out) // the cpu reference and cuDNN's path write out before they read res
+        return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: res must not be out");
     const double n = (double)M * C, e = (double)mo_dtype_size(dt);
     // in read twice (statistics, normalize), res read, out written
     mo_cost_record(c, "batchnorm_add_relu_fwd", MO_COST_MEMORY, 10 * n, e * n * 4);

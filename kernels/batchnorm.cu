@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_vec_kernel(float2 *part, ty
                 VD::ld(y, mask + j);
 #pragma unroll
                 for (int k = 0; k < V; k++) g[k] = y[k] > 0.0f ? g[k] : 0.0f;
-                VD::st(dy + j, g); // exact: g is a dt value or 0
+                VD::st(dy + j, g); // g is a dt value or 0: the same value back (a 16-bit NaN's payload aside)
             }
 #pragma unroll
             for (int k = 0; k < V; k++) {

@@ -36,7 +36,7 @@ size_t mo_batchnorm_backward_scratch_bytes(mo_dtype dt, int M, int C, int relu);
 // The bottleneck's last BN, its residual add and ReLU in one pass: out (M,C) = max(0, BN(in) + res), with
 // the roundings of the three ops done apart (BN rounded to dt, the sum rounded to dt, the ReLU), so the
 // result equals mo_batchnorm_forward (relu 0), then mo_residual_forward_mixed, then mo_relu_forward, bit for
-// bit. Statistics, mean, rstd and the running statistics as mo_batchnorm_forward. res (M,C) dt.
+// bit. Statistics, mean, rstd and the running statistics as mo_batchnorm_forward. res (M,C) dt, not out.
 mo_status mo_batchnorm_add_relu_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
                                         float *run_var, const void *in, const float *gamma, const float *beta,
                                         const void *res, int M, int C, float momentum);

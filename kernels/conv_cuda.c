@@ -745,7 +745,7 @@ static mo_status dgrad_strided_as_forward(mo_ctx *c, void *din, const void *dout
 
 mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                   const mo_conv_shape *s) {
-    if (conv_is_gemm(c, dt, s)) {
+    if (conv_is_gemm(c, dt, s) && !c->conv_dgrad_cudnn) { // MEMOPT_CONV_DGRAD=cudnn: every fp32 one on the engine
         int done = 0;
         MO_TRY(conv_gemm(c, MO_CONV_BWD_DATA, s, din, (void *)w, (void *)dout, &done));
         if (done) return MO_OK;

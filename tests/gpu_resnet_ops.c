@@ -160,10 +160,10 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     }
 #endif
     // fp32's strided input gradient runs a chunk of images at a time (conv_cuda.c): one image a chunk
-    // must give the reference too, and the same bits twice
+    // (two when N > 2, the last chunk then shorter) must give the reference too, and the same bits twice
     void *dxc[2] = {NULL, NULL};
     if (ok && dt == MO_F32 && !q->tf32 && st > 1 && N > 1) {
-        gc->conv_dgrad_chunk = 1;
+        gc->conv_dgrad_chunk = N > 2 ? 2 : 1;
         for (int run = 0; run < 2; run++) {
             dxc[run] = hnew(nx * e);
             poison(d_dx, nx * e);
@@ -522,6 +522,7 @@ int main(void) {
         gpu_conv(p, 2, 7, 7, 512, 512, 3, 1, 1, "layer4 3x3");
         gpu_conv(p, 3, 13, 11, 5, 7, 3, 2, 1, "odd sizes");
         gpu_conv(p, 1, 9, 7, 3, 10, 1, 1, 0, "odd 1x1");
+        gpu_conv(p, 3, 13, 11, 6, 8, 1, 2, 0, "odd 1x1 stride 2");
     }
     const mo_dtype dts[3] = {MO_F32, MO_BF16, MO_F16};
     for (int k = 0; k < 3; k++) {
@@ -533,6 +534,8 @@ int main(void) {
         gpu_bn(dts[k], 3 * 41 * 37 + 5, 96, 1, 0); // many row groups, the last one short
         gpu_bn(dts[k], 8 * 28 * 28, 40, 0, 0);    // C not a multiple of the block's 32 channels
         gpu_bn(dts[k], 2 * 9 * 9 + 3, 12, 1, 0);  // 16-bit: C not a multiple of 8 (the scalar kernels)
+        gpu_bn(dts[k], 100, 4, 1, 0);             // fp32: one vector a row, fewer rows than row lanes
+        gpu_bn(dts[k], 2 * 28 * 28, 160, 1, 0);   // fp32: 40 vectors a row, the second block part idle
         for (int impl = 0; impl < 2; impl++) gpu_bn_fused(dts[k], 2 * 56 * 56, 64, impl);
         gpu_bn_fused(dts[k], 3 * 41 * 37 + 5, 96, 0);
         gpu_bn_fused(dts[k], 37, 5, 0); // the scalar kernels

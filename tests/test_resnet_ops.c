@@ -6,6 +6,7 @@
 //     the fused ReLU's backward = the plain backward of the masked gradient; dgamma, dbeta, dw accumulate;
 //   - fp16 / bf16 (ops_mixed.h's convention): every 16-bit output == round(fp32 reference on the same
 //     exactly converted inputs), fp32 outputs bit-identical (16-bit dw: dw += round(g));
+//   - the fused BN + residual + ReLU forms: the bits of their ops run apart, every dtype;
 //   - bad shapes and dtypes refused; scratch given back; dry workspace peaks equal cpu peaks.
 #include <math.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/conv_table.h"
+#include "kernels/ops_mixed.h"
 #include "kernels/pool.h"
 #include "strategies/alloc.h"
 #include "tests/testlib.h"
@@ -283,6 +285,57 @@ static void test_bn_mixed(mo_dtype dt, int M, int C, int relu) {
     free(dbf); free(dg); free(db);
 }
 
+// The fused forms (batchnorm.h) against their ops run apart, bit for bit, in dtype dt: BN (relu 0), the
+// residual add, the ReLU; the ReLU's backward in place, then the BN backward (relu 0). M*C*e bytes each.
+static void test_bn_fused(mo_dtype dt, int M, int C) {
+    const size_t n = (size_t)M * C, e = mo_dtype_size(dt);
+    void *x = hnew(n * e), *res = hnew(n * e), *dy = hnew(n * e);
+    float *t = frand(n, -2, 3);
+    mo_convert_from_f32(dt, x, t, n);
+    test_fill_uniform(&rng, t, n, -1.5f, 1);
+    mo_convert_from_f32(dt, res, t, n);
+    test_fill_uniform(&rng, t, n, -1, 1);
+    mo_convert_from_f32(dt, dy, t, n);
+    float *gm = frand(C, 0.5f, 1.5f), *bt = frand(C, -0.5f, 0.5f);
+    void *y[2] = {hnew(n * e), hnew(n * e)}, *dx[2] = {hnew(n * e), hnew(n * e)}, *g[2] = {hnew(n * e), hnew(n * e)};
+    float *st[2][6];
+    for (int f = 0; f < 2; f++) {
+        for (int j = 0; j < 6; j++) st[f][j] = fnew(C);
+        for (int i = 0; i < C; i++) st[f][2][i] = 0.5f, st[f][3][i] = 1.0f, st[f][4][i] = st[f][5][i] = 0.0f;
+        memcpy(g[f], dy, n * e);
+    }
+    CHECK_OK(mo_batchnorm_add_relu_forward(hc, dt, y[0], st[0][0], st[0][1], st[0][2], st[0][3], x, gm, bt, res, M, C,
+                                           0.1f));
+    CHECK_OK(mo_batchnorm_forward(hc, dt, y[1], st[1][0], st[1][1], st[1][2], st[1][3], x, gm, bt, M, C, 0.1f, 0));
+    CHECK_OK(mo_residual_forward_mixed(hc, dt, y[1], y[1], res, n));
+    CHECK_OK(mo_relu_forward(hc, dt, y[1], y[1], n));
+    CHECK_OK(mo_batchnorm_relu_backward_inplace(hc, dt, dx[0], st[0][4], st[0][5], g[0], x, y[0], gm, st[0][0],
+                                                st[0][1], M, C));
+    CHECK_OK(mo_relu_backward(hc, dt, g[1], g[1], y[1], n));
+    CHECK_OK(mo_batchnorm_backward(hc, dt, dx[1], st[1][4], st[1][5], g[1], x, NULL, gm, st[1][0], st[1][1], M, C, 0));
+    CHECK_MSG(memcmp(y[0], y[1], n * e) == 0, "%s fused forward: not the bits of the ops apart", mo_dtype_name(dt));
+    CHECK_MSG(memcmp(g[0], g[1], n * e) == 0, "%s fused backward: dout not masked as apart", mo_dtype_name(dt));
+    CHECK_MSG(memcmp(dx[0], dx[1], n * e) == 0, "%s fused backward: din not the bits of the ops apart", mo_dtype_name(dt));
+    for (int j = 0; j < 6; j++)
+        CHECK_MSG(memcmp(st[0][j], st[1][j], C * 4) == 0, "%s fused: statistic %d differs", mo_dtype_name(dt), j);
+    size_t zeros = 0, masked = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = dt == MO_F32 ? ((float *)y[0])[i] : 0.0f;
+        if (dt != MO_F32) mo_convert_to_f32(dt, &v, (const char *)y[0] + i * e, 1);
+        zeros += v == 0.0f;
+        masked += memcmp((const char *)g[0] + i * e, (const char *)dy + i * e, e) != 0;
+    }
+    CHECK_MSG(zeros > 0 && zeros < n && masked > 0, "%s fused: the ReLU did nothing (%zu zeros, %zu masked of %zu)",
+              mo_dtype_name(dt), zeros, masked, n);
+    printf("  %-5s batchnorm + residual + relu fused, M %d C %d: the bits of the ops apart (%zu of %zu zeroed)\n",
+           mo_dtype_name(dt), M, C, zeros, n);
+    free(x); free(res); free(dy); free(t); free(gm); free(bt);
+    for (int f = 0; f < 2; f++) {
+        free(y[f]), free(dx[f]), free(g[f]);
+        for (int j = 0; j < 6; j++) free(st[f][j]);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 static void test_pool_hand(void) {
     printf("pools and relu: hand-computed\n");
@@ -441,6 +494,9 @@ static void test_bad_input(void) {
     CHECK(mo_avgpool_forward(hc, MO_BF16, b, b, 1, 0, 4) == MO_ERR_INVALID);
     CHECK(mo_relu_backward(hc, (mo_dtype)9, b, b, b, 4) == MO_ERR_INVALID);
     CHECK(mo_relu_forward(hc, (mo_dtype)9, b, b, 4) == MO_ERR_INVALID);
+    CHECK(mo_batchnorm_add_relu_forward(hc, MO_F32, b, b, b, NULL, NULL, b, b, b, b, 4, 4, 0.1f) == MO_ERR_INVALID); // res == out
+    CHECK(mo_batchnorm_add_relu_forward(hc, MO_F32, b, b, b, NULL, NULL, b, b, b, NULL, 4, 4, 0.1f) == MO_ERR_INVALID);
+    CHECK(mo_batchnorm_relu_backward_inplace(hc, MO_F32, b, b, b, b, b, NULL, b, b, b, 4, 4) == MO_ERR_INVALID);
 }
 
 // Scratch from the allocator on every backend, given back; the dry workspace peak equals the cpu one.
@@ -537,7 +593,9 @@ int main(void) {
         const mo_dtype dt = k ? MO_BF16 : MO_F16;
         test_bn_mixed(dt, 40, 12, 0);
         test_bn_mixed(dt, 40, 12, 1);
+        test_bn_fused(dt, 40, 12);
     }
+    test_bn_fused(MO_F32, 40, 12);
     test_pool_hand();
     printf("pools: gradients\n");
     test_pool_grad(1, 6, 6, 2, 3, 2, 1);

@@ -93,7 +93,7 @@ if has gpusome; then
     (cd $B && timeout ${GPUSOME_TIMEOUT:-300} ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")") &
     pids="$pids $!"
   done
-  wait $pids
+  [ -n "$pids" ] && wait $pids # a bare wait would also wait for this script's own tee
   for t in $alone; do
     (cd $B && timeout ${GPUSOME_TIMEOUT:-300} ./$t >"$R/$t.log" 2>&1; echo "$t exit $?: $(tail -1 "$R/$t.log")")
   done
