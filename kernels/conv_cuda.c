@@ -667,6 +667,18 @@ mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, c
 // and transposed to (C, R, S, K), padding R-1-pad. So fp32 takes that path (MEMOPT_CONV_DGRAD=cudnn: the
 // backward-data engine): the flipped filter sits at the head of the library workspace and the forward
 // plan gets the rest as its budget (its key says so), so no byte is allocated and the dry peak holds.
+// The forward convolution t (fp32; a GEMM where conv_gemm takes it) with the library workspace past its
+// first `used` bytes (the flipped filter, a chunk) as its budget: the plan's key carries that budget, and
+// the context's workspace is the whole one again on return.
+static mo_status forward_past(mo_ctx *c, size_t used, const mo_conv_shape *t, const void *x, const void *w, void *y) {
+    void *ws0 = c->gemm_ws;
+    const size_t wsb0 = c->gemm_ws_bytes;
+    c->gemm_ws = (char *)ws0 + used, c->gemm_ws_bytes = wsb0 - used;
+    const mo_status st = conv_forward_cuda(c, MO_F32, y, x, w, t);
+    c->gemm_ws = ws0, c->gemm_ws_bytes = wsb0;
+    return st;
+}
+
 static mo_status dgrad_as_forward(mo_ctx *c, void *din, const void *dout, const void *w, const mo_conv_shape *s,
                                   int *done) {
     *done = 0;
@@ -677,11 +689,7 @@ static mo_status dgrad_as_forward(mo_ctx *c, void *din, const void *dout, const 
     MO_TRY(conv_flip_filter_cuda(c, wf, (const float *)w, s->K, s->R, s->S, s->C));
     mo_conv_shape t;
     mo_conv_shape_init(&t, s->N, s->P, s->Q, s->K, s->C, s->R, s->S, 1, s->R - 1 - s->pad);
-    void *ws0 = c->gemm_ws;
-    const size_t wsb0 = c->gemm_ws_bytes;
-    c->gemm_ws = (char *)ws0 + off, c->gemm_ws_bytes = wsb0 - off;
-    const mo_status st = conv_run(c, MO_CONV_FWD, MO_F32, &t, (void *)dout, wf, din, 0);
-    c->gemm_ws = ws0, c->gemm_ws_bytes = wsb0;
+    const mo_status st = forward_past(c, off, &t, dout, wf, din);
     if (st == MO_ERR_UNSUPPORTED) return MO_OK; // no forward engine fits the rest: the backward-data engine runs it
     *done = st == MO_OK;
     return st;
@@ -713,30 +721,21 @@ static mo_status dgrad_strided_as_forward(mo_ctx *c, void *din, const void *dout
     const size_t cb = ((size_t)nc * img + 255) & ~(size_t)255;
     float *wf = (float *)c->gemm_ws, *chunk = (float *)((char *)c->gemm_ws + off);
     MO_TRY(conv_flip_filter_cuda(c, wf, (const float *)w, s->K, R, R, s->C));
-    void *ws0 = c->gemm_ws;
-    const size_t wsb0 = c->gemm_ws_bytes;
     mo_status rs = MO_OK;
     for (int n0 = 0; n0 < N && rs == MO_OK; n0 += nc) {
         const int nb = N - n0 < nc ? N - n0 : nc;
         const float *dy = (const float *)dout + (size_t)n0 * s->P * s->Q * s->K;
         float *dx = (float *)din + (size_t)n0 * s->H * s->W * s->C;
         mo_conv_shape t;
-        if (R == 1) {
+        if (R == 1) { // the compact gradient into the chunk (a GEMM unless MEMOPT_CONV_GEMM=0), then scattered
             mo_conv_shape_init(&t, nb, s->P, s->Q, s->K, s->C, 1, 1, 1, 0);
-        } else {
+            rs = forward_past(c, off + cb, &t, dy, wf, chunk);
+            if (rs == MO_OK) rs = conv_scatter_cuda(c, dx, chunk, nb, s->H, s->W, s->C, s->P, s->Q, st);
+        } else { // dout dilated into the chunk; the forward's output is (nb, H, W, C) since Hz = H - R + 1 + 2 pad
             mo_conv_shape_init(&t, nb, Hz, Wz, s->K, s->C, R, R, 1, R - 1 - s->pad);
-            if (t.P != s->H || t.Q != s->W) { // cannot happen (Hz is chosen for it): the engine then
-                rs = MO_ERR_UNSUPPORTED;
-                break;
-            }
             rs = conv_dilate_cuda(c, chunk, dy, nb, s->P, s->Q, s->K, Hz, Wz, st);
-            if (rs != MO_OK) break;
+            if (rs == MO_OK) rs = forward_past(c, off + cb, &t, chunk, wf, dx);
         }
-        c->gemm_ws = (char *)ws0 + off + cb, c->gemm_ws_bytes = wsb0 - off - cb;
-        rs = R == 1 ? conv_forward_cuda(c, MO_F32, chunk, dy, wf, &t) // a GEMM (conv_gemm) unless turned off
-                    : conv_run(c, MO_CONV_FWD, MO_F32, &t, chunk, wf, dx, 0);
-        c->gemm_ws = ws0, c->gemm_ws_bytes = wsb0;
-        if (rs == MO_OK && R == 1) rs = conv_scatter_cuda(c, dx, chunk, nb, s->H, s->W, s->C, s->P, s->Q, st);
     }
     if (rs == MO_ERR_UNSUPPORTED) return MO_OK; // no forward engine fits: the engine runs it (all of din)
     *done = rs == MO_OK;
