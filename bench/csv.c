@@ -3,6 +3,7 @@
 #include "csv.h"
 #include "kernels/knobs.h"
 #include "models/model.h"
+#include "strategies/offload_update.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -109,6 +110,14 @@ void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t c
     snprintf(row->alloc, sizeof row->alloc, "%s", mo_alloc_kind_name(rc->alloc));
     row->steps = rc->steps;
     mo_knobs_text(row->knobs, sizeof row->knobs); // the process's settings: what this run's context reads
+    // An offloaded update's host thread count is in the row even when it is the default (it was 1 before
+    // session 12, 8 since: the planner times a row by its count, and an older row without it by 1).
+    // MEMOPT_OFFLOAD_THREADS is the table's last knob, so appending keeps the text sorted.
+    if (rc->offload == MO_OFFLOAD_OPTIMIZER && !strstr(row->knobs, "MEMOPT_OFFLOAD_THREADS=")) {
+        size_t len = strlen(row->knobs);
+        snprintf(row->knobs + len, sizeof row->knobs - len, "%sMEMOPT_OFFLOAD_THREADS=%d", len ? ";" : "",
+                 MO_OFFLOAD_THREADS_DEFAULT);
+    }
 }
 
 // ---------------------------------------------------------------- formatting

@@ -51,12 +51,24 @@ extern "C" {
 #define MO_PLAN_EFF_FLASH16 0.128
 // The floor of any kernel: launch latency on a busy stream (a kernel of no work still costs this).
 #define MO_PLAN_KERNEL_FLOOR_S 2.5e-6
-// The host's rate for the CPU's part of --offload optimizer (adamw_cpu and the 16-bit cast, plain C on
-// one thread), in GB/s of host memory traffic (the trace's MO_COST_HOST bytes: 28 per parameter for
-// AdamW). An assumption, not a figure of the GPU's host: adamw_cpu at 2^26 parameters ran at 7.5-7.9 GB/s
-// (0.27-0.28 G parameters/s) on one core of the development machine's AMD EPYC (gcc -O2/-O3, -std=c11);
-// no offloaded row has been measured on a GPU host yet.
-#define MO_PLAN_HOST_GBS 8.0
+// The host's rate for the CPU's part of --offload optimizer (adamw_cpu and the 16-bit cast, plain C over
+// T threads, MEMOPT_OFFLOAD_THREADS: 8 by default), in GB/s of host memory traffic (the trace's
+// MO_COST_HOST bytes: 28 per parameter for AdamW, 34 with the 16-bit cast): MO_PLAN_HOST_GBS a thread,
+// up to MO_PLAN_HOST_GBS_MAX for all (mo_plan_host_gbs). Fitted, not a datasheet figure: GPT-2 124M's
+// offloaded rows on the H100 machine's host (results/h100-offload-update-9c8d5df.csv, session 11), less
+// the plan's device step and copies, leave the host 5.3-6.2 GB/s on one thread (fp32 and bf16) and
+// 29-49 GB/s on 8 (bf16 and fp32); 34 puts both 8-thread precisions within 11%. Another host's CPU and
+// memory differ: the plan prints the rate it took.
+#define MO_PLAN_HOST_GBS 5.5
+#define MO_PLAN_HOST_GBS_MAX 34.0
+// The host rate for T threads (T < 1: 1)
+double mo_plan_host_gbs(int threads);
+// The thread count a plan times the offloaded update with: MEMOPT_OFFLOAD_THREADS, else the default
+// (an invalid value: the default; the run itself refuses it)
+int mo_plan_host_threads(void);
+// The thread count an offload optimizer row's update ran with: its knobs' MEMOPT_OFFLOAD_THREADS, else 1
+// (rows made before session 12, when one thread was the default, carry none; later rows always do)
+int mo_plan_row_host_threads(const char *knobs);
 
 // ---------------------------------------------------------------- the GPU catalog
 

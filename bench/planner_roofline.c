@@ -8,6 +8,7 @@
 #include "models/model.h"
 #include "kernels/cost.h"
 #include "kernels/knobs.h"
+#include "strategies/offload_update.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -33,7 +34,29 @@ static void rates_of(const mo_gpu_spec *g, mo_precision p, rates *r) {
     r->bw = 1e9 * g->mem_bw_gbs;
     r->flash = MO_PLAN_EFF_FLASH16 * r->gemm;
     r->host_link = g->host_gbs > 0 ? 1e9 * g->host_gbs : NAN;
-    r->host = 1e9 * MO_PLAN_HOST_GBS;
+    r->host = 1e9 * mo_plan_host_gbs(mo_plan_host_threads());
+}
+
+double mo_plan_host_gbs(int threads) {
+    const double r = MO_PLAN_HOST_GBS * (threads > 1 ? threads : 1);
+    return r < MO_PLAN_HOST_GBS_MAX ? r : MO_PLAN_HOST_GBS_MAX;
+}
+
+int mo_plan_row_host_threads(const char *knobs) {
+    const char *k = strstr(knobs, "MEMOPT_OFFLOAD_THREADS=");
+    if (!k) return 1;
+    const long t = strtol(k + strlen("MEMOPT_OFFLOAD_THREADS="), NULL, 10);
+    return t >= 1 && t <= 256 ? (int)t : 1;
+}
+
+int mo_plan_host_threads(void) {
+    size_t chunk;
+    int t = MO_OFFLOAD_THREADS_DEFAULT;
+    if (mo_offload_knobs(&chunk, &t) != MO_OK) {
+        mo_clear_error();
+        t = MO_OFFLOAD_THREADS_DEFAULT;
+    }
+    return t;
 }
 
 // The parts of a step's time: 0 GEMM (gemm_s), 1 memory-bound (mem_s), 2 fixed-rate kernels (kern_s);

@@ -23,7 +23,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_GEMM_TABLE", "0: the stored cuBLASLt choices ignored"},
     {"MEMOPT_GEMM_TUNE", "1: every GEMM that can be rerun is tuned over the heuristic's top 16"},
     {"MEMOPT_OFFLOAD_CHUNK", "N: --offload optimizer's update in chunks of N parameters, pipelined on the copy stream"},
-    {"MEMOPT_OFFLOAD_THREADS", "T: --offload optimizer's host AdamW and cast over T threads (default 1)"},
+    {"MEMOPT_OFFLOAD_THREADS", "T: --offload optimizer's host AdamW and cast over T threads (default 8)"},
 };
 
 const mo_knob *mo_knobs(size_t *n) {

@@ -1,5 +1,5 @@
 // The offloaded optimizer's update (offload_update.h): in order (the default), or chunked and pipelined
-// on the copy stream; the host work on one thread or several.
+// on the copy stream; the host work over MEMOPT_OFFLOAD_THREADS threads (8 by default).
 #include "strategies/offload_update.h"
 
 #include <errno.h>
@@ -25,9 +25,9 @@ static mo_status knob_size(const char *name, size_t lo, size_t hi, size_t def, s
 }
 
 mo_status mo_offload_knobs(size_t *chunk, int *threads) {
-    size_t t = 1;
+    size_t t = MO_OFFLOAD_THREADS_DEFAULT;
     MO_TRY(knob_size("MEMOPT_OFFLOAD_CHUNK", 1, (size_t)1 << 40, 0, chunk));
-    MO_TRY(knob_size("MEMOPT_OFFLOAD_THREADS", 1, 256, 1, &t));
+    MO_TRY(knob_size("MEMOPT_OFFLOAD_THREADS", 1, 256, MO_OFFLOAD_THREADS_DEFAULT, &t));
     *threads = (int)t;
     return MO_OK;
 }
@@ -71,7 +71,9 @@ static mo_status host_run(void *(*fn)(void *), const host_part *proto, size_t n,
     pthread_t tid[TMAX];
     int started[TMAX];
     if (T > TMAX) T = TMAX;
-    if ((size_t)T > n) T = n ? (int)n : 1;
+    // 64 Ki elements a thread at least: starting one costs tens of microseconds, more than a small
+    // model's whole range (the bits do not depend on T)
+    if ((size_t)T > n / 65536) T = n / 65536 > 1 ? (int)(n / 65536) : 1;
     for (int i = 0; i < T; i++) {
         part[i] = *proto;
         part[i].lo = n * (size_t)i / (size_t)T;

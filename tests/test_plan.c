@@ -197,7 +197,7 @@ static void test_catalog_errors(void) {
 // --offload's time, from the dry run's cost trace: the offloaded update's copies (fp32: the gradients
 // down, the weights down and back, 12 B a parameter; 16 bits: the gradients down, the 16-bit weights
 // back, 6 B) at the catalog's host link per direction and the host AdamW (28 B a parameter; 16 bits
-// also the cast, 6) at MO_PLAN_HOST_GBS, both whole on the step, and no device AdamW; the copy stream's
+// also the cast, 6) at the host rate of 8 threads, both whole on the step, and no device AdamW; the copy stream's
 // bytes (every offloaded segment input out and back) exposed only beyond the blocks' compute.
 static void test_offload_roofline(void) {
     mo_gpu_catalog c;
@@ -211,7 +211,21 @@ static void test_offload_roofline(void) {
     memset(&gc, 0, sizeof gc);
     gc.layers = rc.layers; gc.hidden = rc.hidden; gc.heads = rc.heads; gc.seq = rc.seq; gc.batch = rc.batch; gc.vocab = rc.vocab;
     gc.accum = 1;
-    const double n = (double)mo_gpt_num_params(&gc), link = 1e9 * g->host_gbs, host = 1e9 * MO_PLAN_HOST_GBS;
+    // the host rate: MO_PLAN_HOST_GBS a thread up to MO_PLAN_HOST_GBS_MAX, on the default 8 threads (the
+    // caller's MEMOPT_OFFLOAD_THREADS left out); a row's count from its knobs, 1 when it has none
+    unsetenv("MEMOPT_OFFLOAD_THREADS");
+    CHECK(mo_plan_host_threads() == 8 && mo_plan_host_gbs(1) == MO_PLAN_HOST_GBS && mo_plan_host_gbs(0) == MO_PLAN_HOST_GBS);
+    CHECK(mo_plan_host_gbs(2) == 2 * MO_PLAN_HOST_GBS && mo_plan_host_gbs(8) == MO_PLAN_HOST_GBS_MAX &&
+          mo_plan_host_gbs(256) == MO_PLAN_HOST_GBS_MAX && 8 * MO_PLAN_HOST_GBS > MO_PLAN_HOST_GBS_MAX);
+    CHECK(mo_plan_row_host_threads("") == 1 && mo_plan_row_host_threads("MEMOPT_OFFLOAD_THREADS=8") == 8);
+    CHECK(mo_plan_row_host_threads("MEMOPT_CE=loop;MEMOPT_OFFLOAD_CHUNK=64;MEMOPT_OFFLOAD_THREADS=3") == 3);
+    CHECK(mo_plan_row_host_threads("MEMOPT_OFFLOAD_THREADS=0") == 1 && mo_plan_row_host_threads("MEMOPT_OFFLOAD_THREADS=x") == 1);
+    setenv("MEMOPT_OFFLOAD_THREADS", "3", 1);
+    CHECK(mo_plan_host_threads() == 3);
+    setenv("MEMOPT_OFFLOAD_THREADS", "bad", 1); // the run refuses it; the plan takes the default
+    CHECK(mo_plan_host_threads() == 8);
+    unsetenv("MEMOPT_OFFLOAD_THREADS");
+    const double n = (double)mo_gpt_num_params(&gc), link = 1e9 * g->host_gbs, host = 1e9 * MO_PLAN_HOST_GBS_MAX;
     for (int half = 0; half < 2; half++) {
         rc.precision = half ? MO_PREC_BF16 : MO_PREC_FP32;
         mo_roofline none, off;
