@@ -372,16 +372,20 @@ if has shard; then
   done
 fi
 if has offopt; then
-  # --offload optimizer's update in order (the default) against its knobs (strategies/offload_update.h):
-  # host AdamW over 8 threads, then also chunked on the copy stream (4M parameters a chunk), fp32 and bf16,
-  # interleaved twice, into offload-update.csv (the knobs column tells the rows apart): the measurement that
-  # decides the default
+  # --offload optimizer's update at its default (8 host threads since session 12) against its knobs
+  # (strategies/offload_update.h), fp32 and bf16, interleaved twice, into offload-update.csv (the knobs
+  # column tells the rows apart; a row always records its thread count). OFFOPT_KNOBS: the settings
+  # compared, ';' between them, "-" the default (session 11's set, which chose it:
+  # "-;MEMOPT_OFFLOAD_THREADS=8;MEMOPT_OFFLOAD_THREADS=8 MEMOPT_OFFLOAD_CHUNK=4194304" when 1 was the default)
+  IFS=';' read -ra kns <<<"${OFFOPT_KNOBS:--;MEMOPT_OFFLOAD_THREADS=1}"
   for rep in 1 2; do for prec in fp32 bf16; do
-    for kn in "" "MEMOPT_OFFLOAD_THREADS=8" "MEMOPT_OFFLOAD_THREADS=8 MEMOPT_OFFLOAD_CHUNK=4194304"; do
+    for kn in "${kns[@]}"; do
+      [ "$kn" = - ] && kn=
       env $kn timeout 150 $M run --preset gpt2-124m --precision $prec --offload optimizer --steps 5 --warmup 2 \
-        --csv "$R/offload-update.csv" | grep -E "step:|update on" | sed "s/^/$prec ${kn:-in order} rep $rep: /"
+        --csv "$R/offload-update.csv" | grep -E "step:|update on" | sed "s/^/$prec ${kn:-default} rep $rep: /"
     done
   done; done
+  $M plan --validate "$R/offload-update.csv" --out-dir "$R/offopt-validate" | tail -18
 fi
 if has revab; then
   # this revision's GPT-2 124M step against an older one built from .old/src-REV.tar, interleaved
