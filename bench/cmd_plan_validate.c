@@ -23,7 +23,7 @@ typedef struct vrow {
     int64_t meas_peak, pred_peak;
     double meas_ms, pred_ms, err;
     char why[160];   // why something was not compared
-    char calib[96];
+    char calib[224];
 } vrow;
 
 // A GPT row (the default model's; an empty model cell is one) by its GPT columns, another model's by
@@ -172,7 +172,8 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             x->meas_ms = r->step_ms;
             x->pred_ms = mo_plan_step_ms(&roof, &cal, rc.precision);
             x->err = x->pred_ms / x->meas_ms - 1;
-            snprintf(x->calib, sizeof x->calib, "%s %s", g->key, cal.how[rc.precision]);
+            snprintf(x->calib, sizeof x->calib, "%s %s%s%s", g->key, cal.how[rc.precision],
+                     rc.offload == MO_OFFLOAD_OPTIMIZER ? "; " : "", rc.offload == MO_OFFLOAD_OPTIMIZER ? cal.host_how : "");
             for (char *p = x->calib; *p; p++)
                 if (*p == ',') *p = ';';
         }

@@ -208,6 +208,12 @@ typedef struct mo_plan_calib {
     double eff_gemm[4], eff_mem[4]; // by mo_precision
     int rows[4];                    // measured rows behind each precision's fit (0: defaults)
     char how[4][96];                // "defaults", "2-parameter fit to 6 rows", "1 scale from 2 rows"
+    // --offload optimizer's host work: its rate is mo_plan_host_gbs(T) x eff_host (1: no row). The host
+    // is not the GPU: two H100 machines' hosts ran the same offloaded step 1.6x apart (sessions 11, 12),
+    // so the rows of the GPU's kind scale it like the device efficiencies (mo_plan_calib_fit)
+    double eff_host;
+    int host_rows;
+    char host_how[96];
 } mo_plan_calib;
 void mo_plan_calib_defaults(mo_plan_calib *c);
 // Fits c from rows measured on g (backend cuda, status ok, a step time, the device matching g);

@@ -320,6 +320,8 @@ void mo_plan_calib_defaults(mo_plan_calib *c) {
         c->eff_mem[p] = MO_PLAN_EFF_MEM;
         snprintf(c->how[p], sizeof c->how[p], "defaults %.1f GEMM, %.1f memory", MO_PLAN_EFF_GEMM, MO_PLAN_EFF_MEM);
     }
+    c->eff_host = 1;
+    snprintf(c->host_how, sizeof c->host_how, "host rate as assumed");
 }
 
 double mo_plan_copy_window_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p, int dir) {
@@ -338,7 +340,7 @@ double mo_plan_offload_exposed_ms(const mo_roofline *r, const mo_plan_calib *c, 
 double mo_plan_step_ms(const mo_roofline *r, const mo_plan_calib *c, mo_precision p) {
     double ms = 1e3 * (r->gemm_s / c->eff_gemm[p] + r->mem_s / c->eff_mem[p] + r->comm_s + r->kern_s);
     // --offload: zero terms without it, so every other plan's time is what it was
-    if (r->host_copy_s != 0 || r->host_s != 0) ms += 1e3 * (r->host_copy_s + r->host_s);
+    if (r->host_copy_s != 0 || r->host_s != 0) ms += 1e3 * (r->host_copy_s + r->host_s / c->eff_host);
     if (r->copy_s != 0) ms += mo_plan_offload_exposed_ms(r, c, p);
     return ms;
 }
@@ -358,6 +360,43 @@ static int usable_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_ca
     // H200) would drag its precision's fitted efficiency down for every other row.
     if (strcmp(r->alloc, "raw") == 0) return 0;
     return mo_gpu_catalog_match_device(one, r->device_name) == g;
+}
+
+// An --offload optimizer row of g's kind that can scale the host rate: measured, unsplit, not chunked
+// (the chunked update's pipeline is not modelled)
+static int host_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_catalog *one) {
+    if (strcmp(r->backend, "cuda") || strcmp(r->status, "ok") || !(r->step_ms > 0) || !isfinite(r->step_ms)) return 0;
+    if (r->tp * r->pp > 1 || r->dp > 1 || strcmp(r->offload, "optimizer") || strcmp(r->alloc, "raw") == 0) return 0;
+    if (strstr(r->knobs, "MEMOPT_OFFLOAD_CHUNK=")) return 0;
+    return mo_gpu_catalog_match_device(one, r->device_name) == g;
+}
+
+// The host rate's scale: the median over the offloaded rows of planned / measured host time, where the
+// measured host time is the step less the device part (under c's fitted efficiencies) and the copies.
+static void host_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_gpu_catalog *one, const mo_csv_row *rows, size_t n,
+                     long skip) {
+    double *ratio = malloc((n ? n : 1) * sizeof *ratio);
+    int k = 0;
+    for (size_t i = 0; ratio && i < n; i++) {
+        if ((long)i == skip || !host_row(&rows[i], g, one)) continue;
+        mo_run_config rc;
+        if (mo_plan_config_from_row(&rows[i], &rc) != MO_OK) continue;
+        mo_roofline r;
+        mo_roofline_step(&rc, g, &r);
+        const int p = rc.precision;
+        const double dev = 1e3 * (r.gemm_s / c->eff_gemm[p] + r.mem_s / c->eff_mem[p] + r.kern_s + r.host_copy_s);
+        const double planned = 1e3 * r.host_work_bytes / (1e9 * mo_plan_host_gbs(mo_plan_row_host_threads(rows[i].knobs)));
+        const double host = rows[i].step_ms - dev;
+        if (host > 0 && planned > 0) ratio[k++] = planned / host;
+    }
+    mo_clear_error();
+    if (k > 0) {
+        qsort(ratio, (size_t)k, sizeof *ratio, cmp_double);
+        c->eff_host = k % 2 ? ratio[k / 2] : 0.5 * (ratio[k / 2 - 1] + ratio[k / 2]);
+        c->host_rows = k;
+        snprintf(c->host_how, sizeof c->host_how, "host rate x %.2f, scaled to %d offloaded row%s", c->eff_host, k, k == 1 ? "" : "s");
+    }
+    free(ratio);
 }
 
 void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row *rows, size_t n, long skip) {
@@ -410,6 +449,7 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
         }
         free(ratio);
     }
+    host_fit(c, g, &one, rows, n, skip);
 }
 
 mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, FILE *notes) {

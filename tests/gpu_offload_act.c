@@ -80,9 +80,15 @@ static void test_late_copies(void) {
                   "%s %s %s: late, poisoned copies: losses %.9g %.9g %.9g, without offload %.9g %.9g %.9g", model,
                   cases[i].prec, cases[i].ckpt, late.loss[0], late.loss[1], late.loss[2], none.loss[0], none.loss[1],
                   none.loss[2]);
-        CHECK_MSG(memcmp(none.loss, skip.loss, sizeof none.loss) != 0,
-                  "%s %s %s: with the joins skipped the losses stayed the same: the test cannot see a missing join",
-                  model, cases[i].prec, cases[i].ckpt);
+        // Under compute-sanitizer (MEMOPT_TEST_REDUCED) the negative control cannot work: the tool runs
+        // the copy stream's work and the compute one after the other, so a missing join loses nothing
+        // (the sanitizer pass of session 12 saw two of the four cases keep their losses)
+        if (!test_is_reduced())
+            CHECK_MSG(memcmp(none.loss, skip.loss, sizeof none.loss) != 0,
+                      "%s %s %s: with the joins skipped the losses stayed the same: the test cannot see a missing join",
+                      model, cases[i].prec, cases[i].ckpt);
+        else if (i == 0)
+            printf("MEMOPT_TEST_REDUCED: the negative control's check skipped (the sanitizer serializes the streams)\n");
         printf(" late copies %s %s %s: stall %.3f ms of %.3f ms copying (same bits); joins skipped: losses %.6g %.6g %.6g"
                " (want different from %.6g %.6g %.6g)\n", model, cases[i].prec, cases[i].ckpt, late.copies.stall_ms,
                late.copies.copy_ms, skip.loss[0], skip.loss[1], skip.loss[2], none.loss[0], none.loss[1], none.loss[2]);

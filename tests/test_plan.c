@@ -443,6 +443,63 @@ static void test_roofline(void) {
     mo_gpu_catalog_free(&c);
 }
 
+// The host rate's scale (mo_plan_calib_fit): offloaded rows made with the host eff times faster than
+// planned, on 1 and 8 threads (their knobs; none: one thread) and both precisions, give eff back and
+// their own step times; a chunked row and a split row do not count; no offloaded row: 1.
+static void test_host_calibration(void) {
+    mo_gpu_catalog c;
+    if (!CHECK_OK(mo_gpu_catalog_load(NULL, &c))) return;
+    const mo_gpu_spec *g = mo_gpu_catalog_find(&c, "h200-sxm");
+    if (!CHECK(g != NULL)) { mo_gpu_catalog_free(&c); return; }
+    const double eff = 1.7;
+    mo_csv_row rows[6];
+    const char *knobs[6] = {"", "MEMOPT_OFFLOAD_THREADS=8", "MEMOPT_OFFLOAD_THREADS=1", "MEMOPT_OFFLOAD_THREADS=8",
+                            "MEMOPT_OFFLOAD_CHUNK=4194304;MEMOPT_OFFLOAD_THREADS=8", "MEMOPT_OFFLOAD_THREADS=8"};
+    mo_plan_calib def;
+    mo_plan_calib_defaults(&def);
+    CHECK(def.eff_host == 1 && def.host_rows == 0);
+    for (int i = 0; i < 6; i++) {
+        mo_run_config r = base_config();
+        r.precision = i % 2 ? MO_PREC_BF16 : MO_PREC_FP32;
+        r.offload = MO_OFFLOAD_OPTIMIZER;
+        if (i == 5) r.tp = 2;
+        mo_roofline f;
+        mo_roofline_step(&r, g, &f);
+        mo_csv_row_init(&rows[i]);
+        mo_csv_row_from_config(&rows[i], &r, 0);
+        snprintf(rows[i].backend, sizeof rows[i].backend, "cuda");
+        snprintf(rows[i].device_name, sizeof rows[i].device_name, "NVIDIA H200");
+        snprintf(rows[i].status, sizeof rows[i].status, "ok");
+        snprintf(rows[i].knobs, sizeof rows[i].knobs, "%s", knobs[i]);
+        const double host = f.host_work_bytes / (1e9 * mo_plan_host_gbs(mo_plan_row_host_threads(knobs[i])) * eff);
+        // the chunked and split rows far off: counted, they would move the scale
+        rows[i].step_ms = 1e3 * (f.gemm_s / MO_PLAN_EFF_GEMM + f.mem_s / MO_PLAN_EFF_MEM + f.kern_s + f.host_copy_s + host) *
+                          (i >= 4 ? 3 : 1);
+    }
+    mo_plan_calib cal;
+    mo_plan_calib_fit(&cal, g, rows, 6, -1);
+    CHECK_MSG(cal.host_rows == 4 && fabs(cal.eff_host - eff) < 1e-6, "host scale %.6f from %d rows (%s), want %.2f from 4",
+              cal.eff_host, cal.host_rows, cal.host_how, eff);
+    mo_plan_calib_fit(&cal, g, rows, 6, 1); // leave-one-out: three rows left
+    CHECK(cal.host_rows == 3 && fabs(cal.eff_host - eff) < 1e-6);
+    for (int i = 0; i < 4; i++) { // each row's own time back, its thread count taken from its knobs
+        mo_run_config r;
+        CHECK_OK(mo_plan_config_from_row(&rows[i], &r));
+        char t[8];
+        snprintf(t, sizeof t, "%d", mo_plan_row_host_threads(rows[i].knobs));
+        setenv("MEMOPT_OFFLOAD_THREADS", t, 1);
+        mo_roofline f;
+        mo_roofline_step(&r, g, &f);
+        unsetenv("MEMOPT_OFFLOAD_THREADS");
+        const double ms = mo_plan_step_ms(&f, &cal, r.precision);
+        CHECK_MSG(fabs(ms / rows[i].step_ms - 1) < 1e-6, "row %d (%s): planned %.3f ms, measured %.3f", i, rows[i].knobs, ms,
+                  rows[i].step_ms);
+    }
+    mo_plan_calib_fit(&cal, g, rows + 4, 2, -1);
+    CHECK(cal.host_rows == 0 && cal.eff_host == 1);
+    mo_gpu_catalog_free(&c);
+}
+
 // The whole command, as the CLI runs it, timed.
 static void time_plan(const char *label, int argc, char **argv) {
     mo_cli *cli = malloc(sizeof *cli);
@@ -532,6 +589,7 @@ int main(void) {
     test_roofline();
     test_roofline_cache_key();
     test_offload_roofline();
+    test_host_calibration();
     char *a1[] = {"memopt", "plan", "--gpu", "h100-sxm", "--preset", "gpt2-1558m"};
     time_plan("--gpu h100-sxm --preset gpt2-1558m", 6, a1);
     char *a2[] = {"memopt", "plan", "--gpu", "h100-sxm", "--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "4096"};

@@ -379,6 +379,10 @@ if has offopt; then
   # "-;MEMOPT_OFFLOAD_THREADS=8;MEMOPT_OFFLOAD_THREADS=8 MEMOPT_OFFLOAD_CHUNK=4194304" when 1 was the default)
   IFS=';' read -ra kns <<<"${OFFOPT_KNOBS:--;MEMOPT_OFFLOAD_THREADS=1}"
   for rep in 1 2; do for prec in fp32 bf16; do
+    # the step without offload beside them: plan --validate fits the device part to it, the host part to
+    # the offloaded rows (leave-one-out)
+    timeout 60 $M run --preset gpt2-124m --precision $prec --offload none --steps 5 --warmup 2 \
+      --csv "$R/offload-update.csv" | grep -E "step:" | sed "s/^/$prec no offload rep $rep: /"
     for kn in "${kns[@]}"; do
       [ "$kn" = - ] && kn=
       env $kn timeout 150 $M run --preset gpt2-124m --precision $prec --offload optimizer --steps 5 --warmup 2 \
