@@ -99,6 +99,10 @@ mo_status conv_scatter_cuda(mo_ctx *c, float *din, const float *cmp, int n, int 
 // conv_im2col_cpu's and conv_col2im_cpu's kernels (im2col.cu), the same bits (fp32)
 mo_status conv_im2col_cuda(mo_ctx *c, float *col, const float *x, const mo_conv_shape *s, int m0, int rows);
 mo_status conv_col2im_cuda(mo_ctx *c, float *din, const float *dcol, const mo_conv_shape *s, int n);
+// The chunks conv_cuda.c runs s's fp32 im2col GEMMs in with the context's workspace now: rows of the
+// column matrix a chunk of the forward and the weight gradient, images a chunk of the input gradient
+// (0: the path does not fit, or does not take s)
+void conv_col_chunks(const mo_ctx *c, const mo_conv_shape *s, int *rows, int *images);
 // dw (n) fp32 += float(g (n) of dt)
 mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
 // The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.

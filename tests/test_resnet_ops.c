@@ -10,7 +10,8 @@
 //   - bad shapes and dtypes refused; scratch given back; dry workspace peaks equal cpu peaks;
 //   - the column matrix (im2col.c, the references of the kernels under the fp32 GEMM path): im2col and a
 //     plain matmul give the direct convolution's forward and weight gradient bit for bit, col2im of
-//     dout @ w its input gradient; col2im is im2col's adjoint; rows and images in pieces give the whole.
+//     dout @ w its input gradient; col2im is im2col's adjoint; rows and images in pieces give the whole;
+//   - MEMOPT_CONV_GEMM: unset / all, 1x1, 0 set the context's mode, another value fails mo_ctx_create.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -640,6 +641,37 @@ static void test_im2col(int N, int H, int W, int C, int K, int R, int S, int st,
     free(dx); free(dx2); free(dx_ref);
 }
 
+// MEMOPT_CONV_GEMM: unset, "" and all give MO_CONV_GEMM_ALL, 1x1 and 0 theirs; another value fails
+// mo_ctx_create naming the variable (a row would record a setting that ran the default)
+static void test_conv_gemm_knob(void) {
+    printf("knob MEMOPT_CONV_GEMM\n");
+    const char *vals[6] = {NULL, "", "all", "1x1", "0", "1"};
+    const int want[6] = {MO_CONV_GEMM_ALL, MO_CONV_GEMM_ALL, MO_CONV_GEMM_ALL, MO_CONV_GEMM_1X1, MO_CONV_GEMM_NONE, -1};
+    for (int i = 0; i < 6; i++) {
+        if (vals[i]) setenv("MEMOPT_CONV_GEMM", vals[i], 1);
+        else unsetenv("MEMOPT_CONV_GEMM");
+        mo_allocator *a = NULL;
+        mo_ctx *c = NULL;
+        mo_status st = MO_ERR_INTERNAL;
+        if (CHECK_OK(mo_allocator_create(&a, MO_ALLOC_CACHING, i % 2 ? MO_BACKEND_DRY : MO_BACKEND_CPU, 0, NULL)))
+            st = mo_ctx_create(&c, i % 2 ? MO_BACKEND_DRY : MO_BACKEND_CPU, a);
+        unsetenv("MEMOPT_CONV_GEMM");
+        if (want[i] >= 0) {
+            CHECK_OK(st);
+            CHECK_MSG(c && c->conv_gemm == want[i], "MEMOPT_CONV_GEMM=%s: conv_gemm %d, want %d",
+                      vals[i] ? vals[i] : "(unset)", c ? c->conv_gemm : -1, want[i]);
+        } else {
+            CHECK_MSG(st == MO_ERR_INVALID && c == NULL, "MEMOPT_CONV_GEMM=%s: status %s, want invalid", vals[i],
+                      mo_status_name(st));
+            CHECK_MSG(strstr(mo_errmsg(), "MEMOPT_CONV_GEMM=1: expected all, 1x1 or 0") != NULL,
+                      "the message names the variable and the values: %s", mo_errmsg());
+            mo_clear_error();
+        }
+        mo_ctx_destroy(c);
+        mo_allocator_destroy(a);
+    }
+}
+
 // The stored engine choices: terminated, every line for a real device and version, keys compared field
 // by field (one field changed is another key).
 static void test_conv_table(void) {
@@ -703,6 +735,7 @@ int main(void) {
     test_im2col(1, 4, 5, 2, 3, 2, 3, 1, 0);  // R != S
     test_im2col(2, 5, 5, 2, 3, 3, 3, 1, 2);  // pad > R - 1 (the flipped filter's forward does not take it)
     test_im2col(3, 6, 7, 5, 2, 3, 3, 3, 0);  // stride 3 > R - 1 - pad: input rows no window reads
+    test_conv_gemm_knob();
     test_bad_input();
     test_scratch_contract();
     test_conv_table();
