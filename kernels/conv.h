@@ -1,5 +1,8 @@
 // 2-D convolution of the ResNet (NHWC), forward and both backwards. Dispatch as ops.h: cpu -> the plain-C
 // direct convolution (conv.c), cuda -> cuDNN 9's backend graph API (conv_cuda.c), dry -> nothing computed.
+// On cuda, fp32 without TF32 runs as cuBLASLt GEMMs instead where it can (MEMOPT_CONV_GEMM, conv_cuda.c):
+// 1x1 stride-1 convolutions directly, the others over their im2col column matrix, a chunk at a time in
+// the workspace.
 //
 // Shapes: input (N, H, W, C), filter (K, R, S, C), output (N, P, Q, K), all NHWC / KRSC row-major;
 // cross-correlation (as PyTorch), the same stride and zero padding in both dims, no dilation, groups 1.

@@ -622,28 +622,37 @@ static mo_status conv_run(mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape 
     return st;
 }
 
-// fp32 1x1 stride-1 convolutions as GEMMs. In NHWC such a convolution is a linear layer over M = N H W
-// rows: out (M, K) = in (M, C) @ w (K, C)^T, din (M, C) = dout (M, K) @ w, dw (K, C) += dout^T @ in, the
-// GPT's three GEMMs (matmul_cuda.c), on cuBLASLt without TF32 in the shared workspace. cuDNN's fp32 NHWC
-// engines ran these at about 9 TFLOP/s (ncu of a ResNet-50 fp32 step, session 11, H100: 1.40 ms for
-// layer1's 64 -> 256 at batch 128, 13.2 GFLOP). MEMOPT_CONV_GEMM=0 keeps them on cuDNN. The weight
-// gradient accumulates in place (beta 1), so the staging scratch goes unused. *done = 0: not such a
-// convolution, or cuBLASLt has no algorithm (cuDNN then runs it).
-static int conv_is_gemm(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
-    return c->conv_gemm && dt == MO_F32 && !c->tf32 && s->R == 1 && s->S == 1 && s->stride == 1 && s->pad == 0;
+// The library workspace with its first `used` bytes taken (a flipped filter, a chunk): the calls in between
+// (a GEMM, a forward convolution) get the rest as their budget, and their plans' keys say so.
+typedef struct ws_save { void *ws; size_t bytes; } ws_save;
+static ws_save ws_skip(mo_ctx *c, size_t used) {
+    const ws_save sv = {c->gemm_ws, c->gemm_ws_bytes};
+    c->gemm_ws = (char *)sv.ws + used, c->gemm_ws_bytes = sv.bytes - used;
+    return sv;
 }
-static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x, void *w, void *y, int *done) {
-    const int M = s->N * s->H * s->W, C = s->C, K = s->K;
-    // row-major seen column-major (matmul_cuda.c): each GEMM computes the transpose of its row-major result
+static void ws_restore(mo_ctx *c, ws_save sv) { c->gemm_ws = sv.ws, c->gemm_ws_bytes = sv.bytes; }
+
+// The least a chunked path leaves of the workspace to what runs in the rest (a GEMM, a cuDNN forward).
+#define KEEP_BYTES ((size_t)8 << 20)
+static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+// The three GEMMs of a linear layer over M rows, on cuBLASLt without TF32 in the context's workspace
+// (the GPT's, matmul_cuda.c; row-major seen column-major: each GEMM computes the transpose of its
+// row-major result):
+//   MO_CONV_FWD         y (M, K) = x (M, Ck) @ w (K, Ck)^T
+//   MO_CONV_BWD_DATA    x (M, Ck) = y (M, K) @ w (K, Ck)          x: the input gradient, overwritten
+//   MO_CONV_BWD_FILTER  w (K, Ck) += y (M, K)^T @ x (M, Ck)       w: the fp32 gradient, beta 1 in place
+// *done = 0: cuBLASLt has no algorithm for it (nothing ran).
+static mo_status gemm_rows(mo_ctx *c, int kind, int M, int Ck, int K, void *x, void *w, void *y, int *done) {
     mo_lt_gemm g;
-    if (kind == MO_CONV_FWD) // out^T (K, M) = op_T(w^T (C, K)) @ in^T (C, M)
-        g = (mo_lt_gemm){CUBLAS_OP_T, CUBLAS_OP_N, K, M, C, w, C, x, C, y, K, CUDA_R_32F, CUDA_R_32F, 0.0f,
+    if (kind == MO_CONV_FWD) // y^T (K, M) = op_T(w^T (Ck, K)) @ x^T (Ck, M)
+        g = (mo_lt_gemm){CUBLAS_OP_T, CUBLAS_OP_N, K, M, Ck, w, Ck, x, Ck, y, K, CUDA_R_32F, CUDA_R_32F, 0.0f,
                          CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
-    else if (kind == MO_CONV_BWD_DATA) // x = din: din^T (C, M) = w^T (C, K) @ dout^T (K, M)
-        g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_N, C, M, K, w, C, y, K, x, C, CUDA_R_32F, CUDA_R_32F, 0.0f,
+    else if (kind == MO_CONV_BWD_DATA) // x^T (Ck, M) = w^T (Ck, K) @ y^T (K, M)
+        g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_N, Ck, M, K, w, Ck, y, K, x, Ck, CUDA_R_32F, CUDA_R_32F, 0.0f,
                          CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
-    else // w = dw: dw^T (C, K) += in^T (C, M) @ op_T(dout^T (K, M))
-        g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_T, C, K, M, x, C, y, K, w, C, CUDA_R_32F, CUDA_R_32F, 1.0f,
+    else // w^T (Ck, K) += x^T (Ck, M) @ op_T(y^T (K, M))
+        g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_T, Ck, K, M, x, Ck, y, K, w, Ck, CUDA_R_32F, CUDA_R_32F, 1.0f,
                          CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
     int no_algo = 0;
     MO_TRY(mo_lt_matmul(c, &g, &no_algo));
@@ -651,12 +660,137 @@ static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x,
     return MO_OK;
 }
 
-mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {
-    if (conv_is_gemm(c, dt, s)) {
-        int done = 0;
-        MO_TRY(conv_gemm(c, MO_CONV_FWD, s, (void *)in, (void *)w, out, &done));
-        if (done) return MO_OK;
+// gemm_rows with the workspace past its first `used` bytes (the chunk the GEMM reads or writes)
+static mo_status gemm_rows_past(mo_ctx *c, size_t used, int kind, int M, int Ck, int K, void *x, void *w, void *y,
+                                int *done) {
+    const ws_save sv = ws_skip(c, used);
+    const mo_status st = gemm_rows(c, kind, M, Ck, K, x, w, y, done);
+    ws_restore(c, sv);
+    return st;
+}
+
+// fp32 1x1 stride-1 convolutions as GEMMs. In NHWC such a convolution is a linear layer over M = N H W
+// rows: out (M, K) = in (M, C) @ w (K, C)^T, din (M, C) = dout (M, K) @ w, dw (K, C) += dout^T @ in:
+// gemm_rows. cuDNN's fp32 NHWC engines ran these at about 9 TFLOP/s (ncu of a ResNet-50 fp32 step,
+// session 11, H100: 1.40 ms for layer1's 64 -> 256 at batch 128, 13.2 GFLOP). MEMOPT_CONV_GEMM=0 keeps
+// them on cuDNN. The weight gradient accumulates in place (beta 1), so the staging scratch goes unused.
+// *done = 0: not such a convolution, or cuBLASLt has no algorithm (cuDNN then runs it).
+static int conv_is_gemm(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
+    return c->conv_gemm != MO_CONV_GEMM_NONE && dt == MO_F32 && !c->tf32 && s->R == 1 && s->S == 1 &&
+           s->stride == 1 && s->pad == 0;
+}
+static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x, void *w, void *y, int *done) {
+    return gemm_rows(c, kind, s->N * s->H * s->W, s->C, s->K, x, w, y, done);
+}
+
+// Every other fp32 convolution (3x3, the 7x7 stem, strided 1x1; without TF32) as GEMMs over its column
+// matrix (im2col.c: a row per output position (n, p, q), a column per filter tap (r, s, c), the filter's
+// own layout), a chunk at a time in the workspace ([chunk | the GEMM's budget, KEEP_BYTES at least]):
+//   forward         col (rows, RSC) of `in` by im2col, then out's rows (rows, K) = col @ w (K, RSC)^T;
+//   weight gradient col the same, then dw (K, RSC) += dout's rows (rows, K)^T @ col, chunk after chunk
+//                   in order (beta 1 in place, as the 1x1's);
+//   input gradient  dcol (n P Q, RSC) = dout's rows (n P Q, K) @ w of n whole images, then din's n images
+//                   (n, H, W, C) = col2im(dcol), a gather (im2col.cu: each element sums its taps in a fixed
+//                   order, no atomics), so any stride and padding; a chunk of whole images, so that each
+//                   din element is written once.
+// ncu of a ResNet-50 fp32 step (batch 128, session 11, H100) gave cuDNN's fp32 forward-form kernels of
+// the 3x3 forwards and input gradients 96 of 205 ms at about 10 TFLOP/s and its 3x3 weight-gradient
+// kernels about 25 ms; cuBLASLt's SGEMM ran the 1x1 convolutions at 32-43. The forward and weight
+// gradient chunks are a multiple of COL_ROW_ALIGN rows, so that every chunk's rows of out and dout start
+// 256-byte aligned whatever K (the full chunks share a GEMM plan); the input gradient needs one image's
+// column matrix to fit, the others COL_ROW_ALIGN rows' (or all M); otherwise, and under
+// MEMOPT_CONV_GEMM=1x1 or 0, the paths below (cuDNN, the input gradients as forward convolutions) run.
+// Deterministic: the chunks are a function of the shape and the workspace size, the GEMMs and the gather
+// are; a recompute gives the first run's bits.
+#define COL_ROW_ALIGN 64
+
+static int conv_is_col_gemm(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
+    return c->conv_gemm == MO_CONV_GEMM_ALL && dt == MO_F32 && !c->tf32 &&
+           !(s->R == 1 && s->S == 1 && s->stride == 1 && s->pad == 0);
+}
+
+void conv_col_chunks(const mo_ctx *c, const mo_conv_shape *s, int *rows, int *images) {
+    const size_t row = (size_t)s->R * s->S * s->C * sizeof(float), M = (size_t)s->N * s->P * s->Q;
+    const size_t budget = c->gemm_ws_bytes > KEEP_BYTES ? c->gemm_ws_bytes - KEEP_BYTES : 0;
+    size_t r = budget / row, n = budget / (row * s->P * s->Q);
+    r = r >= M ? M : r / COL_ROW_ALIGN * COL_ROW_ALIGN;
+    if (c->conv_col_rows > 0 && r > (size_t)c->conv_col_rows) r = (size_t)c->conv_col_rows;
+    if (n > (size_t)s->N) n = (size_t)s->N;
+    if (c->conv_dgrad_chunk > 0 && n > (size_t)c->conv_dgrad_chunk) n = (size_t)c->conv_dgrad_chunk;
+    *rows = (int)r, *images = (int)n;
+}
+
+static mo_status col_forward(mo_ctx *c, const mo_conv_shape *s, float *out, const float *in, const float *w,
+                             int *done) {
+    *done = 0;
+    int rows, imgs;
+    conv_col_chunks(c, s, &rows, &imgs);
+    if (rows == 0) return MO_OK; // not COL_ROW_ALIGN rows: cuDNN runs it
+    const int M = s->N * s->P * s->Q, RSC = s->R * s->S * s->C;
+    const size_t used = round256((size_t)rows * RSC * sizeof(float));
+    float *col = (float *)c->gemm_ws; // (rows, R, S, C)
+    for (int m0 = 0; m0 < M; m0 += rows) {
+        const int mc = M - m0 < rows ? M - m0 : rows;
+        int ok = 0;
+        MO_TRY(conv_im2col_cuda(c, col, in, s, m0, mc));
+        MO_TRY(gemm_rows_past(c, used, MO_CONV_FWD, mc, RSC, s->K, col, (void *)w, out + (size_t)m0 * s->K, &ok));
+        if (!ok) return MO_OK; // no GEMM algorithm: cuDNN runs it, all of out
     }
+    *done = 1;
+    return MO_OK;
+}
+
+static mo_status col_backward_filter(mo_ctx *c, const mo_conv_shape *s, float *dw, const float *dout,
+                                     const float *in, int *done) {
+    *done = 0;
+    int rows, imgs;
+    conv_col_chunks(c, s, &rows, &imgs);
+    if (rows == 0) return MO_OK;
+    const int M = s->N * s->P * s->Q, RSC = s->R * s->S * s->C;
+    const size_t used = round256((size_t)rows * RSC * sizeof(float));
+    float *col = (float *)c->gemm_ws; // (rows, R, S, C)
+    for (int m0 = 0; m0 < M; m0 += rows) {
+        const int mc = M - m0 < rows ? M - m0 : rows;
+        int ok = 0;
+        MO_TRY(conv_im2col_cuda(c, col, in, s, m0, mc));
+        MO_TRY(gemm_rows_past(c, used, MO_CONV_BWD_FILTER, mc, RSC, s->K, col, dw, (void *)(dout + (size_t)m0 * s->K),
+                              &ok));
+        if (!ok && m0 == 0) return MO_OK; // nothing added to dw yet: cuDNN runs it
+        if (!ok) // the chunks before were added: another path would add them twice
+            return MO_FAIL(MO_ERR_CUBLAS, "conv backward filter as GEMMs: cuBLASLt has no algorithm for the chunk of "
+                           "%d rows at row %d (the first chunks had one; K %d, R*S*C %d)", mc, m0, s->K, RSC);
+    }
+    *done = 1;
+    return MO_OK;
+}
+
+static mo_status col_backward_data(mo_ctx *c, const mo_conv_shape *s, float *din, const float *dout, const float *w,
+                                   int *done) {
+    *done = 0;
+    if (c->conv_dgrad_cudnn) return MO_OK; // MEMOPT_CONV_DGRAD=cudnn: the backward-data engine
+    int rows, nc;
+    conv_col_chunks(c, s, &rows, &nc);
+    if (nc == 0) return MO_OK; // not one image's column matrix: the paths below
+    const int PQ = s->P * s->Q, RSC = s->R * s->S * s->C;
+    const size_t used = round256((size_t)nc * PQ * RSC * sizeof(float));
+    float *dcol = (float *)c->gemm_ws; // (nc P Q, R, S, C)
+    for (int n0 = 0; n0 < s->N; n0 += nc) {
+        const int nb = s->N - n0 < nc ? s->N - n0 : nc;
+        int ok = 0;
+        MO_TRY(gemm_rows_past(c, used, MO_CONV_BWD_DATA, nb * PQ, RSC, s->K, dcol, (void *)w,
+                              (void *)(dout + (size_t)n0 * PQ * s->K), &ok));
+        if (!ok) return MO_OK; // no GEMM algorithm: another path runs it, all of din
+        MO_TRY(conv_col2im_cuda(c, din + (size_t)n0 * s->H * s->W * s->C, dcol, s, nb));
+    }
+    *done = 1;
+    return MO_OK;
+}
+
+mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {
+    int done = 0;
+    if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_FWD, s, (void *)in, (void *)w, out, &done));
+    else if (conv_is_col_gemm(c, dt, s)) MO_TRY(col_forward(c, s, out, in, w, &done));
+    if (done) return MO_OK;
     return conv_run(c, MO_CONV_FWD, dt, s, (void *)in, (void *)w, out, 0);
 }
 
@@ -671,11 +805,9 @@ mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, c
 // first `used` bytes (the flipped filter, a chunk) as its budget: the plan's key carries that budget, and
 // the context's workspace is the whole one again on return.
 static mo_status forward_past(mo_ctx *c, size_t used, const mo_conv_shape *t, const void *x, const void *w, void *y) {
-    void *ws0 = c->gemm_ws;
-    const size_t wsb0 = c->gemm_ws_bytes;
-    c->gemm_ws = (char *)ws0 + used, c->gemm_ws_bytes = wsb0 - used;
+    const ws_save sv = ws_skip(c, used);
     const mo_status st = conv_forward_cuda(c, MO_F32, y, x, w, t);
-    c->gemm_ws = ws0, c->gemm_ws_bytes = wsb0;
+    ws_restore(c, sv);
     return st;
 }
 
@@ -684,7 +816,7 @@ static mo_status dgrad_as_forward(mo_ctx *c, void *din, const void *dout, const 
     *done = 0;
     if (c->conv_dgrad_cudnn || s->stride != 1 || s->R != s->S || s->pad > s->R - 1) return MO_OK;
     const size_t wb = (size_t)s->K * s->R * s->S * s->C * sizeof(float), off = (wb + 255) & ~(size_t)255;
-    if (off + ((size_t)8 << 20) > c->gemm_ws_bytes) return MO_OK; // keep 8 MiB at least for the forward's engine
+    if (off + KEEP_BYTES > c->gemm_ws_bytes) return MO_OK; // keep 8 MiB at least for the forward's engine
     float *wf = (float *)c->gemm_ws;
     MO_TRY(conv_flip_filter_cuda(c, wf, (const float *)w, s->K, s->R, s->S, s->C));
     mo_conv_shape t;
@@ -713,9 +845,8 @@ static mo_status dgrad_strided_as_forward(mo_ctx *c, void *din, const void *dout
     const int Hz = s->H - R + 1 + 2 * s->pad, Wz = s->W - R + 1 + 2 * s->pad;
     const size_t wb = (size_t)s->K * R * R * s->C * sizeof(float), off = (wb + 255) & ~(size_t)255;
     const size_t img = (R == 1 ? (size_t)s->P * s->Q * s->C : (size_t)Hz * Wz * s->K) * sizeof(float);
-    const size_t keep = (size_t)8 << 20;
-    if (off + keep + img > c->gemm_ws_bytes) return MO_OK; // not one image: the backward-data engine runs it
-    int nc = (int)((c->gemm_ws_bytes - off - keep) / img);
+    if (off + KEEP_BYTES + img > c->gemm_ws_bytes) return MO_OK; // not one image: the backward-data engine runs it
+    int nc = (int)((c->gemm_ws_bytes - off - KEEP_BYTES) / img);
     if (nc > N) nc = N;
     if (c->conv_dgrad_chunk > 0 && nc > c->conv_dgrad_chunk) nc = c->conv_dgrad_chunk;
     const size_t cb = ((size_t)nc * img + 255) & ~(size_t)255;
@@ -749,8 +880,10 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
         MO_TRY(conv_gemm(c, MO_CONV_BWD_DATA, s, din, (void *)w, (void *)dout, &done));
         if (done) return MO_OK;
     }
-    if (dt == MO_F32 && !c->tf32) {
-        int done;
+    if (dt == MO_F32 && !c->tf32) { // the GEMMs over the column matrix, else the flipped filter's forward
+        int done = 0;
+        if (conv_is_col_gemm(c, dt, s)) MO_TRY(col_backward_data(c, s, din, dout, w, &done));
+        if (done) return MO_OK;
         MO_TRY(dgrad_as_forward(c, din, dout, w, s, &done));
         if (done) return MO_OK;
         MO_TRY(dgrad_strided_as_forward(c, din, dout, w, s, &done));
@@ -759,15 +892,15 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
     return conv_run(c, MO_CONV_BWD_DATA, dt, s, din, (void *)w, (void *)dout, 0);
 }
 
-// The gradient into scratch (dt, beta 0), then dw += float(scratch): the same path in every precision (an
-// in-place beta 1 for fp32 would save the pass but not every deterministic engine is known to take it).
+// On cuDNN the gradient into scratch (dt, beta 0), then dw += float(scratch): the same path in every
+// precision (an in-place beta 1 for fp32 would save the pass but not every deterministic engine is known to
+// take it). The GEMM paths add to dw in place (beta 1): the scratch goes unused.
 mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                     const mo_conv_shape *s, void *scratch) {
-    if (conv_is_gemm(c, dt, s)) {
-        int done = 0;
-        MO_TRY(conv_gemm(c, MO_CONV_BWD_FILTER, s, (void *)in, dw, (void *)dout, &done));
-        if (done) return MO_OK;
-    }
+    int done = 0;
+    if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_BWD_FILTER, s, (void *)in, dw, (void *)dout, &done));
+    else if (conv_is_col_gemm(c, dt, s)) MO_TRY(col_backward_filter(c, s, dw, dout, in, &done));
+    if (done) return MO_OK;
     MO_TRY(conv_run(c, MO_CONV_BWD_FILTER, dt, s, (void *)in, scratch, (void *)dout, 0));
     return accumulate_f32_from_cuda(c, dt, dw, scratch, (size_t)s->K * s->R * s->S * s->C);
 }

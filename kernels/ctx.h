@@ -83,12 +83,18 @@ typedef struct mo_ctx {
     int conv_table;               // convolutions take the stored engine choices (conv_table.h) where one
                                   // matches (1, the default); MEMOPT_CONV_TABLE=0 sets 0
     int conv_dgrad_cudnn;         // fp32 input gradients on cuDNN's backward-data engine (1;
-                                  // MEMOPT_CONV_DGRAD=cudnn) instead of a forward convolution with the flipped
-                                  // filter (0, the default: conv_cuda.c says why)
-    int conv_gemm;                // fp32 1x1 stride-1 convolutions as cuBLASLt GEMMs (1, the default;
-                                  // MEMOPT_CONV_GEMM=0: on cuDNN; conv_cuda.c says why)
-    int conv_dgrad_chunk;         // tests: at most this many images a chunk of the strided fp32 input gradient
-                                  // (conv_cuda.c; 0: as many as the workspace takes)
+                                  // MEMOPT_CONV_DGRAD=cudnn) instead of GEMMs or a forward convolution with
+                                  // the flipped filter (0, the default: conv_cuda.c says why)
+    int conv_gemm;                // which fp32 convolutions run as cuBLASLt GEMMs (conv_cuda.c says why):
+                                  // MO_CONV_GEMM_ALL (the default) the 1x1 stride-1 ones as they are and the
+                                  // others through im2col in the workspace; MO_CONV_GEMM_1X1
+                                  // (MEMOPT_CONV_GEMM=1x1) the 1x1 stride-1 ones only; MO_CONV_GEMM_NONE
+                                  // (MEMOPT_CONV_GEMM=0) none, all on cuDNN
+    int conv_dgrad_chunk;         // tests: at most this many images a chunk of the fp32 input gradients that
+                                  // run in chunks (im2col's and the strided ones; conv_cuda.c; 0: as many as
+                                  // the workspace takes)
+    int conv_col_rows;            // tests: at most this many rows a chunk of im2col's forward and weight
+                                  // gradient (conv_cuda.c; 0: as many as the workspace takes)
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the
@@ -100,6 +106,11 @@ typedef struct mo_ctx {
                                   // host_alloc between their forward and their recompute (schedule.h)
     struct mo_copy_engine *copy;  // the copy stream and its events (copy_stream.h): lazily, at the first copy
 } mo_ctx;
+
+// mo_ctx.conv_gemm's values (MEMOPT_CONV_GEMM unset or all, 1x1, 0).
+#define MO_CONV_GEMM_NONE 0
+#define MO_CONV_GEMM_1X1 1
+#define MO_CONV_GEMM_ALL 2
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):
 //   STRIDED  q, k, v (and dy, dq, dk, dv) permuted to head-major copies; strided batched, a launch per chunk

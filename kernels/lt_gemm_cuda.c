@@ -19,7 +19,7 @@
 #include <string.h>
 #include "cuda_check.h"
 
-#define LT_CACHE_SLOTS 128 // a GPT step has ~20 distinct keys per precision
+#define LT_CACHE_SLOTS 256 // a GPT step has ~20 distinct keys per precision, a fp32 ResNet-50 step ~100
 #define LT_TOP 16          // heuristic candidates asked for when a stored choice or tuning needs them
 #define LT_TUNE_WARM 2
 #define LT_TUNE_REPS 9     // median of

@@ -53,6 +53,12 @@ mo_status avgpool_forward_cpu(mo_dtype dt, void *out, const void *in, int N, int
 mo_status avgpool_backward_cpu(mo_dtype dt, void *din, const void *dout, int N, int HW, int C);
 mo_status relu_forward_cpu(mo_dtype dt, void *out, const void *in, size_t n);
 mo_status relu_backward_cpu(mo_dtype dt, void *din, const void *dout, const void *out, size_t n);
+// The column matrix of s (im2col.c): a row per output position m = (n, p, q), a column per filter tap
+// (r, s, c); fp32. col (rows, R, S, C) = its rows m0 .. m0 + rows - 1 from x (N, H, W, C), 0 in the padding.
+void conv_im2col_cpu(float *col, const float *x, const mo_conv_shape *s, int m0, int rows);
+// din (n, H, W, C) = col2im of dcol (n P Q, R, S, C): each element the sum of the entries copied from it,
+// r then s ascending (0 where none is: a strided convolution's skipped rows and columns)
+void conv_col2im_cpu(float *din, const float *dcol, const mo_conv_shape *s, int n);
 
 // ---- cuda (conv_cuda.c, batchnorm_cuda.c: cuDNN; pool.cu: own kernels) ----
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s);
@@ -90,6 +96,13 @@ mo_status conv_flip_filter_cuda(mo_ctx *c, float *wf, const float *w, int K, int
 mo_status conv_dilate_cuda(mo_ctx *c, float *z, const float *dy, int n, int P, int Q, int K, int Hz, int Wz, int st);
 // din (n, H, W, C) = cmp (n, P, Q, C) at every st-th row and column, zeros elsewhere (fp32)
 mo_status conv_scatter_cuda(mo_ctx *c, float *din, const float *cmp, int n, int H, int W, int C, int P, int Q, int st);
+// conv_im2col_cpu's and conv_col2im_cpu's kernels (im2col.cu), the same bits (fp32)
+mo_status conv_im2col_cuda(mo_ctx *c, float *col, const float *x, const mo_conv_shape *s, int m0, int rows);
+mo_status conv_col2im_cuda(mo_ctx *c, float *din, const float *dcol, const mo_conv_shape *s, int n);
+// The chunks conv_cuda.c runs s's fp32 im2col GEMMs in with the context's workspace now: rows of the
+// column matrix a chunk of the forward and the weight gradient, images a chunk of the input gradient
+// (0: the path does not fit, or does not take s)
+void conv_col_chunks(const mo_ctx *c, const mo_conv_shape *s, int *rows, int *images);
 // dw (n) fp32 += float(g (n) of dt)
 mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
 // The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.

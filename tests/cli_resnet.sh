@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # memopt on --model resnet from the command line: bad input exits 2 with one line naming the flag (an
-# unknown preset, a depth that is no ResNet's, an image too small, a strategy it cannot take); the dry
+# unknown preset, a depth that is no ResNet's, an image too small, a strategy it cannot take; an unknown
+# MEMOPT_CONV_GEMM value, naming the variable and the values it takes); the dry
 # backend plans ResNet-50 (plan, mincap, --on-oom shrink's fallback row); a cpu sweep of the tiny ResNet
 # writes rows whose dry peaks plan --validate finds exact.
 # Usage: cli_resnet.sh path/to/memopt [source dir]
@@ -28,6 +29,9 @@ bad "--attn: not a flag of model resnet" run "${R[@]}" --attn fused
 bad "a ResNet has no attention heads to split over --tp" run "${R[@]}" --tp 2
 bad "no pipeline split of its stages is built for --pp" run "${R[@]}" --pp 2
 bad "--ckpt segments:17: more than the 16 residual blocks" run "${R[@]}" --ckpt segments:17
+MEMOPT_CONV_GEMM=1 "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "MEMOPT_CONV_GEMM=1: expected all, 1x1 or 0" "$tmp/err" &&
+  ok || no "MEMOPT_CONV_GEMM=1: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/err")"
 bad "--ckpt every:17: more than the 16 residual blocks" run "${R[@]}" --ckpt every:17
 bad "--heads: not a flag of model resnet" run "${R[@]}" --heads 4
 

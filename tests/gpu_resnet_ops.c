@@ -3,7 +3,11 @@
 // every op on cuda against its cpu reference on fresh random data (seed printed), per precision (fp32,
 // tf32, bf16, fp16), at ResNet-50's layer shapes (batch 2) and odd sizes; every cuda op runs twice on the
 // same inputs and must give the same bits (determinism: checkpointing recomputes must equal the first
-// forward). Then per-op median times of the cuDNN calls at one ResNet-50 layer shape, batch 128.
+// forward). fp32 convolutions other than 1x1 stride-1 run as im2col GEMMs by default: each such case is
+// also run in a few chunks (rows cutting images, the last chunk short) and under MEMOPT_CONV_GEMM=1x1 (the
+// paths those GEMMs replace, still the fallback), and the im2col / col2im kernels are checked against
+// their cpu references bit for bit. Then per-op median times of the cuDNN calls at one ResNet-50 layer
+// shape, batch 128, and of the im2col GEMMs against cuDNN at ResNet-50's shapes.
 //
 // Tolerances (relative L2 error against the cpu reference) and why:
 //   fp32 convolutions 1e-4: fp32 accumulation in another order (~1e-6 expected; the cpu reference's own
@@ -14,8 +18,8 @@
 //     docs/DESIGN.md): both sides round an fp32 value once, cuDNN's accumulation order differs.
 //   batch norm fp32: outputs and din 1e-4, mean / rstd / running statistics 1e-5, dgamma / dbeta 1e-4
 //     (cuDNN's reductions run in another order over M rows).
-//   pools and ReLU: the same float operations in the same order: bit-identical to the reference, checked
-//     (tolerance 0: every value's bits equal).
+//   pools, ReLU, im2col and col2im: the same float operations in the same order: bit-identical to the
+//     reference, checked (tolerance 0: every value's bits equal).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +101,47 @@ static void check(const char *pname, mo_dtype dt, const void *got, const void *g
 }
 
 // ---------------------------------------------------------------------------------------------
+// The device buffers of one convolution: x (N,H,W,C), w (K,R,S,C), dy (N,P,Q,K) inputs; y, dx, dw outputs
+typedef struct conv_dev { void *x, *w, *dy, *y, *dx; float *dw; } conv_dev;
+
+// The three passes twice on the same inputs (y and dx poisoned, dw from dw0 each time), into y[run],
+// dx[run], dw[run] (dw: dw0 + the gradient). 0 when a call failed.
+static int conv_twice(mo_dtype dt, const mo_conv_shape *s, const conv_dev *d, const float *dw0, void *y[2],
+                      void *dx[2], float *dw[2]) {
+    const size_t e = mo_dtype_size(dt), nx = (size_t)s->N * s->H * s->W * s->C, nw = (size_t)s->K * s->R * s->S * s->C,
+                 ny = (size_t)s->N * s->P * s->Q * s->K;
+    int ok = 1;
+    for (int run = 0; run < 2 && ok; run++) {
+        poison(d->y, ny * e);
+        poison(d->dx, nx * e);
+        up(d->dw, dw0, nw * 4);
+        ok &= CHECK_OK(mo_conv_forward(gc, dt, d->y, d->x, d->w, s));
+        ok &= CHECK_OK(mo_conv_backward_data(gc, dt, d->dx, d->dy, d->w, s));
+        ok &= CHECK_OK(mo_conv_backward_filter(gc, dt, d->dw, d->dy, d->x, s));
+        down(y[run], d->y, ny * e);
+        down(dx[run], d->dx, nx * e);
+        down(dw[run], d->dw, nw * 4);
+    }
+    return ok;
+}
+
+// conv_twice's outputs against the references (dwr: the reference's gradient, dw minus dw0), how: which path
+static void conv_check(const char *pname, mo_dtype dt, double tol, const mo_conv_shape *s, void *y[2], void *dx[2],
+                       float *dw[2], const void *y_ref, const void *dx_ref, const float *dwr, const float *dw0,
+                       const char *how) {
+    const size_t nx = (size_t)s->N * s->H * s->W * s->C, nw = (size_t)s->K * s->R * s->S * s->C,
+                 ny = (size_t)s->N * s->P * s->Q * s->K;
+    char what[3][96];
+    snprintf(what[0], sizeof what[0], "forward%s", how);
+    snprintf(what[1], sizeof what[1], "backward data%s", how);
+    snprintf(what[2], sizeof what[2], "backward filter (dw += ...)%s", how);
+    check(pname, dt, y[0], y[1], y_ref, ny, tol, what[0]);
+    check(pname, dt, dx[0], dx[1], dx_ref, nx, tol, what[1]);
+    // the gradient added to dw0 (fp32 in every precision)
+    for (size_t i = 0; i < nw; i++) dw[0][i] -= dw0[i], dw[1][i] -= dw0[i];
+    check(pname, MO_F32, dw[0], dw[1], dwr, nw, tol, what[2]);
+}
+
 static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, int st, int pad, const char *label) {
     mo_conv_shape s;
     mo_conv_shape_init(&s, N, H, W, C, K, R, R, st, pad);
@@ -113,9 +158,7 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     CHECK_OK(mo_conv_forward(hc, dt, y_ref, x, w, &s));
     CHECK_OK(mo_conv_backward_data(hc, dt, dx_ref, dy, w, &s));
     CHECK_OK(mo_conv_backward_filter(hc, dt, dw_ref, dy, x, &s));
-    void *d_x = dup_d(x, nx * e), *d_w = dup_d(w, nw * e), *d_dy = dup_d(dy, ny * e);
-    void *d_y = dnew(ny * e), *d_dx = dnew(nx * e);
-    float *d_dw = dnew(nw * 4);
+    const conv_dev d = {dup_d(x, nx * e), dup_d(w, nw * e), dup_d(dy, ny * e), dnew(ny * e), dnew(nx * e), dnew(nw * 4)};
     void *y[2] = {hnew(ny * e), hnew(ny * e)}, *dx[2] = {hnew(nx * e), hnew(nx * e)};
     float *dw[2] = {fnew(nw), fnew(nw)}, *dwr = fnew(nw);
     for (size_t i = 0; i < nw; i++) dwr[i] = dw_ref[i] - dw0[i]; // the reference's gradient added to dw0
@@ -123,30 +166,19 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     for (const prec *q = pr; q < precs + 4 && q->dt == dt && (q == pr || q->tf32); q++) {
     if (q != pr) printf("conv %s %s: the same inputs and reference\n", q->name, label);
     gc->tf32 = q->tf32;
-    int ok = 1;
-    for (int run = 0; run < 2 && ok; run++) {
-        poison(d_y, ny * e);
-        poison(d_dx, nx * e);
-        up(d_dw, dw0, nw * 4);
-        ok &= CHECK_OK(mo_conv_forward(gc, dt, d_y, d_x, d_w, &s));
-        ok &= CHECK_OK(mo_conv_backward_data(gc, dt, d_dx, d_dy, d_w, &s));
-        ok &= CHECK_OK(mo_conv_backward_filter(gc, dt, d_dw, d_dy, d_x, &s));
-        down(y[run], d_y, ny * e);
-        down(dx[run], d_dx, nx * e);
-        down(dw[run], d_dw, nw * 4);
-    }
+    int ok = conv_twice(dt, &s, &d, dw0, y, dx, dw);
 #ifdef MEMOPT_HAVE_CUDA
     // cuDNN writes every element of the staged filter gradient: the same call with its scratch poisoned
     // (NaN) must give run 0's bits, NaN-free. compute-sanitizer's initcheck reports acc_f32_kernel's reads
     // of that scratch when it is fresh memory (tools/gpu_sanitize.sh); this shows the bytes it reads are
-    // cuDNN's output.
+    // cuDNN's output. (fp32's GEMM paths leave the scratch alone: the same bits all the more.)
     if (ok) {
         void *d_scr = dnew(mo_conv_backward_filter_scratch_bytes(dt, &s));
         float *dwp = fnew(nw);
         poison(d_scr, mo_conv_backward_filter_scratch_bytes(dt, &s));
-        up(d_dw, dw0, nw * 4);
-        ok &= CHECK_OK(conv_backward_filter_cuda(gc, dt, d_dw, d_dy, d_x, &s, d_scr));
-        down(dwp, d_dw, nw * 4);
+        up(d.dw, dw0, nw * 4);
+        ok &= CHECK_OK(conv_backward_filter_cuda(gc, dt, d.dw, d.dy, d.x, &s, d_scr));
+        down(dwp, d.dw, nw * 4);
         size_t nan = 0;
         for (size_t i = 0; i < nw; i++) nan += dwp[i] != dwp[i];
         CHECK_MSG(nan == 0, "%s %s: %zu of %zu dw values NaN with the scratch poisoned (cuDNN left them unwritten)",
@@ -158,35 +190,100 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
         free(dwp);
         dfree(d_scr);
     }
-#endif
-    // fp32's strided input gradient runs a chunk of images at a time (conv_cuda.c): one image a chunk
-    // (two when N > 2, the last chunk then shorter) must give the reference too, and the same bits twice
-    void *dxc[2] = {NULL, NULL};
-    if (ok && dt == MO_F32 && !q->tf32 && st > 1 && N > 1) {
-        gc->conv_dgrad_chunk = N > 2 ? 2 : 1;
-        for (int run = 0; run < 2; run++) {
-            dxc[run] = hnew(nx * e);
-            poison(d_dx, nx * e);
-            ok &= CHECK_OK(mo_conv_backward_data(gc, dt, d_dx, d_dy, d_w, &s));
-            down(dxc[run], d_dx, nx * e);
+    // fp32 (no TF32) convolutions other than 1x1 stride-1 run as GEMMs over the column matrix, in chunks
+    // (conv_cuda.c): with a few chunks (rows that cut images, the last chunk short; one or two images a
+    // chunk of the input gradient, two then one when N > 2) they must give the reference too, and the
+    // same bits twice. Then the paths the GEMMs replace, which still run where they do not fit, under
+    // MEMOPT_CONV_GEMM=1x1 (cuDNN; the input gradient as a forward convolution, the strided one a chunk
+    // of one or two images at a time).
+    void *yc[2] = {NULL, NULL}, *dxc[2] = {NULL, NULL}, *yf[2] = {NULL, NULL}, *dxf[2] = {NULL, NULL};
+    float *dwc[2] = {NULL, NULL}, *dwf[2] = {NULL, NULL};
+    int okc = 0, okf = 0;
+    if (ok && dt == MO_F32 && !q->tf32 && !(R == 1 && st == 1 && pad == 0)) {
+        for (int k = 0; k < 2; k++) {
+            yc[k] = hnew(ny * e), dxc[k] = hnew(nx * e), dwc[k] = fnew(nw);
+            yf[k] = hnew(ny * e), dxf[k] = hnew(nx * e), dwf[k] = fnew(nw);
         }
+        const int M = N * s.P * s.Q;
+        int rows0, imgs0, rows, imgs;
+        conv_col_chunks(gc, &s, &rows0, &imgs0);
+        gc->conv_col_rows = (M + 2) / 3 + 1; // three chunks, the last one short
+        gc->conv_dgrad_chunk = N > 2 ? 2 : 1;
+        conv_col_chunks(gc, &s, &rows, &imgs);
+        printf("  %-4s im2col chunks: %d rows a chunk (%d in all; unchunked %d), %d images (of %d; unchunked %d)\n",
+               q->name, rows, M, rows0, imgs, N, imgs0);
+        CHECK_MSG(rows0 > 0 && imgs0 > 0, "%s %s: the GEMM path does not fit (rows %d, images %d)", q->name, label,
+                  rows0, imgs0);
+        okc = rows > 0 && imgs > 0 && conv_twice(dt, &s, &d, dw0, yc, dxc, dwc);
+        gc->conv_col_rows = 0;
+        gc->conv_gemm = MO_CONV_GEMM_1X1;
+        if (st == 1 || N == 1) gc->conv_dgrad_chunk = 0;
+        okf = conv_twice(dt, &s, &d, dw0, yf, dxf, dwf);
+        gc->conv_gemm = MO_CONV_GEMM_ALL;
         gc->conv_dgrad_chunk = 0;
     }
+#endif
     gc->tf32 = 0;
-    if (ok && dxc[0]) check(q->name, dt, dxc[0], dxc[1], dx_ref, nx, tol_conv(q), "backward data, one image a chunk");
-    free(dxc[0]), free(dxc[1]);
-    if (ok) {
-        check(q->name, dt, y[0], y[1], y_ref, ny, tol_conv(q), "forward");
-        check(q->name, dt, dx[0], dx[1], dx_ref, nx, tol_conv(q), "backward data");
-        // the gradient added to dw0 (fp32 in every precision)
-        for (size_t i = 0; i < nw; i++) dw[0][i] -= dw0[i], dw[1][i] -= dw0[i];
-        check(q->name, MO_F32, dw[0], dw[1], dwr, nw, tol_conv(q), "backward filter (dw += ...)");
+    if (ok) conv_check(q->name, dt, tol_conv(q), &s, y, dx, dw, y_ref, dx_ref, dwr, dw0, "");
+#ifdef MEMOPT_HAVE_CUDA
+    if (okc) conv_check(q->name, dt, tol_conv(q), &s, yc, dxc, dwc, y_ref, dx_ref, dwr, dw0, ", im2col chunked");
+    if (okf) conv_check(q->name, dt, tol_conv(q), &s, yf, dxf, dwf, y_ref, dx_ref, dwr, dw0, ", CONV_GEMM=1x1");
+    for (int k = 0; k < 2; k++) free(yc[k]), free(dxc[k]), free(dwc[k]), free(yf[k]), free(dxf[k]), free(dwf[k]);
+#endif
     }
-    }
-    dfree(d_x); dfree(d_w); dfree(d_dy); dfree(d_y); dfree(d_dx); dfree(d_dw);
+    dfree(d.x); dfree(d.w); dfree(d.dy); dfree(d.y); dfree(d.dx); dfree(d.dw);
     free(x); free(w); free(dy); free(dw0); free(y_ref); free(dx_ref); free(dw_ref); free(dwr);
     for (int k = 0; k < 2; k++) { free(y[k]); free(dx[k]); free(dw[k]); }
 }
+
+#ifdef MEMOPT_HAVE_CUDA
+// The im2col and col2im kernels (im2col.cu) against their cpu references (im2col.c) on fresh random data:
+// the same bits (tolerance 0; im2col copies, col2im adds each element's taps in the reference's order),
+// and the same bits twice. im2col of all rows at once and in three pieces (cut inside images); both
+// kernels also with a pointer 4 bytes off the 16-byte alignment (the channel-a-thread kernels when C is a
+// multiple of 4; they run anyway when it is not).
+static void gpu_im2col(int N, int H, int W, int C, int R, int st, int pad) {
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, N, H, W, C, 1, R, R, st, pad);
+    const int M = N * s.P * s.Q, RSC = R * R * C;
+    const size_t nx = (size_t)N * H * W * C, ncol = (size_t)M * RSC;
+    printf("im2col / col2im: N %d %dx%dx%d %dx%d s%d p%d (M %d, RSC %d, %s)\n", N, H, W, C, R, R, st, pad, M, RSC,
+           C % 4 ? "a channel a thread" : "float4");
+    float *x = frand(nx, -1, 1), *dcol = frand(ncol, -1, 1), *col_ref = fnew(ncol), *dx_ref = fnew(nx);
+    conv_im2col_cpu(col_ref, x, &s, 0, M);
+    conv_col2im_cpu(dx_ref, dcol, &s, N);
+    float *d_x = dnew((nx + 1) * 4), *d_col = dnew((ncol + 1) * 4), *d_dcol = dnew((ncol + 1) * 4),
+          *d_dx = dnew((nx + 1) * 4);
+    float *col[2] = {fnew(ncol), fnew(ncol)}, *dx[2] = {fnew(nx), fnew(nx)};
+    const int cut[4] = {0, M / 3 + 1, 2 * M / 3 + 1, M};
+    for (int off = 0; off < 2; off++) { // off 1: every pointer 4 bytes past 16-byte alignment
+        up(d_x + off, x, nx * 4);
+        up(d_dcol + off, dcol, ncol * 4);
+        int ok = 1;
+        for (int run = 0; run < 2 && ok; run++) {
+            poison(d_col, (ncol + 1) * 4);
+            poison(d_dx, (nx + 1) * 4);
+            if (run == 0) {
+                ok &= CHECK_OK(conv_im2col_cuda(gc, d_col + off, d_x + off, &s, 0, M));
+            } else {
+                for (int k = 0; k < 3 && ok; k++)
+                    ok &= CHECK_OK(conv_im2col_cuda(gc, d_col + off + (size_t)cut[k] * RSC, d_x + off, &s, cut[k],
+                                                    cut[k + 1] - cut[k]));
+            }
+            ok &= CHECK_OK(conv_col2im_cuda(gc, d_dx + off, d_dcol + off, &s, N));
+            down(col[run], d_col + off, ncol * 4);
+            down(dx[run], d_dx + off, nx * 4);
+        }
+        if (!ok) break;
+        check("fp32", MO_F32, col[0], col[1], col_ref, ncol, 0,
+              off ? "im2col, unaligned (run 2: in 3 pieces)" : "im2col (run 2: in 3 pieces)");
+        check("fp32", MO_F32, dx[0], dx[1], dx_ref, nx, 0, off ? "col2im, unaligned" : "col2im");
+    }
+    dfree(d_x), dfree(d_col), dfree(d_dcol), dfree(d_dx);
+    free(x), free(dcol), free(col_ref), free(dx_ref);
+    for (int k = 0; k < 2; k++) free(col[k]), free(dx[k]);
+}
+#endif
 
 // impl: 0 the suite's own kernels (batchnorm.cu), 1 cuDNN's (MEMOPT_BN=cudnn)
 static void gpu_bn(mo_dtype dt, int M, int C, int relu, int impl) {
@@ -466,25 +563,29 @@ static void timing(void) {
         for (int j = 0; j < 2; j++) {
             mo_conv_shape t;
             mo_conv_shape_init(&t, 128, shp[j][0], shp[j][0], shp[j][1], shp[j][2], shp[j][3], shp[j][3], 2, shp[j][4]);
+            const double col = time_op(1, &precs[0], &t, bx, bw, bd, dw, bn, 0);
+            gc->conv_gemm = MO_CONV_GEMM_1X1;
             const double fwd = time_op(1, &precs[0], &t, bx, bw, bd, dw, bn, 0);
+            gc->conv_gemm = MO_CONV_GEMM_ALL;
             gc->conv_dgrad_cudnn = 1;
             const double eng = time_op(1, &precs[0], &t, bx, bw, bd, dw, bn, 0);
             gc->conv_dgrad_cudnn = 0;
             const double g = mo_conv_flops(&t) * 1e-9;
-            printf("  fp32 bwd data %dx%d stride 2, %d -> %d at %dx%d: %.3f ms as forward convolutions (%.1f TFLOP/s), "
-                   "%.3f on cuDNN's backward-data engine (%.1f)\n", shp[j][3], shp[j][3], shp[j][1], shp[j][2],
-                   shp[j][0], shp[j][0], fwd, g / fwd, eng, g / eng);
+            printf("  fp32 bwd data %dx%d stride 2, %d -> %d at %dx%d: %.3f ms as im2col GEMMs (%.1f TFLOP/s), %.3f as "
+                   "forward convolutions (%.1f; MEMOPT_CONV_GEMM=1x1), %.3f on cuDNN's backward-data engine (%.1f)\n",
+                   shp[j][3], shp[j][3], shp[j][1], shp[j][2], shp[j][0], shp[j][0], col, g / col, fwd, g / fwd, eng,
+                   g / eng);
         }
         // a 1x1 stride-1 convolution (layer1's 64 -> 256): cuBLASLt GEMMs (the default) against cuDNN
         mo_conv_shape t;
         mo_conv_shape_init(&t, 128, 56, 56, 64, 256, 1, 1, 1, 0);
         double ms[2][3];
         for (int cg = 1; cg >= 0; cg--) {
-            gc->conv_gemm = cg;
+            gc->conv_gemm = cg ? MO_CONV_GEMM_1X1 : MO_CONV_GEMM_NONE;
             // x (25.7M floats) in bd, y (102.8M) in bx: the buffers above, roles swapped to fit
             for (int op = 0; op < 3; op++) ms[cg][op] = time_op(op, &precs[0], &t, bd, bw, bx, dw, bn, 0);
         }
-        gc->conv_gemm = 1;
+        gc->conv_gemm = MO_CONV_GEMM_ALL;
         const double g = mo_conv_flops(&t) * 1e-9;
         printf("  fp32 1x1 64 -> 256 at 56x56: as GEMMs fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f), bwd filter "
                "%.3f (%.1f); on cuDNN %.3f (%.1f), %.3f (%.1f), %.3f (%.1f)\n", ms[1][0], g / ms[1][0], ms[1][1],
@@ -498,6 +599,54 @@ static void timing(void) {
     dfree(x); dfree(y); dfree(w); dfree(dw);
     for (int j = 0; j < 6; j++) dfree(bn[j]);
 }
+
+#ifdef MEMOPT_HAVE_CUDA
+// fp32 convolutions other than 1x1 stride-1 (ResNet-50's at batch 128) as im2col GEMMs (the default)
+// against MEMOPT_CONV_GEMM=1x1, each pass: cuDNN's forward and weight gradient, the input gradient as a
+// cuDNN forward convolution (stride 1: of the flipped filter; stride 2: of dout dilated; the 1x1 stride 2:
+// a 1x1 GEMM scattered), which is MEMOPT_CONV_GEMM=0 too but for the 1x1 stride 2's GEMM.
+static void timing_col_gemm(void) {
+    if (test_reduced("conv im2col GEMM timing")) return;
+    static const struct { const char *name; int H, C, K, R, st, pad; } sh[7] = {
+        {"stem 7x7 s2", 224, 3, 64, 7, 2, 3},    {"layer1 3x3", 56, 64, 64, 3, 1, 1},
+        {"layer2 3x3 s2", 56, 128, 128, 3, 2, 1}, {"layer2 3x3", 28, 128, 128, 3, 1, 1},
+        {"layer3 3x3", 14, 256, 256, 3, 1, 1},   {"layer4 3x3", 7, 512, 512, 3, 1, 1},
+        {"layer2 downsample 1x1 s2", 56, 256, 512, 1, 2, 0}};
+    const size_t nbig = (size_t)128 * 56 * 56 * 256, nw = (size_t)512 * 9 * 512; // the largest x or y, w
+    void *x = dnew(nbig * 4), *y = dnew(nbig * 4), *w = dnew(nw * 4);
+    float *dw = dnew(nw * 4), *bn[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    CHECK_OK(mo_memset_zero(gc, x, nbig * 4));
+    CHECK_OK(mo_memset_zero(gc, y, nbig * 4));
+    CHECK_OK(mo_memset_zero(gc, w, nw * 4));
+    CHECK_OK(mo_memset_zero(gc, dw, nw * 4));
+    printf("timing: fp32 convolutions at batch 128, im2col GEMMs (default) against MEMOPT_CONV_GEMM=1x1 (cuDNN); "
+           "median of %d\n", TREPS);
+    double sum[2] = {0, 0};
+    for (int j = 0; j < 7; j++) {
+        mo_conv_shape t;
+        mo_conv_shape_init(&t, 128, sh[j].H, sh[j].H, sh[j].C, sh[j].K, sh[j].R, sh[j].R, sh[j].st, sh[j].pad);
+        int rows, imgs;
+        conv_col_chunks(gc, &t, &rows, &imgs);
+        double ms[2][3];
+        for (int v = 0; v < 2; v++) {
+            gc->conv_gemm = v ? MO_CONV_GEMM_1X1 : MO_CONV_GEMM_ALL;
+            for (int op = 0; op < 3; op++) ms[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
+            sum[v] += ms[v][0] + ms[v][1] + ms[v][2];
+        }
+        gc->conv_gemm = MO_CONV_GEMM_ALL;
+        const double g = mo_conv_flops(&t) * 1e-9;
+        const int M = 128 * t.P * t.Q;
+        printf("  %-25s %.1f GFLOP; chunks: %d x %d rows, %d x %d images\n", sh[j].name, g, (M + rows - 1) / rows,
+               rows, (128 + imgs - 1) / imgs, imgs);
+        printf("    im2col GEMMs fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f), bwd filter %.3f (%.1f)\n", ms[0][0],
+               g / ms[0][0], ms[0][1], g / ms[0][1], ms[0][2], g / ms[0][2]);
+        printf("    cuDNN        fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f), bwd filter %.3f (%.1f)\n", ms[1][0],
+               g / ms[1][0], ms[1][1], g / ms[1][1], ms[1][2], g / ms[1][2]);
+    }
+    printf("  the seven shapes' three passes: %.3f ms as im2col GEMMs, %.3f on cuDNN\n", sum[0], sum[1]);
+    dfree(x), dfree(y), dfree(w), dfree(dw);
+}
+#endif
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); // the FAIL lines (stderr) stay next to the op they are about
@@ -523,7 +672,21 @@ int main(void) {
         gpu_conv(p, 3, 13, 11, 5, 7, 3, 2, 1, "odd sizes");
         gpu_conv(p, 1, 9, 7, 3, 10, 1, 1, 0, "odd 1x1");
         gpu_conv(p, 3, 13, 11, 6, 8, 1, 2, 0, "odd 1x1 stride 2");
+        gpu_conv(p, 3, 9, 10, 7, 6, 3, 1, 1, "odd C 3x3 stride 1");
+        gpu_conv(p, 2, 8, 9, 4, 5, 3, 1, 2, "3x3 pad 2 (> R - 1)");
     }
+    // fp32 and tf32: layer1's 3x3 at batch 4 takes two chunks of the workspace in every pass (10880 + 1664
+    // rows; 3 + 1 images)
+    gpu_conv(&precs[0], 4, 56, 56, 64, 64, 3, 1, 1, "layer1 3x3, two workspace chunks");
+#ifdef MEMOPT_HAVE_CUDA
+    gpu_im2col(2, 56, 56, 64, 3, 1, 1);
+    gpu_im2col(2, 56, 56, 128, 3, 2, 1);
+    gpu_im2col(2, 224, 224, 3, 7, 2, 3);
+    gpu_im2col(3, 13, 11, 5, 3, 2, 1);
+    gpu_im2col(3, 13, 11, 8, 1, 2, 0);
+    gpu_im2col(2, 9, 9, 4, 3, 1, 2);
+    gpu_im2col(2, 7, 8, 12, 3, 3, 0);
+#endif
     const mo_dtype dts[3] = {MO_F32, MO_BF16, MO_F16};
     for (int k = 0; k < 3; k++) {
         for (int impl = 0; impl < 2; impl++) {
@@ -544,6 +707,9 @@ int main(void) {
         gpu_pool(dts[k], 1, 6, 5, 3, 2, 1, 0);
     }
     timing();
+#ifdef MEMOPT_HAVE_CUDA
+    timing_col_gemm();
+#endif
     mo_ctx_destroy(gc);
     mo_ctx_destroy(hc);
     mo_allocator_destroy(ga);

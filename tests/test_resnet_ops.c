@@ -7,7 +7,11 @@
 //   - fp16 / bf16 (ops_mixed.h's convention): every 16-bit output == round(fp32 reference on the same
 //     exactly converted inputs), fp32 outputs bit-identical (16-bit dw: dw += round(g));
 //   - the fused BN + residual + ReLU forms: the bits of their ops run apart, every dtype;
-//   - bad shapes and dtypes refused; scratch given back; dry workspace peaks equal cpu peaks.
+//   - bad shapes and dtypes refused; scratch given back; dry workspace peaks equal cpu peaks;
+//   - the column matrix (im2col.c, the references of the kernels under the fp32 GEMM path): im2col and a
+//     plain matmul give the direct convolution's forward and weight gradient bit for bit, col2im of
+//     dout @ w its input gradient; col2im is im2col's adjoint; rows and images in pieces give the whole;
+//   - MEMOPT_CONV_GEMM: unset / all, 1x1, 0 set the context's mode, another value fails mo_ctx_create.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +21,7 @@
 #include "kernels/conv_table.h"
 #include "kernels/ops_mixed.h"
 #include "kernels/pool.h"
+#include "kernels/resnet_ops_impl.h"
 #include "strategies/alloc.h"
 #include "tests/testlib.h"
 
@@ -550,6 +555,123 @@ static void test_scratch_contract(void) {
     CHECK_EQ_U64(mo_conv_workspace_bytes(), MO_GEMM_WORKSPACE_BYTES);
 }
 
+// ---------------------------------------------------------------------------------------------
+// col2im(im2col(ones)) counts the output windows each input element lies in: by hand on a 3x3 image
+static void test_im2col_hand(void) {
+    printf("im2col: hand-computed\n");
+    float x[9], col[4 * 9 * 9], cnt[9];
+    for (int i = 0; i < 9; i++) x[i] = 1;
+    const float want1[9] = {4, 6, 4, 6, 9, 6, 4, 6, 4}, want2[9] = {1, 2, 1, 2, 4, 2, 1, 2, 1};
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, 1, 3, 3, 1, 1, 3, 3, 1, 1); // 3x3 pad 1: 9 windows
+    conv_im2col_cpu(col, x, &s, 0, 9);
+    CHECK(col[0] == 0 && col[4] == 1 && col[8] == 1 && col[9 * 4 + 4] == 1); // (0,0)'s corner is padding
+    conv_col2im_cpu(cnt, col, &s, 1);
+    CHECK(memcmp(cnt, want1, sizeof cnt) == 0);
+    mo_conv_shape_init(&s, 1, 3, 3, 1, 1, 3, 3, 2, 1); // stride 2: 4 windows, overlapping on the middle row and column
+    conv_im2col_cpu(col, x, &s, 0, 4);
+    conv_col2im_cpu(cnt, col, &s, 1);
+    CHECK(memcmp(cnt, want2, sizeof cnt) == 0);
+}
+
+static int bits_equal(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+// The column matrix of s against the direct convolution (conv.c):
+//   out (M, K) = col @ w^T and dw (K, RSC) = dout^T @ col, plain loops in the column's order: the
+//     reference's bits (the same products added in the same order; a padding column adds +-0 to a sum,
+//     which changes nothing, where the reference skips it);
+//   din = col2im(dout @ w): the reference's din up to fp32 rounding (the reference adds every (r, s, k)
+//     product in one running sum, col2im each tap's sum over k);
+//   <col, Y> = <x, col2im(Y)> (col2im is im2col's adjoint);
+//   rows m0.. in two pieces cut inside an image, and images in two pieces, give the whole's bits (the
+//     chunks conv_cuda.c runs them in).
+static void test_im2col(int N, int H, int W, int C, int K, int R, int S, int st, int pad) {
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, N, H, W, C, K, R, S, st, pad);
+    const int M = N * s.P * s.Q, RSC = R * S * C;
+    const size_t nx = (size_t)N * H * W * C, nw = (size_t)K * RSC, no = (size_t)M * K, ncol = (size_t)M * RSC;
+    float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *dy = frand(no, -1, 1);
+    float *col = fnew(ncol), *col2 = fnew(ncol), *dcol = fnew(ncol);
+    float *y = fnew(no), *y_ref = fnew(no), *g = fnew(nw), *g_ref = fnew(nw), *dx = fnew(nx), *dx2 = fnew(nx),
+          *dx_ref = fnew(nx);
+    conv_im2col_cpu(col, x, &s, 0, M);
+    const int cut = M > 1 ? M / 2 + (s.P * s.Q > 2) : M; // inside an image when it has more than 2 positions
+    conv_im2col_cpu(col2, x, &s, 0, cut);
+    conv_im2col_cpu(col2 + (size_t)cut * RSC, x, &s, cut, M - cut);
+    CHECK_MSG(bits_equal(col, col2, ncol), "im2col %dx%d s%d p%d: rows in two pieces differ", R, S, st, pad);
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++) {
+            float a = 0.0f;
+            for (int j = 0; j < RSC; j++) a += col[(size_t)m * RSC + j] * w[(size_t)k * RSC + j];
+            y[(size_t)m * K + k] = a;
+        }
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < RSC; j++) {
+            float a = 0.0f;
+            for (int m = 0; m < M; m++) a += dy[(size_t)m * K + k] * col[(size_t)m * RSC + j];
+            g[(size_t)k * RSC + j] = a;
+        }
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < RSC; j++) {
+            float a = 0.0f;
+            for (int k = 0; k < K; k++) a += dy[(size_t)m * K + k] * w[(size_t)k * RSC + j];
+            dcol[(size_t)m * RSC + j] = a;
+        }
+    conv_col2im_cpu(dx, dcol, &s, N);
+    conv_col2im_cpu(dx2, dcol, &s, 1);
+    if (N > 1) conv_col2im_cpu(dx2 + (size_t)H * W * C, dcol + (size_t)s.P * s.Q * RSC, &s, N - 1);
+    CHECK_OK(mo_conv_forward(hc, MO_F32, y_ref, x, w, &s));
+    memset(g_ref, 0, nw * sizeof(float)); // dw += g onto zeros: g itself
+    CHECK_OK(mo_conv_backward_filter(hc, MO_F32, g_ref, dy, x, &s));
+    CHECK_OK(mo_conv_backward_data(hc, MO_F32, dx_ref, dy, w, &s));
+    CHECK_MSG(bits_equal(y, y_ref, no), "im2col %dx%d s%d p%d: col @ w^T is not the forward's bits", R, S, st, pad);
+    CHECK_MSG(bits_equal(g, g_ref, nw), "im2col %dx%d s%d p%d: dout^T @ col is not the weight gradient's bits", R, S,
+              st, pad);
+    const double rel = test_rel_error(dx, dx_ref, nx);
+    CHECK_MSG(rel <= 1e-5, "im2col %dx%d s%d p%d: col2im(dout @ w) rel err %.2e against the input gradient", R, S, st,
+              pad, rel);
+    CHECK_MSG(bits_equal(dx, dx2, nx), "col2im %dx%d s%d p%d: images in two pieces differ", R, S, st, pad);
+    const double a = dot(col, dcol, ncol), b = dot(x, dx, nx);
+    CHECK_MSG(fabs(a - b) <= 1e-5 * fmax(1, fabs(a)), "col2im %dx%d s%d p%d: <col, Y> %.6f != <x, col2im(Y)> %.6f", R,
+              S, st, pad, a, b);
+    printf("  im2col N%d %dx%dx%d K%d %dx%d s%d p%d (M %d, RSC %d): forward and weight gradient bits %s, input "
+           "gradient rel err %.2e, adjoint %.2e\n", N, H, W, C, K, R, S, st, pad, M, RSC,
+           bits_equal(y, y_ref, no) && bits_equal(g, g_ref, nw) ? "equal" : "DIFFER", rel, fabs(a - b));
+    free(x); free(w); free(dy); free(col); free(col2); free(dcol); free(y); free(y_ref); free(g); free(g_ref);
+    free(dx); free(dx2); free(dx_ref);
+}
+
+// MEMOPT_CONV_GEMM: unset, "" and all give MO_CONV_GEMM_ALL, 1x1 and 0 theirs; another value fails
+// mo_ctx_create naming the variable (a row would record a setting that ran the default)
+static void test_conv_gemm_knob(void) {
+    printf("knob MEMOPT_CONV_GEMM\n");
+    const char *vals[6] = {NULL, "", "all", "1x1", "0", "1"};
+    const int want[6] = {MO_CONV_GEMM_ALL, MO_CONV_GEMM_ALL, MO_CONV_GEMM_ALL, MO_CONV_GEMM_1X1, MO_CONV_GEMM_NONE, -1};
+    for (int i = 0; i < 6; i++) {
+        if (vals[i]) setenv("MEMOPT_CONV_GEMM", vals[i], 1);
+        else unsetenv("MEMOPT_CONV_GEMM");
+        mo_allocator *a = NULL;
+        mo_ctx *c = NULL;
+        mo_status st = MO_ERR_INTERNAL;
+        if (CHECK_OK(mo_allocator_create(&a, MO_ALLOC_CACHING, i % 2 ? MO_BACKEND_DRY : MO_BACKEND_CPU, 0, NULL)))
+            st = mo_ctx_create(&c, i % 2 ? MO_BACKEND_DRY : MO_BACKEND_CPU, a);
+        unsetenv("MEMOPT_CONV_GEMM");
+        if (want[i] >= 0) {
+            CHECK_OK(st);
+            CHECK_MSG(c && c->conv_gemm == want[i], "MEMOPT_CONV_GEMM=%s: conv_gemm %d, want %d",
+                      vals[i] ? vals[i] : "(unset)", c ? c->conv_gemm : -1, want[i]);
+        } else {
+            CHECK_MSG(st == MO_ERR_INVALID && c == NULL, "MEMOPT_CONV_GEMM=%s: status %s, want invalid", vals[i],
+                      mo_status_name(st));
+            CHECK_MSG(strstr(mo_errmsg(), "MEMOPT_CONV_GEMM=1: expected all, 1x1 or 0") != NULL,
+                      "the message names the variable and the values: %s", mo_errmsg());
+            mo_clear_error();
+        }
+        mo_ctx_destroy(c);
+        mo_allocator_destroy(a);
+    }
+}
+
 // The stored engine choices: terminated, every line for a real device and version, keys compared field
 // by field (one field changed is another key).
 static void test_conv_table(void) {
@@ -603,6 +725,17 @@ int main(void) {
     test_pool_grad(1, 5, 5, 1, 2, 1, 0);
     test_pool_mixed(MO_F16);
     test_pool_mixed(MO_BF16);
+    test_im2col_hand();
+    printf("im2col: against the direct convolution\n");
+    test_im2col(2, 5, 6, 3, 4, 3, 3, 1, 1);
+    test_im2col(1, 7, 5, 2, 3, 3, 3, 2, 1);  // odd size, stride 2
+    test_im2col(2, 8, 8, 8, 6, 3, 3, 2, 1);  // stride 2, C a multiple of 4
+    test_im2col(2, 6, 6, 4, 5, 1, 1, 2, 0);  // the bottleneck's downsampling 1x1
+    test_im2col(1, 11, 9, 3, 4, 7, 7, 2, 3); // the stem's 7x7
+    test_im2col(1, 4, 5, 2, 3, 2, 3, 1, 0);  // R != S
+    test_im2col(2, 5, 5, 2, 3, 3, 3, 1, 2);  // pad > R - 1 (the flipped filter's forward does not take it)
+    test_im2col(3, 6, 7, 5, 2, 3, 3, 3, 0);  // stride 3 > R - 1 - pad: input rows no window reads
+    test_conv_gemm_knob();
     test_bad_input();
     test_scratch_contract();
     test_conv_table();
