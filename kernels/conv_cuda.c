@@ -704,9 +704,19 @@ static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x,
 // are; a recompute gives the first run's bits.
 #define COL_ROW_ALIGN 64
 
-static int conv_is_col_gemm(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
-    return c->conv_gemm == MO_CONV_GEMM_ALL && dt == MO_F32 && !c->tf32 &&
-           !(s->R == 1 && s->S == 1 && s->stride == 1 && s->pad == 0);
+// MEMOPT_CONV_GEMM=all takes every pass of these; the default (auto) the passes where the GEMMs measured
+// faster (gpu_resnet_ops timing at batch 128, session 12, H100, GEMMs against cuDNN in ms):
+//   forward: all but the stem (C 3, im2col's one-channel path and rows of 147 floats): 3.25 vs 1.49;
+//     layer1-4 3x3 1.95 / 1.55 / 1.39 / 1.09 vs 3.32 / 3.26 / 2.83 / 1.33;
+//   weight gradient: the strided 1x1 only (0.83 vs 1.29): cuDNN's RxS ones win, the stem 3.83 vs 5.61,
+//     layer1-3 3x3 1.78 / 1.59 / 1.21 vs 3.33 / 2.67 / 1.36 (layer4 0.90 vs 0.88);
+//   input gradient: all (layer1 1.58 vs 3.35 as the flipped filter's forward, layer2 stride 2 1.29 vs 14.4).
+static int conv_is_col_gemm(const mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape *s) {
+    if ((c->conv_gemm != MO_CONV_GEMM_ALL && c->conv_gemm != MO_CONV_GEMM_AUTO) || dt != MO_F32 || c->tf32 ||
+        (s->R == 1 && s->S == 1 && s->stride == 1 && s->pad == 0))
+        return 0;
+    if (c->conv_gemm == MO_CONV_GEMM_ALL || kind == MO_CONV_BWD_DATA) return 1;
+    return kind == MO_CONV_FWD ? s->C % 4 == 0 : s->R == 1 && s->S == 1;
 }
 
 void conv_col_chunks(const mo_ctx *c, const mo_conv_shape *s, int *rows, int *images) {
@@ -789,7 +799,7 @@ static mo_status col_backward_data(mo_ctx *c, const mo_conv_shape *s, float *din
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {
     int done = 0;
     if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_FWD, s, (void *)in, (void *)w, out, &done));
-    else if (conv_is_col_gemm(c, dt, s)) MO_TRY(col_forward(c, s, out, in, w, &done));
+    else if (conv_is_col_gemm(c, MO_CONV_FWD, dt, s)) MO_TRY(col_forward(c, s, out, in, w, &done));
     if (done) return MO_OK;
     return conv_run(c, MO_CONV_FWD, dt, s, (void *)in, (void *)w, out, 0);
 }
@@ -882,7 +892,7 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
     }
     if (dt == MO_F32 && !c->tf32) { // the GEMMs over the column matrix, else the flipped filter's forward
         int done = 0;
-        if (conv_is_col_gemm(c, dt, s)) MO_TRY(col_backward_data(c, s, din, dout, w, &done));
+        if (conv_is_col_gemm(c, MO_CONV_BWD_DATA, dt, s)) MO_TRY(col_backward_data(c, s, din, dout, w, &done));
         if (done) return MO_OK;
         MO_TRY(dgrad_as_forward(c, din, dout, w, s, &done));
         if (done) return MO_OK;
@@ -899,7 +909,7 @@ mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const voi
                                     const mo_conv_shape *s, void *scratch) {
     int done = 0;
     if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_BWD_FILTER, s, (void *)in, dw, (void *)dout, &done));
-    else if (conv_is_col_gemm(c, dt, s)) MO_TRY(col_backward_filter(c, s, dw, dout, in, &done));
+    else if (conv_is_col_gemm(c, MO_CONV_BWD_FILTER, dt, s)) MO_TRY(col_backward_filter(c, s, dw, dout, in, &done));
     if (done) return MO_OK;
     MO_TRY(conv_run(c, MO_CONV_BWD_FILTER, dt, s, (void *)in, scratch, (void *)dout, 0));
     return accumulate_f32_from_cuda(c, dt, dw, scratch, (size_t)s->K * s->R * s->S * s->C);

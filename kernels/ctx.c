@@ -108,13 +108,14 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     // which fp32 convolutions run as GEMMs: another value would run the default while the row records the
     // knob as set, so it is refused
     const char *cg = getenv("MEMOPT_CONV_GEMM");
-    if (cg && *cg && strcmp(cg, "all") != 0 && strcmp(cg, "1x1") != 0 && strcmp(cg, "0") != 0) {
+    if (cg && *cg && strcmp(cg, "auto") != 0 && strcmp(cg, "all") != 0 && strcmp(cg, "1x1") != 0 && strcmp(cg, "0") != 0) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_GEMM=%s: expected all, 1x1 or 0", cg);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_GEMM=%s: expected auto, all, 1x1 or 0", cg);
     }
-    c->conv_gemm = !cg || !*cg || strcmp(cg, "all") == 0 ? MO_CONV_GEMM_ALL
-                   : strcmp(cg, "1x1") == 0           ? MO_CONV_GEMM_1X1
-                                                      : MO_CONV_GEMM_NONE;
+    c->conv_gemm = !cg || !*cg || strcmp(cg, "auto") == 0 ? MO_CONV_GEMM_AUTO
+                   : strcmp(cg, "all") == 0            ? MO_CONV_GEMM_ALL
+                   : strcmp(cg, "1x1") == 0            ? MO_CONV_GEMM_1X1
+                                                       : MO_CONV_GEMM_NONE;
     const char *bn = getenv("MEMOPT_BN");
     c->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");

@@ -86,8 +86,10 @@ typedef struct mo_ctx {
                                   // MEMOPT_CONV_DGRAD=cudnn) instead of GEMMs or a forward convolution with
                                   // the flipped filter (0, the default: conv_cuda.c says why)
     int conv_gemm;                // which fp32 convolutions run as cuBLASLt GEMMs (conv_cuda.c says why):
-                                  // MO_CONV_GEMM_ALL (the default) the 1x1 stride-1 ones as they are and the
-                                  // others through im2col in the workspace; MO_CONV_GEMM_1X1
+                                  // MO_CONV_GEMM_AUTO (the default) the 1x1 stride-1 ones as they are and
+                                  // the others' passes through im2col where that measured faster;
+                                  // MO_CONV_GEMM_ALL (=all) every pass of them through im2col in the
+                                  // workspace; MO_CONV_GEMM_1X1
                                   // (MEMOPT_CONV_GEMM=1x1) the 1x1 stride-1 ones only; MO_CONV_GEMM_NONE
                                   // (MEMOPT_CONV_GEMM=0) none, all on cuDNN
     int conv_dgrad_chunk;         // tests: at most this many images a chunk of the fp32 input gradients that
@@ -111,6 +113,7 @@ typedef struct mo_ctx {
 #define MO_CONV_GEMM_NONE 0
 #define MO_CONV_GEMM_1X1 1
 #define MO_CONV_GEMM_ALL 2
+#define MO_CONV_GEMM_AUTO 3
 
 // How the materialized attention's batched GEMMs reach cuBLAS (attention_materialized.cu explains):
 //   STRIDED  q, k, v (and dy, dq, dk, dv) permuted to head-major copies; strided batched, a launch per chunk

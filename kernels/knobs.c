@@ -15,7 +15,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_BN", "cudnn: the batch norm on cuDNN's calls, not the suite's own kernels"},
     {"MEMOPT_CE", "loop: the fp32 cross-entropy on the kernel that reads each row twice"},
     {"MEMOPT_CONV_DGRAD", "cudnn: fp32 input gradients on cuDNN's backward-data engine, not as GEMMs or forward convolutions"},
-    {"MEMOPT_CONV_GEMM", "1x1|0|all: fp32 convolutions as cuBLASLt GEMMs: 1x1 stride-1 only, none, all (default; im2col)"},
+    {"MEMOPT_CONV_GEMM", "auto|all|1x1|0: fp32 convolutions as cuBLASLt GEMMs: where faster (default), all (im2col), 1x1 stride-1 only, none"},
     {"MEMOPT_CONV_TABLE", "0: the stored cuDNN convolution engine choices ignored"},
     {"MEMOPT_CONV_TUNE", "1: every new convolution plan times its deterministic candidates that fit"},
     {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},

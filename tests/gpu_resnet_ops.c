@@ -3,8 +3,9 @@
 // every op on cuda against its cpu reference on fresh random data (seed printed), per precision (fp32,
 // tf32, bf16, fp16), at ResNet-50's layer shapes (batch 2) and odd sizes; every cuda op runs twice on the
 // same inputs and must give the same bits (determinism: checkpointing recomputes must equal the first
-// forward). fp32 convolutions other than 1x1 stride-1 run as im2col GEMMs by default: each such case is
-// also run in a few chunks (rows cutting images, the last chunk short) and under MEMOPT_CONV_GEMM=1x1 (the
+// forward). fp32 convolutions other than 1x1 stride-1 run as im2col GEMMs (by default the passes where
+// those measured faster): each such case is also run with every pass as GEMMs (MEMOPT_CONV_GEMM=all) in a
+// few chunks (rows cutting images, the last chunk short) and under MEMOPT_CONV_GEMM=1x1 (the
 // paths those GEMMs replace, still the fallback), and the im2col / col2im kernels are checked against
 // their cpu references bit for bit. Then per-op median times of the cuDNN calls at one ResNet-50 layer
 // shape, batch 128, and of the im2col GEMMs against cuDNN at ResNet-50's shapes.
@@ -214,19 +215,20 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
                q->name, rows, M, rows0, imgs, N, imgs0);
         CHECK_MSG(rows0 > 0 && imgs0 > 0, "%s %s: the GEMM path does not fit (rows %d, images %d)", q->name, label,
                   rows0, imgs0);
+        gc->conv_gemm = MO_CONV_GEMM_ALL; // every pass as GEMMs (the default leaves some on cuDNN)
         okc = rows > 0 && imgs > 0 && conv_twice(dt, &s, &d, dw0, yc, dxc, dwc);
         gc->conv_col_rows = 0;
         gc->conv_gemm = MO_CONV_GEMM_1X1;
         if (st == 1 || N == 1) gc->conv_dgrad_chunk = 0;
         okf = conv_twice(dt, &s, &d, dw0, yf, dxf, dwf);
-        gc->conv_gemm = MO_CONV_GEMM_ALL;
+        gc->conv_gemm = MO_CONV_GEMM_AUTO;
         gc->conv_dgrad_chunk = 0;
     }
 #endif
     gc->tf32 = 0;
     if (ok) conv_check(q->name, dt, tol_conv(q), &s, y, dx, dw, y_ref, dx_ref, dwr, dw0, "");
 #ifdef MEMOPT_HAVE_CUDA
-    if (okc) conv_check(q->name, dt, tol_conv(q), &s, yc, dxc, dwc, y_ref, dx_ref, dwr, dw0, ", im2col chunked");
+    if (okc) conv_check(q->name, dt, tol_conv(q), &s, yc, dxc, dwc, y_ref, dx_ref, dwr, dw0, ", all passes im2col, chunked");
     if (okf) conv_check(q->name, dt, tol_conv(q), &s, yf, dxf, dwf, y_ref, dx_ref, dwr, dw0, ", CONV_GEMM=1x1");
     for (int k = 0; k < 2; k++) free(yc[k]), free(dxc[k]), free(dwc[k]), free(yf[k]), free(dxf[k]), free(dwf[k]);
 #endif
@@ -566,7 +568,7 @@ static void timing(void) {
             const double col = time_op(1, &precs[0], &t, bx, bw, bd, dw, bn, 0);
             gc->conv_gemm = MO_CONV_GEMM_1X1;
             const double fwd = time_op(1, &precs[0], &t, bx, bw, bd, dw, bn, 0);
-            gc->conv_gemm = MO_CONV_GEMM_ALL;
+            gc->conv_gemm = MO_CONV_GEMM_AUTO;
             gc->conv_dgrad_cudnn = 1;
             const double eng = time_op(1, &precs[0], &t, bx, bw, bd, dw, bn, 0);
             gc->conv_dgrad_cudnn = 0;
@@ -585,7 +587,7 @@ static void timing(void) {
             // x (25.7M floats) in bd, y (102.8M) in bx: the buffers above, roles swapped to fit
             for (int op = 0; op < 3; op++) ms[cg][op] = time_op(op, &precs[0], &t, bd, bw, bx, dw, bn, 0);
         }
-        gc->conv_gemm = MO_CONV_GEMM_ALL;
+        gc->conv_gemm = MO_CONV_GEMM_AUTO;
         const double g = mo_conv_flops(&t) * 1e-9;
         printf("  fp32 1x1 64 -> 256 at 56x56: as GEMMs fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f), bwd filter "
                "%.3f (%.1f); on cuDNN %.3f (%.1f), %.3f (%.1f), %.3f (%.1f)\n", ms[1][0], g / ms[1][0], ms[1][1],
@@ -601,8 +603,8 @@ static void timing(void) {
 }
 
 #ifdef MEMOPT_HAVE_CUDA
-// fp32 convolutions other than 1x1 stride-1 (ResNet-50's at batch 128) as im2col GEMMs (the default)
-// against MEMOPT_CONV_GEMM=1x1, each pass: cuDNN's forward and weight gradient, the input gradient as a
+// fp32 convolutions other than 1x1 stride-1 (ResNet-50's at batch 128) as im2col GEMMs (MEMOPT_CONV_GEMM=all)
+// against MEMOPT_CONV_GEMM=1x1, each pass (the default takes the faster of the two per pass: conv_cuda.c): cuDNN's forward and weight gradient, the input gradient as a
 // cuDNN forward convolution (stride 1: of the flipped filter; stride 2: of dout dilated; the 1x1 stride 2:
 // a 1x1 GEMM scattered), which is MEMOPT_CONV_GEMM=0 too but for the 1x1 stride 2's GEMM.
 static void timing_col_gemm(void) {
@@ -619,7 +621,7 @@ static void timing_col_gemm(void) {
     CHECK_OK(mo_memset_zero(gc, y, nbig * 4));
     CHECK_OK(mo_memset_zero(gc, w, nw * 4));
     CHECK_OK(mo_memset_zero(gc, dw, nw * 4));
-    printf("timing: fp32 convolutions at batch 128, im2col GEMMs (default) against MEMOPT_CONV_GEMM=1x1 (cuDNN); "
+    printf("timing: fp32 convolutions at batch 128, im2col GEMMs (MEMOPT_CONV_GEMM=all) against =1x1 (cuDNN); "
            "median of %d\n", TREPS);
     double sum[2] = {0, 0};
     for (int j = 0; j < 7; j++) {
@@ -633,7 +635,7 @@ static void timing_col_gemm(void) {
             for (int op = 0; op < 3; op++) ms[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
             sum[v] += ms[v][0] + ms[v][1] + ms[v][2];
         }
-        gc->conv_gemm = MO_CONV_GEMM_ALL;
+        gc->conv_gemm = MO_CONV_GEMM_AUTO;
         const double g = mo_conv_flops(&t) * 1e-9;
         const int M = 128 * t.P * t.Q;
         printf("  %-25s %.1f GFLOP; chunks: %d x %d rows, %d x %d images\n", sh[j].name, g, (M + rows - 1) / rows,

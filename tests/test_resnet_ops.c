@@ -641,13 +641,14 @@ static void test_im2col(int N, int H, int W, int C, int K, int R, int S, int st,
     free(dx); free(dx2); free(dx_ref);
 }
 
-// MEMOPT_CONV_GEMM: unset, "" and all give MO_CONV_GEMM_ALL, 1x1 and 0 theirs; another value fails
+// MEMOPT_CONV_GEMM: unset, "" and auto give MO_CONV_GEMM_AUTO, all, 1x1 and 0 theirs; another value fails
 // mo_ctx_create naming the variable (a row would record a setting that ran the default)
 static void test_conv_gemm_knob(void) {
     printf("knob MEMOPT_CONV_GEMM\n");
-    const char *vals[6] = {NULL, "", "all", "1x1", "0", "1"};
-    const int want[6] = {MO_CONV_GEMM_ALL, MO_CONV_GEMM_ALL, MO_CONV_GEMM_ALL, MO_CONV_GEMM_1X1, MO_CONV_GEMM_NONE, -1};
-    for (int i = 0; i < 6; i++) {
+    const char *vals[7] = {NULL, "", "all", "1x1", "0", "1", "auto"};
+    const int want[7] = {MO_CONV_GEMM_AUTO, MO_CONV_GEMM_AUTO, MO_CONV_GEMM_ALL, MO_CONV_GEMM_1X1, MO_CONV_GEMM_NONE, -1,
+                         MO_CONV_GEMM_AUTO};
+    for (int i = 0; i < 7; i++) {
         if (vals[i]) setenv("MEMOPT_CONV_GEMM", vals[i], 1);
         else unsetenv("MEMOPT_CONV_GEMM");
         mo_allocator *a = NULL;
@@ -663,7 +664,7 @@ static void test_conv_gemm_knob(void) {
         } else {
             CHECK_MSG(st == MO_ERR_INVALID && c == NULL, "MEMOPT_CONV_GEMM=%s: status %s, want invalid", vals[i],
                       mo_status_name(st));
-            CHECK_MSG(strstr(mo_errmsg(), "MEMOPT_CONV_GEMM=1: expected all, 1x1 or 0") != NULL,
+            CHECK_MSG(strstr(mo_errmsg(), "MEMOPT_CONV_GEMM=1: expected auto, all, 1x1 or 0") != NULL,
                       "the message names the variable and the values: %s", mo_errmsg());
             mo_clear_error();
         }
