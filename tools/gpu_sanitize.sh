@@ -8,7 +8,9 @@
 #   env: SAN_TOOLS ("memcheck racecheck initcheck synccheck")  SAN_BINS (every gpu_* in BUILD_DIR)
 #        SAN_SHARD=i/n (the i-th of n parts of the tool x binary list; the parts together are the whole
 #        pass, each about the same length: the list sorted longest first, dealt out round-robin)
-#        SAN_JOBS (8) SAN_BUDGET (220) SAN_TIMEOUT (420: session 10's 150 s cut 39 of 84 runs)
+#        SAN_JOBS (3: the runs share one GPU and slow one another far more than they gain; memcheck of
+#        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
+#        results/h100-h200-sanitize-session12.log) SAN_BUDGET (220) SAN_TIMEOUT (420)
 # A pass split over device calls: one call per shard, each appending its summary; concatenate the
 # summaries (cat shard1.log shard2.log) into the committed log.
 # SUMMARY_LOG gets one line per run: tool, binary, seconds, the test's exit code, compute-sanitizer's summary.
@@ -142,7 +144,7 @@ one() {
 export -f one
 nruns=$(echo "$runs" | grep -c .)
 echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, longest first); tools: $(echo $tools); binaries: $(echo $bins)" | tee -a "$S"
-[ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-8}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
+[ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-3}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
 # the errors themselves (first lines of each run of this shard that had any)
 echo "$runs" | while read -r t b; do
   f="$L/cs-$t-$b.log"

@@ -496,8 +496,9 @@ fi
 if has sanitize; then
   # compute-sanitizer memcheck (leak check), racecheck, initcheck, synccheck over every gpu_* test
   # binary, reduced (tools/gpu_sanitize.sh); sanitize.log is the committed log. The whole pass is more
-  # than one device call: SAN_SHARD=1/2 and 2/2 in two calls (SAN_BUDGET=480 each), the two sanitize.log
-  # concatenated; SAN_TOOLS / SAN_BINS pick a part by hand
+  # than one device call: by tool is the way (session 12: memcheck of all 21 binaries took 53 s + 18 s,
+  # 3 runs at once; racecheck is the slow one, four of its runs passed 128 s), SAN_TOOLS per call and the
+  # logs concatenated; SAN_SHARD=i/n deals the runs out instead, SAN_BINS picks binaries
   rm -f "$OUT/sanitize.log"
   SAN_BUDGET=${SAN_BUDGET:-220} bash tools/gpu_sanitize.sh $B "$R/sanitize" "$OUT/sanitize.log"
   cp "$OUT/sanitize.log" "$R/sanitize.log"
