@@ -502,9 +502,14 @@ int main(void) {
     };
     const int reduced = test_reduced("the GPT-2 head counts of the chunk shapes, chunk lengths of more than 64 chunks");
     const mo_dtype dts[3] = {MO_F32, MO_BF16, MO_F16};
+    // MEMOPT_TEST_REDUCED=2 (racecheck, initcheck): each shape in one dtype, the dtypes taken in turn
+    // (each dtype still meets 3-4 shapes and every chunk length)
+    const int diag = test_reduced_level() >= 2;
+    if (diag) printf("MEMOPT_TEST_REDUCED=2: each chunk shape in one dtype, in turn\n");
     for (int d = 0; d < 3; d++)
         for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
             const at_shape *s = &at[i];
+            if (diag && (int)(i % 3) != d) continue;
             if (reduced && s->C == 768) s = &at_reduced[s->T == 256 ? 0 : 1];
             chunk_case(dts[d], s);
         }

@@ -47,9 +47,12 @@ static void test_engine_grid(void) {
     static const char *const accums[] = {"1", "2"};
     mo_run_env genv, cenv;
     int n = 0, exact = 0;
+    // MEMOPT_TEST_REDUCED=2 (racecheck, initcheck): each precision once, the policies and accumulations in turn
+    const int diag = test_reduced_level() >= 2;
     for (int p = 0; p < 4; p++)
         for (int c = 0; c < 3; c++)
             for (int a = 0; a < 2; a++) {
+                if (diag && (c != p % 3 || a != p % 2)) continue;
                 const char *kv[] = {"--precision", precisions[p], "--ckpt", ckpts[c], "--accum", accums[a], NULL};
                 mo_run_config g, h;
                 config_of("cuda", kv, &g);
@@ -148,6 +151,7 @@ static void test_split_engine(void) {
     mo_run_env genv, cenv;
     int n = 0, exact = 0;
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
+        if (test_reduced_level() >= 2 && i % 3 != 0) continue; // tp 2, tp 1 x pp 4, tp 4 fp16
         const char *kv[] = {"--tp", grid[i].tp, "--pp", grid[i].pp, "--precision", grid[i].precision, "--ckpt", grid[i].ckpt,
                             "--accum", grid[i].accum, NULL};
         mo_run_config g, h;

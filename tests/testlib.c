@@ -63,6 +63,9 @@ int test_check_rel(const float *got, const float *want, size_t n, double tol, co
 }
 
 void test_require_gpu(void) {
+    // Under compute-sanitizer (MEMOPT_TEST_REDUCED) stdout goes to a file: line-buffered, so that a run cut
+    // at its time limit shows how far it got (tools/gpu_sanitize.sh prints its last line)
+    if (test_is_reduced()) setvbuf(stdout, NULL, _IOLBF, 0);
     const char *why = NULL;
     if (!mo_cuda_available(&why)) {
         printf("SKIPPED: this GPU test needs a CUDA device: %s\n", why ? why : "?");
@@ -111,6 +114,12 @@ uint64_t test_seed_from_time(void) {
 int test_is_reduced(void) {
     const char *e = getenv("MEMOPT_TEST_REDUCED");
     return e && strcmp(e, "0") != 0 && *e;
+}
+
+int test_reduced_level(void) {
+    if (!test_is_reduced()) return 0;
+    const long v = strtol(getenv("MEMOPT_TEST_REDUCED"), NULL, 10);
+    return v >= 2 ? 2 : 1;
 }
 
 int test_reduced_batch(int B) { return test_is_reduced() ? 1 : B; }

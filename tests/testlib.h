@@ -45,6 +45,10 @@ int test_reduced(const char *what);
 // (every code path kept; see the sizes at each use) so that a compute-sanitizer pass of every binary
 // fits in a GPU call.
 int test_is_reduced(void);
+// MEMOPT_TEST_REDUCED=2, for compute-sanitizer's slowest tools (racecheck, initcheck: tools/gpu_sanitize.sh):
+// the longest tests also cut their grids to a diagonal (every precision, policy and kernel still once).
+// Returns 0 (not reduced), 1 or 2.
+int test_reduced_level(void);
 // Under MEMOPT_TEST_REDUCED: the batch of an attention shape reduced to 1 (the paths depend on T, C,
 // NH and the head size; the batch only repeats them); otherwise B.
 int test_reduced_batch(int B);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # compute-sanitizer over the GPU test binaries (tools/gpu_session.sh stage sanitize): memcheck with leak
 # checking, racecheck, initcheck and synccheck, each binary under each tool, reduced (MEMOPT_TEST_REDUCED=1:
-# small shapes for the GPT-2-sized cases, no timing loops; gpu_alloc_faults tries every 150th fault),
+# small shapes for the GPT-2-sized cases, no timing loops; gpu_alloc_faults tries every 150th fault under
+# memcheck, every 500th under synccheck; racecheck and initcheck at MEMOPT_TEST_REDUCED=2, every 2000th),
 # JOBS at once, longest runs first, all within BUDGET seconds (a run that would pass the deadline is cut
 # there and says so).
 # Usage: tools/gpu_sanitize.sh BUILD_DIR LOG_DIR SUMMARY_LOG
@@ -126,9 +127,12 @@ one() {
   t0=$(date +%s)
   # gpu_alloc_faults: every 150th fault under memcheck (the unwinding's memory errors and leaks), every
   # 500th under the other tools (a run of it was cut at 150 s under each tool in session 10's pass)
-  local stride=150
-  case $tool in memcheck*) ;; *) stride=500;; esac
-  (cd "$B" && MEMOPT_TEST_REDUCED=1 MEMOPT_TEST_FAULT_STRIDE=$stride NCCL_NVLS_ENABLE=0 timeout "$left" \
+  # racecheck and initcheck, the slowest tools, at MEMOPT_TEST_REDUCED=2 (the longest tests cut their
+  # grids to a diagonal: testlib.h) and every 2000th fault (the tests line-buffer their output when
+  # reduced, so that a cut run's last line says how far it got)
+  local stride=150 level=1
+  case $tool in memcheck*) ;; synccheck) stride=500;; *) stride=2000 level=2;; esac
+  (cd "$B" && MEMOPT_TEST_REDUCED=$level MEMOPT_TEST_FAULT_STRIDE=$stride NCCL_NVLS_ENABLE=0 timeout "$left" \
      "$CS" $opts --error-exitcode 99 --print-limit 30 "./$bin") >"$log" 2>&1
   rc=$?
   local verdict
