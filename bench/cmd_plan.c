@@ -179,13 +179,14 @@ static void print_offload(const entry *e, const target *t) {
     const char *unsure = g->unsure & MO_GPU_F_HOST ? "?" : "";
     if (opt) {
         printf("  offloaded update: %.0f B a step over the host link (the gradients down, %s) at %g%s GB/s a direction = %.1f ms;\n"
-               "    the host AdamW%s: %.0f B of host memory traffic at %.3g GB/s = %.1f ms (%d threads, MO_PLAN_HOST_GBS %g a thread,\n"
+               "    the host AdamW%s: %.0f B of host memory traffic at %.3g GB/s = %.1f ms (%d thread%s, MO_PLAN_HOST_GBS %g a thread,\n"
                "    at most MO_PLAN_HOST_GBS_MAX %g, fitted to the H100 machine's host; MEMOPT_OFFLOAD_THREADS sets the count; %s);\n"
                "    both added to the step whole: the copies are synchronous and the update waits for the host (no overlap)\n",
                f->host_copy_bytes, half ? "the 16-bit weights back" : "the weights down and back", g->host_gbs, unsure,
                1e3 * f->host_copy_s, half ? " and its cast to 16 bits" : "", f->host_work_bytes,
                mo_plan_host_gbs(mo_plan_host_threads()) * t->cal.eff_host, 1e3 * f->host_s / t->cal.eff_host,
-               mo_plan_host_threads(), MO_PLAN_HOST_GBS, MO_PLAN_HOST_GBS_MAX, t->cal.host_how);
+               mo_plan_host_threads(), mo_plan_host_threads() == 1 ? "" : "s", MO_PLAN_HOST_GBS, MO_PLAN_HOST_GBS_MAX,
+               t->cal.host_how);
     } else {
         const mo_precision p = e->rc.precision;
         printf("  copy stream: %.0f B a step (each offloaded input out and back) at %g%s GB/s a direction: out %.1f ms beside\n"

@@ -113,10 +113,21 @@ void mo_csv_row_from_config(mo_csv_row *row, const mo_run_config *rc, uint64_t c
     // An offloaded update's host thread count is in the row even when it is the default (it was 1 before
     // session 12, 8 since: the planner times a row by its count, and an older row without it by 1).
     // MEMOPT_OFFLOAD_THREADS is the table's last knob, so appending keeps the text sorted.
+    // The value is the one the run takes (mo_offload_knobs: the variable's, else the default), also when
+    // a full buffer left the variable's own entry out; whole entries before it give way to make room.
     if (rc->offload == MO_OFFLOAD_OPTIMIZER && !strstr(row->knobs, "MEMOPT_OFFLOAD_THREADS=")) {
+        size_t chunk = 0;
+        int t = MO_OFFLOAD_THREADS_DEFAULT;
+        if (mo_offload_knobs(&chunk, &t) != MO_OK) mo_clear_error(); // the run itself refuses a bad value
+        char e[48];
+        snprintf(e, sizeof e, "MEMOPT_OFFLOAD_THREADS=%d", t);
         size_t len = strlen(row->knobs);
-        snprintf(row->knobs + len, sizeof row->knobs - len, "%sMEMOPT_OFFLOAD_THREADS=%d", len ? ";" : "",
-                 MO_OFFLOAD_THREADS_DEFAULT);
+        while (len && len + 1 + strlen(e) >= sizeof row->knobs) { // drop the last whole entry
+            char *semi = strrchr(row->knobs, ';');
+            len = semi ? (size_t)(semi - row->knobs) : 0;
+            row->knobs[len] = '\0';
+        }
+        snprintf(row->knobs + len, sizeof row->knobs - len, "%s%s", len ? ";" : "", e);
     }
 }
 

@@ -91,6 +91,10 @@ static void dnn_pool_register(void) { atexit(dnn_pool_at_exit); }
 
 void mo_dnn_pool_drain(void) {
     pthread_mutex_lock(&dnn_pool_lock);
+    if (dnn_pool_n == 0) { // nothing pooled: no CUDA call (test_finish runs this in CPU-only tests too)
+        pthread_mutex_unlock(&dnn_pool_lock);
+        return;
+    }
     int prev = -1;
     (void)cudaGetDevice(&prev);
     for (int i = 0; i < dnn_pool_n; i++) {
@@ -641,9 +645,9 @@ static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
 // row-major result):
 //   MO_CONV_FWD         y (M, K) = x (M, Ck) @ w (K, Ck)^T
 //   MO_CONV_BWD_DATA    x (M, Ck) = y (M, K) @ w (K, Ck)          x: the input gradient, overwritten
-//   MO_CONV_BWD_FILTER  w (K, Ck) += y (M, K)^T @ x (M, Ck)       w: the fp32 gradient, beta 1 in place
+//   MO_CONV_BWD_FILTER  w (K, Ck) = y (M, K)^T @ x (M, Ck) + beta w   w: fp32 (beta 1: added in place)
 // *done = 0: cuBLASLt has no algorithm for it (nothing ran).
-static mo_status gemm_rows(mo_ctx *c, int kind, int M, int Ck, int K, void *x, void *w, void *y, int *done) {
+static mo_status gemm_rows(mo_ctx *c, int kind, int M, int Ck, int K, void *x, void *w, void *y, float beta, int *done) {
     mo_lt_gemm g;
     if (kind == MO_CONV_FWD) // y^T (K, M) = op_T(w^T (Ck, K)) @ x^T (Ck, M)
         g = (mo_lt_gemm){CUBLAS_OP_T, CUBLAS_OP_N, K, M, Ck, w, Ck, x, Ck, y, K, CUDA_R_32F, CUDA_R_32F, 0.0f,
@@ -652,7 +656,7 @@ static mo_status gemm_rows(mo_ctx *c, int kind, int M, int Ck, int K, void *x, v
         g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_N, Ck, M, K, w, Ck, y, K, x, Ck, CUDA_R_32F, CUDA_R_32F, 0.0f,
                          CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
     else // w^T (Ck, K) += x^T (Ck, M) @ op_T(y^T (K, M))
-        g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_T, Ck, K, M, x, Ck, y, K, w, Ck, CUDA_R_32F, CUDA_R_32F, 1.0f,
+        g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_T, Ck, K, M, x, Ck, y, K, w, Ck, CUDA_R_32F, CUDA_R_32F, beta,
                          CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
     int no_algo = 0;
     MO_TRY(mo_lt_matmul(c, &g, &no_algo));
@@ -662,9 +666,9 @@ static mo_status gemm_rows(mo_ctx *c, int kind, int M, int Ck, int K, void *x, v
 
 // gemm_rows with the workspace past its first `used` bytes (the chunk the GEMM reads or writes)
 static mo_status gemm_rows_past(mo_ctx *c, size_t used, int kind, int M, int Ck, int K, void *x, void *w, void *y,
-                                int *done) {
+                                float beta, int *done) {
     const ws_save sv = ws_skip(c, used);
-    const mo_status st = gemm_rows(c, kind, M, Ck, K, x, w, y, done);
+    const mo_status st = gemm_rows(c, kind, M, Ck, K, x, w, y, beta, done);
     ws_restore(c, sv);
     return st;
 }
@@ -680,15 +684,15 @@ static int conv_is_gemm(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
            s->stride == 1 && s->pad == 0;
 }
 static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x, void *w, void *y, int *done) {
-    return gemm_rows(c, kind, s->N * s->H * s->W, s->C, s->K, x, w, y, done);
+    return gemm_rows(c, kind, s->N * s->H * s->W, s->C, s->K, x, w, y, 1.0f, done);
 }
 
 // Every other fp32 convolution (3x3, the 7x7 stem, strided 1x1; without TF32) as GEMMs over its column
 // matrix (im2col.c: a row per output position (n, p, q), a column per filter tap (r, s, c), the filter's
 // own layout), a chunk at a time in the workspace ([chunk | the GEMM's budget, KEEP_BYTES at least]):
 //   forward         col (rows, RSC) of `in` by im2col, then out's rows (rows, K) = col @ w (K, RSC)^T;
-//   weight gradient col the same, then dw (K, RSC) += dout's rows (rows, K)^T @ col, chunk after chunk
-//                   in order (beta 1 in place, as the 1x1's);
+//   weight gradient col the same, then acc (K, RSC) (+)= dout's rows (rows, K)^T @ col, chunk after chunk
+//                   in order into the staging scratch (the first beta 0), then dw += acc;
 //   input gradient  dcol (n P Q, RSC) = dout's rows (n P Q, K) @ w of n whole images, then din's n images
 //                   (n, H, W, C) = col2im(dcol), a gather (im2col.cu: each element sums its taps in a fixed
 //                   order, no atomics), so any stride and padding; a chunk of whole images, so that each
@@ -706,10 +710,10 @@ static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x,
 
 // MEMOPT_CONV_GEMM=all takes every pass of these; the default (auto) the passes where the GEMMs measured
 // faster (gpu_resnet_ops timing at batch 128, session 12, H100, GEMMs against cuDNN in ms):
-//   forward: all but the stem (C 3, im2col's one-channel path and rows of 147 floats): 3.25 vs 1.49;
+//   forward: all but the stem (taken as C % 4 != 0: im2col's one-channel path, rows of 147 floats): 3.25 vs 1.49;
 //     layer1-4 3x3 1.95 / 1.55 / 1.39 / 1.09 vs 3.32 / 3.26 / 2.83 / 1.33;
-//   weight gradient: the strided 1x1 only (0.83 vs 1.29): cuDNN's RxS ones win, the stem 3.83 vs 5.61,
-//     layer1-3 3x3 1.78 / 1.59 / 1.21 vs 3.33 / 2.67 / 1.36 (layer4 0.90 vs 0.88);
+//   weight gradient: the strided 1x1 only (0.83 vs 1.29): cuDNN's RxS ones win, the stem 5.61 vs 3.83,
+//     layer1-3 3x3 3.33 / 2.67 / 1.36 vs 1.78 / 1.59 / 1.21 (layer4 0.88 vs 0.90, a tie kept on cuDNN);
 //   input gradient: all (layer1 1.58 vs 3.35 as the flipped filter's forward, layer2 stride 2 1.29 vs 14.4).
 static int conv_is_col_gemm(const mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape *s) {
     if ((c->conv_gemm != MO_CONV_GEMM_ALL && c->conv_gemm != MO_CONV_GEMM_AUTO) || dt != MO_F32 || c->tf32 ||
@@ -743,15 +747,17 @@ static mo_status col_forward(mo_ctx *c, const mo_conv_shape *s, float *out, cons
         const int mc = M - m0 < rows ? M - m0 : rows;
         int ok = 0;
         MO_TRY(conv_im2col_cuda(c, col, in, s, m0, mc));
-        MO_TRY(gemm_rows_past(c, used, MO_CONV_FWD, mc, RSC, s->K, col, (void *)w, out + (size_t)m0 * s->K, &ok));
+        MO_TRY(gemm_rows_past(c, used, MO_CONV_FWD, mc, RSC, s->K, col, (void *)w, out + (size_t)m0 * s->K, 0.0f, &ok));
         if (!ok) return MO_OK; // no GEMM algorithm: cuDNN runs it, all of out
     }
     *done = 1;
     return MO_OK;
 }
 
+// The chunks' sum goes into the staging scratch (K, R, S, C) first (the first chunk beta 0, the rest beta 1),
+// then dw += scratch: a chunk without a GEMM algorithm leaves dw untouched, so cuDNN can still run it all.
 static mo_status col_backward_filter(mo_ctx *c, const mo_conv_shape *s, float *dw, const float *dout,
-                                     const float *in, int *done) {
+                                     const float *in, float *acc, int *done) {
     *done = 0;
     int rows, imgs;
     conv_col_chunks(c, s, &rows, &imgs);
@@ -763,13 +769,11 @@ static mo_status col_backward_filter(mo_ctx *c, const mo_conv_shape *s, float *d
         const int mc = M - m0 < rows ? M - m0 : rows;
         int ok = 0;
         MO_TRY(conv_im2col_cuda(c, col, in, s, m0, mc));
-        MO_TRY(gemm_rows_past(c, used, MO_CONV_BWD_FILTER, mc, RSC, s->K, col, dw, (void *)(dout + (size_t)m0 * s->K),
-                              &ok));
-        if (!ok && m0 == 0) return MO_OK; // nothing added to dw yet: cuDNN runs it
-        if (!ok) // the chunks before were added: another path would add them twice
-            return MO_FAIL(MO_ERR_CUBLAS, "conv backward filter as GEMMs: cuBLASLt has no algorithm for the chunk of "
-                           "%d rows at row %d (the first chunks had one; K %d, R*S*C %d)", mc, m0, s->K, RSC);
+        MO_TRY(gemm_rows_past(c, used, MO_CONV_BWD_FILTER, mc, RSC, s->K, col, acc, (void *)(dout + (size_t)m0 * s->K),
+                              m0 == 0 ? 0.0f : 1.0f, &ok));
+        if (!ok) return MO_OK; // no GEMM algorithm: dw untouched, cuDNN runs it
     }
+    MO_TRY(accumulate_f32_from_cuda(c, MO_F32, dw, acc, (size_t)s->K * RSC));
     *done = 1;
     return MO_OK;
 }
@@ -788,7 +792,7 @@ static mo_status col_backward_data(mo_ctx *c, const mo_conv_shape *s, float *din
         const int nb = s->N - n0 < nc ? s->N - n0 : nc;
         int ok = 0;
         MO_TRY(gemm_rows_past(c, used, MO_CONV_BWD_DATA, nb * PQ, RSC, s->K, dcol, (void *)w,
-                              (void *)(dout + (size_t)n0 * PQ * s->K), &ok));
+                              (void *)(dout + (size_t)n0 * PQ * s->K), 0.0f, &ok));
         if (!ok) return MO_OK; // no GEMM algorithm: another path runs it, all of din
         MO_TRY(conv_col2im_cuda(c, din + (size_t)n0 * s->H * s->W * s->C, dcol, s, nb));
     }
@@ -799,7 +803,10 @@ static mo_status col_backward_data(mo_ctx *c, const mo_conv_shape *s, float *din
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {
     int done = 0;
     if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_FWD, s, (void *)in, (void *)w, out, &done));
-    else if (conv_is_col_gemm(c, MO_CONV_FWD, dt, s)) MO_TRY(col_forward(c, s, out, in, w, &done));
+    else if (conv_is_col_gemm(c, MO_CONV_FWD, dt, s)) {
+        MO_TRY(col_forward(c, s, out, in, w, &done));
+        c->conv_col_runs[MO_CONV_FWD] += done;
+    }
     if (done) return MO_OK;
     return conv_run(c, MO_CONV_FWD, dt, s, (void *)in, (void *)w, out, 0);
 }
@@ -892,7 +899,10 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
     }
     if (dt == MO_F32 && !c->tf32) { // the GEMMs over the column matrix, else the flipped filter's forward
         int done = 0;
-        if (conv_is_col_gemm(c, MO_CONV_BWD_DATA, dt, s)) MO_TRY(col_backward_data(c, s, din, dout, w, &done));
+        if (conv_is_col_gemm(c, MO_CONV_BWD_DATA, dt, s)) {
+            MO_TRY(col_backward_data(c, s, din, dout, w, &done));
+            c->conv_col_runs[MO_CONV_BWD_DATA] += done;
+        }
         if (done) return MO_OK;
         MO_TRY(dgrad_as_forward(c, din, dout, w, s, &done));
         if (done) return MO_OK;
@@ -904,12 +914,16 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
 
 // On cuDNN the gradient into scratch (dt, beta 0), then dw += float(scratch): the same path in every
 // precision (an in-place beta 1 for fp32 would save the pass but not every deterministic engine is known to
-// take it). The GEMM paths add to dw in place (beta 1): the scratch goes unused.
+// take it). The 1x1 stride-1 GEMM adds to dw in place (beta 1, one GEMM); the im2col GEMMs sum their
+// chunks in the scratch (fp32 here) and add that.
 mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                     const mo_conv_shape *s, void *scratch) {
     int done = 0;
     if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_BWD_FILTER, s, (void *)in, dw, (void *)dout, &done));
-    else if (conv_is_col_gemm(c, MO_CONV_BWD_FILTER, dt, s)) MO_TRY(col_backward_filter(c, s, dw, dout, in, &done));
+    else if (conv_is_col_gemm(c, MO_CONV_BWD_FILTER, dt, s)) {
+        MO_TRY(col_backward_filter(c, s, dw, dout, in, (float *)scratch, &done));
+        c->conv_col_runs[MO_CONV_BWD_FILTER] += done;
+    }
     if (done) return MO_OK;
     MO_TRY(conv_run(c, MO_CONV_BWD_FILTER, dt, s, (void *)in, scratch, (void *)dout, 0));
     return accumulate_f32_from_cuda(c, dt, dw, scratch, (size_t)s->K * s->R * s->S * s->C);

@@ -97,6 +97,8 @@ typedef struct mo_ctx {
                                   // the workspace takes)
     int conv_col_rows;            // tests: at most this many rows a chunk of im2col's forward and weight
                                   // gradient (conv_cuda.c; 0: as many as the workspace takes)
+    long conv_col_runs[3];        // tests: the convolution passes (MO_CONV_FWD, _BWD_DATA, _BWD_FILTER) that
+                                  // ran as im2col GEMMs, so a silent fallback to cuDNN shows
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the
@@ -109,7 +111,7 @@ typedef struct mo_ctx {
     struct mo_copy_engine *copy;  // the copy stream and its events (copy_stream.h): lazily, at the first copy
 } mo_ctx;
 
-// mo_ctx.conv_gemm's values (MEMOPT_CONV_GEMM unset or all, 1x1, 0).
+// mo_ctx.conv_gemm's values (MEMOPT_CONV_GEMM 0, 1x1, all, unset or auto).
 #define MO_CONV_GEMM_NONE 0
 #define MO_CONV_GEMM_1X1 1
 #define MO_CONV_GEMM_ALL 2

@@ -24,6 +24,15 @@ static mo_status knob_size(const char *name, size_t lo, size_t hi, size_t def, s
     return MO_OK;
 }
 
+int mo_offload_threads_for(size_t n, int T, int count_set) {
+    if (T < 1) T = 1;
+    // the default count: 64 Ki elements a thread at least (starting one costs tens of microseconds, more
+    // than a small model's whole range); a count set is taken as it is, up to one element a thread
+    const size_t most = count_set ? n : n / 65536;
+    if ((size_t)T > most) T = most > 1 ? (int)most : 1;
+    return T;
+}
+
 mo_status mo_offload_knobs(size_t *chunk, int *threads) {
     size_t t = MO_OFFLOAD_THREADS_DEFAULT;
     MO_TRY(knob_size("MEMOPT_OFFLOAD_CHUNK", 1, (size_t)1 << 40, 0, chunk));
@@ -70,10 +79,9 @@ static mo_status host_run(void *(*fn)(void *), const host_part *proto, size_t n,
     host_part part[TMAX];
     pthread_t tid[TMAX];
     int started[TMAX];
+    const char *set = getenv("MEMOPT_OFFLOAD_THREADS");
+    T = mo_offload_threads_for(n, T, set && *set);
     if (T > TMAX) T = TMAX;
-    // 64 Ki elements a thread at least: starting one costs tens of microseconds, more than a small
-    // model's whole range (the bits do not depend on T)
-    if ((size_t)T > n / 65536) T = n / 65536 > 1 ? (int)(n / 65536) : 1;
     for (int i = 0; i < T; i++) {
         part[i] = *proto;
         part[i].lo = n * (size_t)i / (size_t)T;

@@ -32,6 +32,11 @@ extern "C" {
 // One AdamW step t of the offloaded state (o->host_grads set), gradients multiplied by scale.
 mo_status mo_offload_update(const mo_sched_optim *o, int step, float scale);
 
+// The threads that run a host range of n elements at T asked: a count set by MEMOPT_OFFLOAD_THREADS
+// (count_set) as it is, at most n; the default 8 only as far as each thread gets 64 Ki elements (a model
+// under 512 Ki parameters runs fewer; its row still records the default's 8). Bits never depend on it.
+int mo_offload_threads_for(size_t n, int T, int count_set);
+
 // The knobs as read (for the summary and tests): chunk 0 = the whole update in order; threads >= 1.
 // A value that is not a positive integer (threads: 1..256) is an error naming the variable.
 mo_status mo_offload_knobs(size_t *chunk, int *threads);

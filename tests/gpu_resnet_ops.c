@@ -197,9 +197,13 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     // same bits twice. Then the paths the GEMMs replace, which still run where they do not fit, under
     // MEMOPT_CONV_GEMM=1x1 (cuDNN; the input gradient as a forward convolution, the strided one a chunk
     // of one or two images at a time).
+    // Where the workspace itself takes more than one chunk (the layer1 case at batch 4), every pass as
+    // GEMMs in those natural chunks too. Each GEMM run counts its passes (conv_col_runs), so a silent
+    // fallback to cuDNN, which would match the reference as well, fails the check.
     void *yc[2] = {NULL, NULL}, *dxc[2] = {NULL, NULL}, *yf[2] = {NULL, NULL}, *dxf[2] = {NULL, NULL};
-    float *dwc[2] = {NULL, NULL}, *dwf[2] = {NULL, NULL};
-    int okc = 0, okf = 0;
+    void *yn[2] = {NULL, NULL}, *dxn[2] = {NULL, NULL};
+    float *dwc[2] = {NULL, NULL}, *dwf[2] = {NULL, NULL}, *dwn[2] = {NULL, NULL};
+    int okc = 0, okf = 0, okn = 0;
     if (ok && dt == MO_F32 && !q->tf32 && !(R == 1 && st == 1 && pad == 0)) {
         for (int k = 0; k < 2; k++) {
             yc[k] = hnew(ny * e), dxc[k] = hnew(nx * e), dwc[k] = fnew(nw);
@@ -216,8 +220,23 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
         CHECK_MSG(rows0 > 0 && imgs0 > 0, "%s %s: the GEMM path does not fit (rows %d, images %d)", q->name, label,
                   rows0, imgs0);
         gc->conv_gemm = MO_CONV_GEMM_ALL; // every pass as GEMMs (the default leaves some on cuDNN)
+        long runs0[3];
+        memcpy(runs0, gc->conv_col_runs, sizeof runs0);
         okc = rows > 0 && imgs > 0 && conv_twice(dt, &s, &d, dw0, yc, dxc, dwc);
+        for (int k = 0; k < 3 && okc; k++)
+            CHECK_MSG(gc->conv_col_runs[k] - runs0[k] == 2, "%s %s: pass %d ran %ld times as im2col GEMMs of 2 (a fallback)",
+                      q->name, label, k, gc->conv_col_runs[k] - runs0[k]);
         gc->conv_col_rows = 0;
+        gc->conv_dgrad_chunk = 0;
+        if (rows0 < M || imgs0 < N) {
+            for (int k = 0; k < 2; k++) yn[k] = hnew(ny * e), dxn[k] = hnew(nx * e), dwn[k] = fnew(nw);
+            memcpy(runs0, gc->conv_col_runs, sizeof runs0);
+            okn = conv_twice(dt, &s, &d, dw0, yn, dxn, dwn);
+            for (int k = 0; k < 3 && okn; k++)
+                CHECK_MSG(gc->conv_col_runs[k] - runs0[k] == 2, "%s %s: pass %d ran %ld times as im2col GEMMs of 2 "
+                          "(natural chunks)", q->name, label, k, gc->conv_col_runs[k] - runs0[k]);
+        }
+        gc->conv_dgrad_chunk = N > 2 ? 2 : 1;
         gc->conv_gemm = MO_CONV_GEMM_1X1;
         if (st == 1 || N == 1) gc->conv_dgrad_chunk = 0;
         okf = conv_twice(dt, &s, &d, dw0, yf, dxf, dwf);
@@ -230,7 +249,9 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
 #ifdef MEMOPT_HAVE_CUDA
     if (okc) conv_check(q->name, dt, tol_conv(q), &s, yc, dxc, dwc, y_ref, dx_ref, dwr, dw0, ", all passes im2col, chunked");
     if (okf) conv_check(q->name, dt, tol_conv(q), &s, yf, dxf, dwf, y_ref, dx_ref, dwr, dw0, ", CONV_GEMM=1x1");
+    if (okn) conv_check(q->name, dt, tol_conv(q), &s, yn, dxn, dwn, y_ref, dx_ref, dwr, dw0, ", all passes im2col, workspace chunks");
     for (int k = 0; k < 2; k++) free(yc[k]), free(dxc[k]), free(dwc[k]), free(yf[k]), free(dxf[k]), free(dwf[k]);
+    for (int k = 0; k < 2; k++) free(yn[k]), free(dxn[k]), free(dwn[k]);
 #endif
     }
     dfree(d.x); dfree(d.w); dfree(d.dy); dfree(d.y); dfree(d.dx); dfree(d.dw);

@@ -448,6 +448,40 @@ static void test_knobs(void) {
     CHECK(!strcmp(mo_knobs_text(shortbuf, sizeof shortbuf), "MEMOPT_CE=loop"));
     unsetenv("MEMOPT_GEMM_TABLE"); unsetenv("MEMOPT_CE");
 
+    // An --offload optimizer row records its host thread count: the default's, or the variable's, also
+    // when long settings fill the buffer (whole entries give way; never a cut entry, never the default
+    // in place of the value that ran).
+    mo_run_config ro = rc;
+    ro.offload = MO_OFFLOAD_OPTIMIZER;
+    mo_csv_row c;
+    mo_csv_row_init(&c);
+    mo_csv_row_from_config(&c, &ro, 0);
+    CHECK_MSG(!strcmp(c.knobs, "MEMOPT_OFFLOAD_THREADS=8"), "default: knobs '%s'", c.knobs);
+    setenv("MEMOPT_OFFLOAD_THREADS", "3", 1);
+    mo_csv_row_init(&c);
+    mo_csv_row_from_config(&c, &ro, 0);
+    CHECK_MSG(!strcmp(c.knobs, "MEMOPT_OFFLOAD_THREADS=3"), "set: knobs '%s'", c.knobs);
+    char longv[200];
+    memset(longv, 'x', sizeof longv - 1);
+    longv[sizeof longv - 1] = '\0';
+    setenv("MEMOPT_ATTN_CHUNK_ROWS", longv, 1); // 223 characters with its name
+    setenv("MEMOPT_CONV_TABLE", longv, 1);      // the two no longer fit with the threads
+    mo_csv_row_init(&c);
+    mo_csv_row_from_config(&c, &ro, 0);
+    const char *tail = strrchr(c.knobs, ';');
+    CHECK_MSG(strlen(c.knobs) < sizeof c.knobs && tail && !strcmp(tail, ";MEMOPT_OFFLOAD_THREADS=3") &&
+              !strncmp(c.knobs, "MEMOPT_ATTN_CHUNK_ROWS=", 23),
+              "full buffer: knobs '%.60s...%s'", c.knobs, tail ? tail : "(no ;)");
+    // an entry of 300 characters leaves no room for the threads': it gives way
+    char v277[278];
+    memset(v277, 'y', sizeof v277 - 1);
+    v277[sizeof v277 - 1] = '\0';
+    setenv("MEMOPT_ATTN_CHUNK_ROWS", v277, 1);
+    mo_csv_row_init(&c);
+    mo_csv_row_from_config(&c, &ro, 0);
+    CHECK_MSG(!strcmp(c.knobs, "MEMOPT_OFFLOAD_THREADS=3"), "no room: knobs '%.40s...'", c.knobs);
+    unsetenv("MEMOPT_ATTN_CHUNK_ROWS"); unsetenv("MEMOPT_CONV_TABLE"); unsetenv("MEMOPT_OFFLOAD_THREADS");
+
     // A schema 2 file without the knobs column (written before it): read, knobs empty, the same key.
     char path[128];
     tmp_path(path, sizeof path, "noknobs");

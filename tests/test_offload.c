@@ -8,6 +8,7 @@
 #include "kernels/copy_stream.h"
 #include "kernels/cost.h"
 #include "models/gpt_zero.h"
+#include "strategies/offload_update.h"
 #include "tests/gpt_fixture.h"
 
 typedef struct off_fixture {
@@ -267,7 +268,18 @@ static void test_knob_errors(void) {
     set_knobs(NULL, NULL);
 }
 
+// The host threads: a count set runs as set (at most one element a thread), so the threaded equivalence
+// cases below do run on several threads; the default 8 only where each gets 64 Ki elements.
+static void test_thread_count(void) {
+    CHECK(mo_offload_threads_for(7000, 4, 1) == 4 && mo_offload_threads_for(7000, 3, 1) == 3);
+    CHECK(mo_offload_threads_for(3, 4, 1) == 3 && mo_offload_threads_for(0, 4, 1) == 1 && mo_offload_threads_for(777, 0, 1) == 1);
+    CHECK(mo_offload_threads_for(7000, 8, 0) == 1 && mo_offload_threads_for(200000, 8, 0) == 3);
+    CHECK(mo_offload_threads_for(124475904, 8, 0) == 8 && mo_offload_threads_for(8 * 65536, 8, 0) == 8);
+    CHECK(mo_offload_threads_for(8 * 65536 - 1, 8, 0) == 7);
+}
+
 int main(void) {
+    test_thread_count();
     test_equivalence();
     test_bytes();
     test_refusal();

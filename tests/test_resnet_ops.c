@@ -11,7 +11,7 @@
 //   - the column matrix (im2col.c, the references of the kernels under the fp32 GEMM path): im2col and a
 //     plain matmul give the direct convolution's forward and weight gradient bit for bit, col2im of
 //     dout @ w its input gradient; col2im is im2col's adjoint; rows and images in pieces give the whole;
-//   - MEMOPT_CONV_GEMM: unset / all, 1x1, 0 set the context's mode, another value fails mo_ctx_create.
+//   - MEMOPT_CONV_GEMM: unset / auto, all, 1x1, 0 set the context's mode, another value fails mo_ctx_create.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
