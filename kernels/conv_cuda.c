@@ -734,30 +734,15 @@ void conv_col_chunks(const mo_ctx *c, const mo_conv_shape *s, int *rows, int *im
     *rows = (int)r, *images = (int)n;
 }
 
-static mo_status col_forward(mo_ctx *c, const mo_conv_shape *s, float *out, const float *in, const float *w,
-                             int *done) {
-    *done = 0;
-    int rows, imgs;
-    conv_col_chunks(c, s, &rows, &imgs);
-    if (rows == 0) return MO_OK; // not COL_ROW_ALIGN rows: cuDNN runs it
-    const int M = s->N * s->P * s->Q, RSC = s->R * s->S * s->C;
-    const size_t used = round256((size_t)rows * RSC * sizeof(float));
-    float *col = (float *)c->gemm_ws; // (rows, R, S, C)
-    for (int m0 = 0; m0 < M; m0 += rows) {
-        const int mc = M - m0 < rows ? M - m0 : rows;
-        int ok = 0;
-        MO_TRY(conv_im2col_cuda(c, col, in, s, m0, mc));
-        MO_TRY(gemm_rows_past(c, used, MO_CONV_FWD, mc, RSC, s->K, col, (void *)w, out + (size_t)m0 * s->K, 0.0f, &ok));
-        if (!ok) return MO_OK; // no GEMM algorithm: cuDNN runs it, all of out
-    }
-    *done = 1;
-    return MO_OK;
-}
-
-// The chunks' sum goes into the staging scratch (K, R, S, C) first (the first chunk beta 0, the rest beta 1),
-// then dw += scratch: a chunk without a GEMM algorithm leaves dw untouched, so cuDNN can still run it all.
-static mo_status col_backward_filter(mo_ctx *c, const mo_conv_shape *s, float *dw, const float *dout,
-                                     const float *in, float *acc, int *done) {
+// The row chunks of x's column matrix, each built by im2col at the head of the workspace, then its GEMM
+// with the rest of the workspace as budget:
+//   MO_CONV_FWD         out's rows (rows, K) = col @ w (K, RSC)^T                     (b: w, y: out)
+//   MO_CONV_BWD_FILTER  acc (K, RSC) (+)= dout's rows (rows, K)^T @ col, the first
+//                       chunk beta 0, the rest beta 1, in order                        (b: acc, y: dout)
+// *done = 0: not COL_ROW_ALIGN rows in the workspace, or no GEMM algorithm for a chunk (out or acc then
+// partly written: the caller's fallback writes all of out, or leaves acc unused).
+static mo_status col_rows(mo_ctx *c, int kind, const mo_conv_shape *s, const float *x, float *b, float *y,
+                          int *done) {
     *done = 0;
     int rows, imgs;
     conv_col_chunks(c, s, &rows, &imgs);
@@ -768,13 +753,26 @@ static mo_status col_backward_filter(mo_ctx *c, const mo_conv_shape *s, float *d
     for (int m0 = 0; m0 < M; m0 += rows) {
         const int mc = M - m0 < rows ? M - m0 : rows;
         int ok = 0;
-        MO_TRY(conv_im2col_cuda(c, col, in, s, m0, mc));
-        MO_TRY(gemm_rows_past(c, used, MO_CONV_BWD_FILTER, mc, RSC, s->K, col, acc, (void *)(dout + (size_t)m0 * s->K),
-                              m0 == 0 ? 0.0f : 1.0f, &ok));
-        if (!ok) return MO_OK; // no GEMM algorithm: dw untouched, cuDNN runs it
+        MO_TRY(conv_im2col_cuda(c, col, x, s, m0, mc));
+        MO_TRY(gemm_rows_past(c, used, kind, mc, RSC, s->K, col, b, y + (size_t)m0 * s->K,
+                              kind == MO_CONV_BWD_FILTER && m0 > 0 ? 1.0f : 0.0f, &ok));
+        if (!ok) return MO_OK;
     }
-    MO_TRY(accumulate_f32_from_cuda(c, MO_F32, dw, acc, (size_t)s->K * RSC));
     *done = 1;
+    return MO_OK;
+}
+
+static mo_status col_forward(mo_ctx *c, const mo_conv_shape *s, float *out, const float *in, const float *w,
+                             int *done) {
+    return col_rows(c, MO_CONV_FWD, s, in, (float *)w, out, done);
+}
+
+// The chunks' sum goes into the staging scratch acc (K, R, S, C) first, then dw += acc: a chunk without a
+// GEMM algorithm leaves dw untouched, so cuDNN can still run it all.
+static mo_status col_backward_filter(mo_ctx *c, const mo_conv_shape *s, float *dw, const float *dout,
+                                     const float *in, float *acc, int *done) {
+    MO_TRY(col_rows(c, MO_CONV_BWD_FILTER, s, in, acc, (float *)dout, done));
+    if (*done) MO_TRY(accumulate_f32_from_cuda(c, MO_F32, dw, acc, (size_t)s->K * s->R * s->S * s->C));
     return MO_OK;
 }
 
