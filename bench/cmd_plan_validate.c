@@ -158,16 +158,9 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             mo_plan_calib cal;
             mo_plan_calib_fit(&cal, g, rows, n, (long)i);
             mo_roofline roof;
-            // the row's host thread count (the planner reads MEMOPT_OFFLOAD_THREADS), then the caller's again
-            char *had = getenv("MEMOPT_OFFLOAD_THREADS") ? strdup(getenv("MEMOPT_OFFLOAD_THREADS")) : NULL, t[16];
-            if (rc.offload == MO_OFFLOAD_OPTIMIZER) {
-                snprintf(t, sizeof t, "%d", mo_plan_row_host_threads(r->knobs));
-                setenv("MEMOPT_OFFLOAD_THREADS", t, 1);
-            }
             mo_roofline_step(&rc, g, &roof);
-            if (had) setenv("MEMOPT_OFFLOAD_THREADS", had, 1);
-            else unsetenv("MEMOPT_OFFLOAD_THREADS");
-            free(had);
+            // the host work at the row's own thread count, not this process's
+            if (rc.offload == MO_OFFLOAD_OPTIMIZER) roof.host_s = mo_plan_host_s(&roof, mo_plan_row_host_threads(r->knobs));
             x->compared_time = 1;
             x->meas_ms = r->step_ms;
             x->pred_ms = mo_plan_step_ms(&roof, &cal, rc.precision);

@@ -178,6 +178,8 @@ typedef struct mo_roofline {
     double host_copy_bytes, host_work_bytes, copy_bytes;
     double copy_dir_s[2], window_s[2][3];
 } mo_roofline;
+// The host work of r (its host_work_bytes) at T threads, in seconds, before the calibration's scale
+double mo_plan_host_s(const mo_roofline *r, int threads);
 
 // The step's ops (forward, backward, recompute, optimizer: every op the step dispatches) of rc on GPU g. GEMMs (the linear layers,
 // the materialized attention's batched GEMMs) run at mo_gpu_gemm_tflops; everything else

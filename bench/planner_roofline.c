@@ -42,6 +42,10 @@ double mo_plan_host_gbs(int threads) {
     return r < MO_PLAN_HOST_GBS_MAX ? r : MO_PLAN_HOST_GBS_MAX;
 }
 
+double mo_plan_host_s(const mo_roofline *r, int threads) {
+    return r->host_work_bytes / (1e9 * mo_plan_host_gbs(threads));
+}
+
 int mo_plan_row_host_threads(const char *knobs) {
     const char *k = strstr(knobs, "MEMOPT_OFFLOAD_THREADS=");
     if (!k) return 1;
@@ -385,7 +389,7 @@ static void host_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_gpu_catalo
         mo_roofline_step(&rc, g, &r);
         const int p = rc.precision;
         const double dev = 1e3 * (r.gemm_s / c->eff_gemm[p] + r.mem_s / c->eff_mem[p] + r.kern_s + r.host_copy_s);
-        const double planned = 1e3 * r.host_work_bytes / (1e9 * mo_plan_host_gbs(mo_plan_row_host_threads(rows[i].knobs)));
+        const double planned = 1e3 * mo_plan_host_s(&r, mo_plan_row_host_threads(rows[i].knobs));
         const double host = rows[i].step_ms - dev;
         if (host > 0 && planned > 0) ratio[k++] = planned / host;
     }

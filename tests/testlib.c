@@ -125,8 +125,7 @@ int test_reduced_level(void) {
 int test_reduced_batch(int B) { return test_is_reduced() ? 1 : B; }
 
 int test_reduced(const char *what) {
-    const char *e = getenv("MEMOPT_TEST_REDUCED");
-    int r = e && strcmp(e, "0") != 0 && *e;
+    const int r = test_is_reduced();
     if (r) printf("MEMOPT_TEST_REDUCED: skipping %s\n", what);
     return r;
 }

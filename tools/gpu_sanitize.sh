@@ -126,7 +126,7 @@ one() {
   local log="$L/cs-$tool-$bin.log"
   t0=$(date +%s)
   # gpu_alloc_faults: every 150th fault under memcheck (the unwinding's memory errors and leaks), every
-  # 500th under the other tools (a run of it was cut at 150 s under each tool in session 10's pass)
+  # 500th under synccheck (a run of it was cut at 150 s under each tool in session 10's pass);
   # racecheck and initcheck, the slowest tools, at MEMOPT_TEST_REDUCED=2 (the longest tests cut their
   # grids to a diagonal: testlib.h) and every 2000th fault (the tests line-buffer their output when
   # reduced, so that a cut run's last line says how far it got)
