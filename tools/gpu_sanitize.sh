@@ -11,7 +11,14 @@
 #        pass, each about the same length: the list sorted longest first, dealt out round-robin)
 #        SAN_JOBS (3: the runs share one GPU and slow one another far more than they gain; memcheck of
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
-#        results/h100-h200-sanitize-session12.log) SAN_BUDGET (220) SAN_TIMEOUT (420)
+#        results/h100-h200-sanitize-session12.log)
+#        SAN_BUDGET (220) SAN_TIMEOUT (420)
+#        SAN_LIB (exclude: racecheck and synccheck leave the libraries' kernels unchecked, with
+#        --kernel-name-exclude regex=$LIB_KERNELS, so that the pass checks our kernels in the time a call
+#        has; "check": every kernel, the raw runs of sessions 10-12, plus racecheck-ours beside the known
+#        findings). memcheck and initcheck always check every kernel: a bad argument of ours faults inside
+#        a library's kernel, and initcheck must see the libraries' stores to judge our reads of them.
+#        The tool "none" runs the reduced test without a sanitizer: its time is the floor of each run.
 # A pass split over device calls: one call per shard, each appending its summary; concatenate the
 # summaries (cat shard1.log shard2.log) into the committed log.
 # SUMMARY_LOG gets one line per run: tool, binary, seconds, the test's exit code, compute-sanitizer's summary.
@@ -58,9 +65,18 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$CS" ] || { echo "sanitize: compute-sanitizer not found" | tee -a "$S"; exit 1; }
 tools="${SAN_TOOLS:-memcheck racecheck initcheck synccheck}"
 for t in $tools; do
-  case $t in memcheck|racecheck|initcheck|synccheck) ;;
-    *) echo "sanitize: SAN_TOOLS: unknown tool '$t' (memcheck racecheck initcheck synccheck)" >&2; exit 2;; esac
+  case $t in memcheck|racecheck|initcheck|synccheck|none) ;;
+    *) echo "sanitize: SAN_TOOLS: unknown tool '$t' (memcheck racecheck initcheck synccheck none)" >&2; exit 2;; esac
 done
+# The libraries' kernels, by a substring of their mangled names: cuBLAS (nvjet_*, cutlass, xmma, gemv,
+# gemmSN, gemmk1, splitKreduce, the cublasLt namespace), cuDNN (its namespaces, generated kernels, the
+# legacy convolution engines) and NCCL. None of the suite's own kernels (kernels/*.cu, models/, strategies/)
+# contains any of these; a kernel matched by none is checked.
+LIB_KERNELS='nvjet|cutlass|xmma|gemv|gemmSN|gemmk1|splitKreduce|cublas|cudnn|cask|convolve|fft|winograd|nchwToNhwc|nhwcToNchw|flip_filter|nccl'
+case ${SAN_LIB:=exclude} in
+  exclude|check) ;;
+  *) echo "sanitize: SAN_LIB: '$SAN_LIB' is not exclude or check" >&2; exit 2;;
+esac
 if [ -n "${SAN_BINS:-}" ]; then
   bins=$SAN_BINS
   for b in $bins; do [ -x "$B/$b" ] || { echo "sanitize: SAN_BINS: no binary $B/$b" >&2; exit 2; }; done
@@ -74,7 +90,15 @@ if [ -n "${SAN_SHARD:-}" ]; then
   shard_i=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]}
 fi
 deadline=$(( $(date +%s) + ${SAN_BUDGET:-220} ))
-export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}"
+if [ "$SAN_LIB" = exclude ]; then
+  probe=$("$CS" --tool racecheck --kernel-name-exclude "regex=$LIB_KERNELS" /bin/true 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "sanitize: compute-sanitizer refused --kernel-name-exclude regex=... (exit $rc: $(echo "$probe" | head -2 | tr '\n' ' ')): every kernel is checked (SAN_LIB=check)" | tee -a "$S"
+    SAN_LIB=check
+  fi
+fi
+export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS
 
 # Expected seconds of a run, to start the longest first (a long run started last is the one the budget
 # cuts): the memcheck times of results/h200-sanitize-2a5f4f8.log (full shapes; racecheck about 1.5x),
@@ -88,7 +112,7 @@ cost() {
     gpu_ops_mixed) c=23;; gpu_attention_fused_mixed|gpu_gpt) c=20;; gpu_ops_basic) c=8;;
     gpu_alloc) c=2;; gpu_offload_act|gpu_resnet|gpu_resnet_ops|gpu_offload) c=100;; *) c=10;;
   esac
-  case $1 in racecheck*) c=$((c * 3 / 2));; esac
+  case $1 in racecheck*) c=$((c * 3 / 2));; none) c=$((c / 10));; esac
   echo $c
 }
 # racecheck-ours: the library kernels a binary's raw racecheck found hazards in (a --kernel-name-exclude
@@ -104,7 +128,7 @@ export -f ours_filter
 runs=$(for t in $tools; do for b in $bins; do
          echo "$t $b"
          [ "$t $b" = "memcheck gpu_comm" ] && echo "memcheck-noapi $b"
-         [ "$t" = racecheck ] && [ -n "$(ours_filter "$b")" ] && echo "racecheck-ours $b"
+         [ "$t" = racecheck ] && [ "$SAN_LIB" = check ] && [ -n "$(ours_filter "$b")" ] && echo "racecheck-ours $b"
        done; done |
        while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1nr -k2 -k3 |
        awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
@@ -115,6 +139,9 @@ one() {
     memcheck) opts="--tool memcheck --leak-check full";;
     memcheck-noapi) opts="--tool memcheck --leak-check full --report-api-errors no";;
     racecheck-ours) opts="--tool racecheck --kernel-name-exclude $(ours_filter "$bin")";;
+    racecheck|synccheck)
+      opts="--tool $tool"
+      [ "$SAN_LIB" = exclude ] && opts="$opts --kernel-name-exclude regex=$LIB_KERNELS";;
     *) opts="--tool $tool";;
   esac
   # synccheck of cuDNN's SDPA at 3837bf5 (H100): "Detected overflow of tracked cuda::barrier structures ...
@@ -132,11 +159,13 @@ one() {
   # reduced, so that a cut run's last line says how far it got)
   local stride=150 level=1
   case $tool in memcheck*) ;; synccheck) stride=500;; *) stride=2000 level=2;; esac
+  local run=("$CS" $opts --error-exitcode 99 --print-limit 30)
+  [ "$tool" = none ] && run=()
   (cd "$B" && MEMOPT_TEST_REDUCED=$level MEMOPT_TEST_FAULT_STRIDE=$stride NCCL_NVLS_ENABLE=0 timeout "$left" \
-     "$CS" $opts --error-exitcode 99 --print-limit 30 "./$bin") >"$log" 2>&1
+     "${run[@]}" "./$bin") >"$log" 2>&1
   rc=$?
   local verdict
-  case $rc in 0) verdict="clean, test passed";; 99) verdict="SANITIZER ERRORS";; 124|137) verdict="cut at ${left}s (errors so far below)";;
+  case $rc in 0) verdict="clean, test passed"; [ "$tool" = none ] && verdict="test passed (no sanitizer)";; 99) verdict="SANITIZER ERRORS";; 124|137) verdict="cut at ${left}s (errors so far below)";;
               77) verdict="skipped by the test";; *) verdict="test exit $rc (sanitizer clean unless listed)";; esac
   # a cut run says how far it got: its test's last line of output (the sanitizer's own lines left out)
   local last=""
@@ -148,6 +177,8 @@ one() {
 export -f one
 nruns=$(echo "$runs" | grep -c .)
 echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, longest first); tools: $(echo $tools); binaries: $(echo $bins)" | tee -a "$S"
+[ "$SAN_LIB" = exclude ] && case " $tools " in *" racecheck "*|*" synccheck "*)
+  echo "== racecheck and synccheck check the suite's kernels: --kernel-name-exclude regex=$LIB_KERNELS" | tee -a "$S";; esac
 [ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-3}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
 # the errors themselves (first lines of each run of this shard that had any)
 echo "$runs" | while read -r t b; do
@@ -167,6 +198,6 @@ echo "$runs" | while read -r t b; do
   awk -v f="$(basename "$f")" '
     /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning|Leaked)/ { if (rec != "") tally(); rec = $0; where = ""; next }
     /^=========/ { if (rec != "" && where == "" && ($0 ~ /^=========     at / || ($0 ~ /Host Frame/ && $0 !~ /libcuda\.so|libcudart/))) where = $0; next }
-    function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|nvjet|cutlass|libcublas|libcudnn|sm90_xmma|cudnn_generated/) lib++; else own++; rec = "" }
+    function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|nvjet|cutlass|libcublas|libcudnn|xmma|cudnn|cublas|nccl/) lib++; else own++; rec = "" }
     END { if (rec != "") tally(); if (lib + own) printf "owners    %-40s %d in library code (NCCL, cuBLAS, cuDNN), %d in ours\n", f, lib, own }' "$f"
 done | tee -a "$S"

@@ -40,6 +40,7 @@ mkdir -p $R
 trap 'tar czf "$OUT/results.tgz" -C $R .' EXIT
 exec > >(tee -a "$log") 2>&1
 cd "$(dirname "$0")/.."
+session_t0=$(date +%s)
 has() { case " $stages " in *" $1 "*) return 0;; esac; return 1; }
 echo "== $(date -u +%FT%TZ) git ${MEMOPT_GIT_REV:-$(git rev-parse --short=12 HEAD 2>/dev/null)} stages: $stages"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem --format=csv
@@ -500,7 +501,12 @@ if has sanitize; then
   # 3 runs at once; racecheck is the slow one, four of its runs passed 128 s), SAN_TOOLS per call and the
   # logs concatenated; SAN_SHARD=i/n deals the runs out instead, SAN_BINS picks binaries
   rm -f "$OUT/sanitize.log"
-  SAN_BUDGET=${SAN_BUDGET:-220} bash tools/gpu_sanitize.sh $B "$R/sanitize" "$OUT/sanitize.log"
+  # SESSION_LIMIT (seconds since this script began): the stage takes what the earlier stages left of it,
+  # less 20 s for the summary and the copy back, instead of a fixed SAN_BUDGET
+  budget=${SAN_BUDGET:-220}
+  [ -n "${SESSION_LIMIT:-}" ] && budget=$(( SESSION_LIMIT - ($(date +%s) - session_t0) - 20 ))
+  echo "sanitize: budget ${budget} s"
+  SAN_BUDGET=$budget bash tools/gpu_sanitize.sh $B "$R/sanitize" "$OUT/sanitize.log"
   cp "$OUT/sanitize.log" "$R/sanitize.log"
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv
