@@ -12,7 +12,7 @@
 #        SAN_JOBS (3: the runs share one GPU and slow one another far more than they gain; memcheck of
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
 #        results/h100-h200-sanitize-session12.log)
-#        SAN_BUDGET (220) SAN_TIMEOUT (420)
+#        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only)
 #        SAN_LIB (exclude: racecheck and synccheck leave the libraries' kernels unchecked, with
 #        --kernel-name-exclude regex=$LIB_KERNELS, so that the pass checks our kernels in the time a call
 #        has; "check": every kernel, the raw runs of sessions 10-12, plus racecheck-ours beside the known
@@ -91,9 +91,12 @@ if [ -n "${SAN_SHARD:-}" ]; then
 fi
 deadline=$(( $(date +%s) + ${SAN_BUDGET:-220} ))
 if [ "$SAN_LIB" = exclude ]; then
+  # a program with no CUDA call: the sanitizer parses the options, then says it saw no instrumented call
+  # (exit 255, "Target application terminated before first instrumented API call"); a refused option is
+  # another message
   probe=$("$CS" --tool racecheck --kernel-name-exclude "regex=$LIB_KERNELS" /bin/true 2>&1)
   rc=$?
-  if [ $rc -ne 0 ]; then
+  if [ $rc -ne 0 ] && ! echo "$probe" | grep -q "terminated before first instrumented API call"; then
     echo "sanitize: compute-sanitizer refused --kernel-name-exclude regex=... (exit $rc: $(echo "$probe" | head -2 | tr '\n' ' ')): every kernel is checked (SAN_LIB=check)" | tee -a "$S"
     SAN_LIB=check
   fi
@@ -124,12 +127,14 @@ ours_filter() {
   esac
 }
 export -f ours_filter
-# the run list: tool and binary, plus the filtered runs beside the raw ones of the two known findings
-runs=$(for t in $tools; do for b in $bins; do
+# the run list: tool and binary, plus the filtered runs beside the raw ones of the two known findings;
+# SAN_RUNS="tool:binary ..." names the runs instead (to finish a pass whose earlier calls cut some)
+runs=$(if [ -n "${SAN_RUNS:-}" ]; then echo "$SAN_RUNS" | tr ' ' '\n' | grep . | tr ':' ' '; else
+       for t in $tools; do for b in $bins; do
          echo "$t $b"
          [ "$t $b" = "memcheck gpu_comm" ] && echo "memcheck-noapi $b"
          [ "$t" = racecheck ] && [ "$SAN_LIB" = check ] && [ -n "$(ours_filter "$b")" ] && echo "racecheck-ours $b"
-       done; done |
+       done; done; fi |
        while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1nr -k2 -k3 |
        awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
 
@@ -176,7 +181,7 @@ one() {
 }
 export -f one
 nruns=$(echo "$runs" | grep -c .)
-echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, longest first); tools: $(echo $tools); binaries: $(echo $bins)" | tee -a "$S"
+echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, longest first); $([ -n "${SAN_RUNS:-}" ] && echo "runs: $SAN_RUNS" || echo "tools: $(echo $tools); binaries: $(echo $bins)")" | tee -a "$S"
 [ "$SAN_LIB" = exclude ] && case " $tools " in *" racecheck "*|*" synccheck "*)
   echo "== racecheck and synccheck check the suite's kernels: --kernel-name-exclude regex=$LIB_KERNELS" | tee -a "$S";; esac
 [ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-3}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
