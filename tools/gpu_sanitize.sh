@@ -13,6 +13,7 @@
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
 #        results/h100-h200-sanitize-session12.log)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only)
+#        SAN_SKIP ("tool:binary ...": not these, e.g. runs an earlier call of the pass gave a verdict)
 #        SAN_LIB (exclude: racecheck and synccheck leave the libraries' kernels unchecked, with
 #        --kernel-name-exclude regex=$LIB_KERNELS, so that the pass checks our kernels in the time a call
 #        has; "check": every kernel, the raw runs of sessions 10-12, plus racecheck-ours beside the known
@@ -134,7 +135,7 @@ runs=$(if [ -n "${SAN_RUNS:-}" ]; then echo "$SAN_RUNS" | tr ' ' '\n' | grep . |
          echo "$t $b"
          [ "$t $b" = "memcheck gpu_comm" ] && echo "memcheck-noapi $b"
          [ "$t" = racecheck ] && [ "$SAN_LIB" = check ] && [ -n "$(ours_filter "$b")" ] && echo "racecheck-ours $b"
-       done; done; fi |
+       done; done; fi | while read -r t b; do case " ${SAN_SKIP:-} " in *" $t:$b "*) ;; *) echo "$t $b";; esac; done |
        while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1nr -k2 -k3 |
        awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
 
