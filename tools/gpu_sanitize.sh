@@ -14,6 +14,11 @@
 #        results/h100-h200-sanitize-session12.log)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only)
 #        SAN_SKIP ("tool:binary ...": not these, e.g. runs an earlier call of the pass gave a verdict)
+#        SAN_ORDER (long: the longest expected runs first, so that the budget cuts short ones; short: the
+#        short ones first, when a few long runs would hold every slot until the budget ends, as in session
+#        13's third call) SAN_RACE_OPTS (more racecheck options, e.g. "--racecheck-num-workers 4": racecheck's
+#        analysis runs on CPU worker threads, their number the tool's choice by default (0), and JOBS runs at once share the
+#        16 cores; --racecheck-memcpy-async is about sm80's cp.async, not the TMA copies)
 #        SAN_LIB (exclude: racecheck and synccheck leave the libraries' kernels unchecked, with
 #        --kernel-name-exclude regex=$LIB_KERNELS, so that the pass checks our kernels in the time a call
 #        has; "check": every kernel, the raw runs of sessions 10-12, plus racecheck-ours beside the known
@@ -109,7 +114,9 @@ if [ "$SAN_LIB" = exclude ]; then
     SAN_LIB=check
   fi
 fi
-export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS
+case ${SAN_ORDER:=long} in long) SAN_ORDER_REV=r;; short) SAN_ORDER_REV=;;
+  *) echo "sanitize: SAN_ORDER: '$SAN_ORDER' is not long or short" >&2; exit 2;; esac
+export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS SAN_RACE_OPTS
 
 # Expected seconds of a run, to start the longest first (a long run started last is the one the budget
 # cuts): the memcheck times of results/h200-sanitize-2a5f4f8.log (full shapes; racecheck about 1.5x),
@@ -143,7 +150,7 @@ runs=$(if [ -n "${SAN_RUNS:-}" ]; then echo "$SAN_RUNS" | tr ' ' '\n' | grep . |
          [ "$t $b" = "memcheck gpu_comm" ] && echo "memcheck-noapi $b"
          [ "$t" = racecheck ] && [ "$SAN_LIB" = check ] && [ -n "$(ours_filter "$b")" ] && echo "racecheck-ours $b"
        done; done; fi | while read -r t b; do case " ${SAN_SKIP:-} " in *" $t:$b "*) ;; *) echo "$t $b";; esac; done |
-       while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1nr -k2 -k3 |
+       while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1n${SAN_ORDER_REV-r} -k2 -k3 |
        awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
 
 one() {
@@ -152,10 +159,11 @@ one() {
     memcheck) opts="--tool memcheck --leak-check full";;
     memcheck-noapi) opts="--tool memcheck --leak-check full --report-api-errors no";;
     racecheck-ours) opts="--tool racecheck --kernel-name-exclude $(ours_filter "$bin")";;
-    racecheck-all) opts="--tool racecheck";;
+    racecheck-all) opts="--tool racecheck ${SAN_RACE_OPTS:-}";;
     racecheck|synccheck)
       opts="--tool $tool"
-      [ "$SAN_LIB" = exclude ] && opts="$opts --kernel-name-exclude regex=$LIB_KERNELS";;
+      [ "$SAN_LIB" = exclude ] && opts="$opts --kernel-name-exclude regex=$LIB_KERNELS"
+      [ "$tool" = racecheck ] && opts="$opts ${SAN_RACE_OPTS:-}";;
     *) opts="--tool $tool";;
   esac
   # synccheck of cuDNN's SDPA at 3837bf5 (H100): "Detected overflow of tracked cuda::barrier structures ...
