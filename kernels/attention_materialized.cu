@@ -41,6 +41,7 @@
 #include "attention.h"
 #include "attention_mixed.h"
 #include "cuda_check.h"
+#include "lib_writes.h"
 
 #define AM_THREADS 256
 #define AM_ROW_WARPS 8 // rows per block in the softmax kernels (one warp each)
@@ -444,6 +445,24 @@ static void am_shape(const am_gemm *g, int kind, int gi, cublasOperation_t *ta, 
     *k = kind == AM_XYT ? g->HS : kind == AM_PX ? r1 : g->T - r0;
 }
 
+// MEMOPT_MARK_LIB_WRITES (lib_writes.h): what chunk gi's GEMMs of job jb write, head by head: the
+// column-major D (m, n) at ld c.ld; a score job's rows [r0, r1) whole (T each, ld T: the head's own rows),
+// since the softmax loads the 16-byte vector that holds the diagonal and uses the columns up to it only
+static mo_status am_mark(mo_ctx *c, const am_gemm *g, const am_job *jb, int gi) {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    am_shape(g, jb->kind, gi, &ta, &tb, &m, &n, &k);
+    long long oa, ob, oc;
+    am_offsets(jb->kind, gi * g->L, jb->a.ld, jb->b.ld, jb->c.ld, &oa, &ob, &oc);
+    const size_t pitch = (size_t)jb->c.ld * g->esz, width = jb->kind == AM_XYT ? pitch : (size_t)m * g->esz;
+    for (int bh = 0; bh < g->n; bh++) {
+        const long long at = g->mode == MO_ATTN_GEMM_STRIDED ? bh * jb->c.sh // cuBLAS's batch stride
+                                                             : (bh / g->NH) * jb->c.sb + (bh % g->NH) * jb->c.sh;
+        MO_TRY(mo_mark_lib_write(c, jb->c.p + (at + oc) * (long long)g->esz, pitch, width, (size_t)n));
+    }
+    return MO_OK;
+}
+
 // Job jn of the call (its pointer arrays start at (jn * G) * n).
 static mo_status am_run(mo_ctx *c, const am_gemm *g, const am_job *jb, int jn) {
     const float zero = 0.0f;
@@ -455,6 +474,8 @@ static mo_status am_run(mo_ctx *c, const am_gemm *g, const am_job *jb, int jn) {
         return attention_scores_cuda(c, (float *)jb->c.p, (const float *)jb->b.p, jb->b.sb, jb->b.sh, jb->b.ld,
                                      (const float *)jb->a.p, jb->a.sb, jb->a.sh, jb->a.ld, jb->alpha, g->n / g->NH,
                                      g->NH, g->T, g->HS);
+    if (c->mark_lib_writes)
+        for (int gi = 0; gi < g->G; gi++) MO_TRY(am_mark(c, g, jb, gi));
     if (g->mode == MO_ATTN_GEMM_STRIDED) {
         for (int gi = 0; gi < g->G; gi++) {
             am_shape(g, jb->kind, gi, &ta, &tb, &m, &n, &k);

@@ -28,6 +28,7 @@
 #include <string.h>
 #include "conv_table.h"
 #include "cuda_check.h"
+#include "lib_writes.h"
 #include "lt_gemm.h"
 #include "resnet_ops_impl.h"
 
@@ -615,6 +616,14 @@ static mo_status conv_run(mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape 
     void *ptr[3] = {x, w, y};
     dnn_plan *p = NULL;
     mo_status st = plan_get(c, d, &k, ptr, &p);
+    // MEMOPT_MARK_LIB_WRITES (lib_writes.h): the tensor the pass overwrites (y, dx or dw), unless it adds
+    if (st == MO_OK && c->mark_lib_writes && !beta_one) {
+        const size_t e = mo_dtype_size(dt);
+        const size_t n = kind == MO_CONV_FWD        ? (size_t)s->N * s->P * s->Q * s->K
+                         : kind == MO_CONV_BWD_DATA ? (size_t)s->N * s->H * s->W * s->C
+                                                    : (size_t)s->K * s->R * s->S * s->C;
+        st = mo_mark_lib_write(c, ptr[kind == MO_CONV_FWD ? 2 : kind == MO_CONV_BWD_DATA ? 0 : 1], 0, n * e, 1);
+    }
     if (st == MO_OK) st = run_plan(c, d, p->plan, ptr);
     if (st != MO_OK && st != MO_ERR_UNSUPPORTED) { // say which convolution (the no-engine message already does)
         char why[1024];

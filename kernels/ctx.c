@@ -43,6 +43,9 @@ static mo_status ctx_cuda_init(mo_ctx *c) {
     CUBLAS_CHECK(cublasSetStream(h, s));
     // cuBLAS would otherwise cudaMalloc a workspace of its own, outside the allocator's accounting.
     CUBLAS_CHECK(cublasSetWorkspace(h, c->gemm_ws, c->gemm_ws_bytes));
+    // MEMOPT_MARK_LIB_WRITES: the libraries' workspace once, for their own reads of what they staged
+    // there (cuBLASLt's split-K reduce reads its partial sums: lib_writes.h)
+    if (c->mark_lib_writes) CUDA_CHECK(cudaMemsetAsync(c->gemm_ws, 0, c->gemm_ws_bytes, s));
     return MO_OK;
 }
 
@@ -128,6 +131,12 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_ATTN_IMPL=%s: expected own or cudnn", ai);
     }
     c->attn_impl = ai && strcmp(ai, "cudnn") == 0 ? MO_ATTN_IMPL_CUDNN : MO_ATTN_IMPL_OWN;
+    const char *mw = getenv("MEMOPT_MARK_LIB_WRITES");
+    if (mw && *mw && strcmp(mw, "0") != 0 && strcmp(mw, "1") != 0) {
+        free(c);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_MARK_LIB_WRITES=%s: expected 0 or 1", mw);
+    }
+    c->mark_lib_writes = mw && strcmp(mw, "1") == 0;
     mo_status st = MO_OK;
 #ifdef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA && (st = ctx_cuda_stream(c)) != MO_OK) { free(c); return st; }

@@ -105,6 +105,8 @@ typedef struct mo_ctx {
                                   // default) or cuDNN's fused SDPA (MO_ATTN_IMPL_CUDNN: attention_cudnn.h);
                                   // MEMOPT_ATTN_IMPL=own | cudnn sets it (to measure); another value fails
                                   // mo_ctx_create
+    int mark_lib_writes;          // MEMOPT_MARK_LIB_WRITES=1 (compute-sanitizer initcheck only): what a cuBLAS,
+                                  // cuBLASLt or cuDNN call writes is cleared first (lib_writes.h says why)
     mo_attn_dnn_cache *attn_dnn;  // the cuDNN attention plans per shape (attention_cudnn_cuda.c): lazily, cuda only
     int offload_act;              // --offload activations: the schedule keeps checkpointed segments' inputs in
                                   // host_alloc between their forward and their recompute (schedule.h)

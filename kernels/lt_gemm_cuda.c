@@ -10,6 +10,7 @@
 // alignment class of each pointer, so it is valid for every pointer of the same class.
 // Thread safety: none; a context (and so its cache) is used by one thread at a time.
 #include "lt_gemm.h"
+#include "lib_writes.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -387,6 +388,17 @@ static mo_status plan_get(mo_ctx *c, const mo_lt_gemm *g, const lt_key *key, lt_
     return MO_OK;
 }
 
+// MEMOPT_MARK_LIB_WRITES (lib_writes.h): what the GEMM writes whole: D (m, n) at ld ldd when beta is 0 or
+// its input is apart (Cin), the GELU_AUX* pre-activation (m, n) at aux_ld, BGRADB's bias gradient (n)
+static mo_status lt_mark(mo_ctx *c, const mo_lt_gemm *g) {
+    const size_t e = g->d_type == CUDA_R_32F ? 4 : 2;
+    if (g->beta == 0.0f || g->Cin) MO_TRY(mo_mark_lib_write(c, g->D, (size_t)g->ldd * e, (size_t)g->m * e, (size_t)g->n));
+    if (g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        MO_TRY(mo_mark_lib_write(c, g->aux, (size_t)g->aux_ld * e, (size_t)g->m * e, (size_t)g->n));
+    if (g->epilogue == CUBLASLT_EPILOGUE_BGRADB) MO_TRY(mo_mark_lib_write(c, g->bias, 0, (size_t)g->n * e, 1));
+    return MO_OK;
+}
+
 mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo) {
     *no_algo = 0;
     const lt_key key = make_key(c, g);
@@ -405,6 +417,7 @@ mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo) {
                                                     sizeof g->aux));
     const float alpha = 1.0f;
     const void *cin = g->Cin ? g->Cin : g->D;
+    if (c->mark_lib_writes) MO_TRY(lt_mark(c, g));
     CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)c->cublaslt, p->op, &alpha, g->A, p->a, g->B, p->b, &g->beta, cin,
                                 p->d, g->D, p->d, &p->algo, c->gemm_ws, c->gemm_ws_bytes, (cudaStream_t)c->stream));
     return MO_OK;

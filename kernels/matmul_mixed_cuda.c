@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include "cuda_check.h"
+#include "lib_writes.h"
 #include "lt_gemm.h"
 #include "ops_mixed.h"
 
@@ -35,6 +36,9 @@ static mo_status mx_gemm_ex(mo_ctx *c, const mo_lt_gemm *g) {
     CUBLAS_CHECK(cublasSetPointerMode(hb, CUBLAS_POINTER_MODE_HOST));
     CUBLAS_CHECK(cublasSetMathMode(hb, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     const float one = 1.0f;
+    // MEMOPT_MARK_LIB_WRITES (lib_writes.h): D (m, n) at ld ldd when beta does not read it
+    const size_t e = g->d_type == CUDA_R_32F ? 4 : 2;
+    if (g->beta == 0.0f) MO_TRY(mo_mark_lib_write(c, g->D, (size_t)g->ldd * e, (size_t)g->m * e, (size_t)g->n));
     CUBLAS_CHECK(cublasGemmEx(hb, g->ta, g->tb, g->m, g->n, g->k, &one, g->A, g->ab_type, (int)g->lda, g->B,
                               g->ab_type, (int)g->ldb, &g->beta, g->D, g->d_type, (int)g->ldd, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
