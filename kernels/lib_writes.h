@@ -5,8 +5,8 @@
 //
 // Why: initcheck does not see the stores of those libraries' Hopper kernels (they store through TMA), so
 // without the mark it reports every read of ours of their output as a read of uninitialized memory (the
-// known class of docs/DESIGN.md), hundreds of thousands a run, and spends most of the run on them (about
-// 0.13 ms a report at session 13: 448319 reports in 59 s, 1088696 in 141 s). The mark covers exactly the
+// known class of docs/DESIGN.md), hundreds of thousands a run, at about 0.13 ms a report (session 13:
+// 448319 reports in 59 s, 1088696 in 141 s). The mark covers exactly the
 // call's output (the rows a column-major GEMM writes, not the gap up to its leading dimension), so a read
 // of ours outside what the library wrote is still reported. The exception, said where it is made: the
 // materialized attention's score rows are marked whole (the softmax loads the 16-byte vector holding the
