@@ -389,10 +389,12 @@ static mo_status plan_get(mo_ctx *c, const mo_lt_gemm *g, const lt_key *key, lt_
 }
 
 // MEMOPT_MARK_LIB_WRITES (lib_writes.h): what the GEMM writes whole: D (m, n) at ld ldd when beta is 0 or
-// its input is apart (Cin), the GELU_AUX* pre-activation (m, n) at aux_ld, BGRADB's bias gradient (n)
+// its input is apart (Cin), the GELU_AUX* pre-activation (m, n) at aux_ld, BGRADB's bias gradient (n).
+// D is left alone when it is also an input (A, B, or C in place), which no caller does today.
 static mo_status lt_mark(mo_ctx *c, const mo_lt_gemm *g) {
     const size_t e = g->d_type == CUDA_R_32F ? 4 : 2;
-    if (g->beta == 0.0f || g->Cin) MO_TRY(mo_mark_lib_write(c, g->D, (size_t)g->ldd * e, (size_t)g->m * e, (size_t)g->n));
+    const int d_read = g->D == g->A || g->D == g->B || (g->beta != 0.0f && (!g->Cin || g->Cin == g->D));
+    if (!d_read) MO_TRY(mo_mark_lib_write(c, g->D, (size_t)g->ldd * e, (size_t)g->m * e, (size_t)g->n));
     if (g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         MO_TRY(mo_mark_lib_write(c, g->aux, (size_t)g->aux_ld * e, (size_t)g->m * e, (size_t)g->n));
     if (g->epilogue == CUBLASLT_EPILOGUE_BGRADB) MO_TRY(mo_mark_lib_write(c, g->bias, 0, (size_t)g->n * e, 1));

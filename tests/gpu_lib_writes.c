@@ -4,8 +4,8 @@
 //   mark clears what the call writes and nothing else) and computes the reference;
 // - every marked call site gives the same bits with the mark as without it, on fresh random data: the
 //   materialized attention's GEMMs in fp32 (cuBLAS scores) and bf16, strided and batched, forward and
-//   backward; cuDNN's convolution passes in fp32 and bf16; the GEMMs of a linear layer with their
-//   epilogues in fp32, bf16 and fp16;
+//   backward, in chunks of query rows; cuDNN's convolution passes in fp32 and bf16; the GEMMs of a linear
+//   layer with their epilogues (GELU, the residual add, the GELU backward) in fp32, bf16 and fp16;
 // - the knob itself: 1 sets the context's flag, a value other than 0 or 1 fails mo_ctx_create.
 #include <math.h>
 #include <stdlib.h>
@@ -84,14 +84,16 @@ static void gap_case(void) {
     dfree(dA); dfree(dB); dfree(dD);
 }
 
-// The materialized attention forward and backward, unmarked then marked, in one GEMM form.
-static void attention_case(mo_dtype dt, int form, int B, int T, int C, int NH) {
+// The materialized attention forward and backward, unmarked then marked, in one GEMM form, in causal
+// chunks of `rows` query rows (so the marks' chunk offsets and the score rows' whole-row exception run).
+static void attention_case(mo_dtype dt, int form, int rows, int B, int T, int C, int NH) {
     const size_t e = mo_dtype_size(dt), nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
                  natt = (size_t)B * NH * T * T;
     void *qkv = drand(dt, nqkv, -2, 2), *dout = drand(dt, nout, -1, 1);
     void *out = dnew(nout * e), *att = dnew(natt * e), *dqkv = dnew(nqkv * e);
     void *got[2][3];
     gc->attn_gemm = form;
+    gc->attn_chunk_rows = rows;
     gc->attn_own_scores = 0; // fp32: the scores and datt on cuBLAS too (the marked call)
     for (int r = 0; r < 2; r++) {
         gc->mark_lib_writes = r;
@@ -107,21 +109,24 @@ static void attention_case(mo_dtype dt, int form, int B, int T, int C, int NH) {
         got[r][2] = host_copy(dqkv, nqkv * e);
     }
     gc->mark_lib_writes = 0;
+    gc->attn_chunk_rows = 0;
     char what[128];
     const char *names[3] = {"out", "att", "dqkv"};
     const size_t bytes[3] = {nout * e, natt * e, nqkv * e};
     for (int i = 0; i < 3; i++) {
-        snprintf(what, sizeof what, "attention %s %s B %d T %d C %d NH %d %s", mo_dtype_name(dt),
-                 form == MO_ATTN_GEMM_STRIDED ? "strided" : "batched", B, T, C, NH, names[i]);
+        snprintf(what, sizeof what, "attention %s %s chunks of %d B %d T %d C %d NH %d %s", mo_dtype_name(dt),
+                 form == MO_ATTN_GEMM_STRIDED ? "strided" : "batched", rows, B, T, C, NH, names[i]);
         same(what, got[0][i], got[1][i], bytes[i]);
         free(got[0][i]);
         free(got[1][i]);
     }
-    printf("attention %s %s: marked == unmarked\n", mo_dtype_name(dt), form == MO_ATTN_GEMM_STRIDED ? "strided" : "batched");
+    printf("attention %s %s, chunks of %d rows: marked == unmarked\n", mo_dtype_name(dt),
+           form == MO_ATTN_GEMM_STRIDED ? "strided" : "batched", rows);
     dfree(qkv); dfree(dout); dfree(out); dfree(att); dfree(dqkv);
 }
 
-// cuDNN's three convolution passes, unmarked then marked (fp32 on cuDNN: MEMOPT_CONV_GEMM=0's path).
+// cuDNN's three convolution passes, unmarked then marked (fp32 on cuDNN: MEMOPT_CONV_GEMM=0 and
+// MEMOPT_CONV_DGRAD=cudnn's paths).
 static void conv_case(mo_dtype dt, int stride) {
     mo_conv_shape s;
     mo_conv_shape_init(&s, 2, 9, 9, 16, 32, 3, 3, stride, 1);
@@ -133,6 +138,7 @@ static void conv_case(mo_dtype dt, int stride) {
     void *got[2][3];
     const int conv_gemm = gc->conv_gemm;
     gc->conv_gemm = MO_CONV_GEMM_NONE;
+    gc->conv_dgrad_cudnn = 1;
     for (int r = 0; r < 2; r++) {
         gc->mark_lib_writes = r;
         CHECK_OK(mo_memset_zero(gc, dw, nw * sizeof(float)));
@@ -145,6 +151,7 @@ static void conv_case(mo_dtype dt, int stride) {
     }
     gc->mark_lib_writes = 0;
     gc->conv_gemm = conv_gemm;
+    gc->conv_dgrad_cudnn = 0;
     const char *names[3] = {"forward", "input gradient", "filter gradient"};
     const size_t bytes[3] = {ny * e, nx * e, nw * sizeof(float)};
     char what[128];
@@ -166,8 +173,9 @@ static void matmul_case(mo_dtype dt) {
     void *inp = drand(dt, ni, -1, 1), *wt = drand(dt, nw, -1, 1), *b = drand(dt, OC, -1, 1);
     void *dout = drand(dt, no, -1, 1);
     void *pre = dnew(no * e), *act = dnew(no * e), *dinp = dnew(ni * e);
+    void *add = drand(dt, no, -1, 1), *sum = dnew(no * e), *gpre = drand(dt, ni, -2, 2), *dgin = dnew(ni * e);
     float *dwt = dnew(nw * sizeof(float)), *db = dnew(OC * sizeof(float));
-    void *got[2][5];
+    void *got[2][7];
     for (int r = 0; r < 2; r++) {
         gc->mark_lib_writes = r;
         CHECK_OK(mo_memset_zero(gc, dwt, nw * sizeof(float)));
@@ -175,21 +183,27 @@ static void matmul_case(mo_dtype dt) {
         if (dt == MO_F32) {
             CHECK_OK(mo_matmul_forward(gc, pre, act, inp, wt, b, N, C, OC));
             CHECK_OK(mo_matmul_backward(gc, dinp, dwt, db, dout, inp, wt, N, C, OC));
+            CHECK_OK(mo_matmul_forward_add(gc, sum, inp, wt, b, add, N, C, OC));
+            CHECK_OK(mo_matmul_backward_dgelu(gc, dgin, dwt, db, dout, inp, wt, gpre, N, C, OC));
         } else {
             CHECK_OK(mo_matmul_forward_mixed(gc, dt, pre, act, inp, wt, b, N, C, OC));
             CHECK_OK(mo_matmul_backward_mixed(gc, dt, dinp, dwt, db, dout, inp, wt, N, C, OC));
+            CHECK_OK(mo_matmul_forward_add_mixed(gc, dt, sum, inp, wt, b, add, N, C, OC));
+            CHECK_OK(mo_matmul_backward_dgelu_mixed(gc, dt, dgin, dwt, db, dout, inp, wt, gpre, N, C, OC));
         }
         got[r][0] = host_copy(pre, no * e);
         got[r][1] = host_copy(act, no * e);
         got[r][2] = host_copy(dinp, ni * e);
         got[r][3] = host_copy(dwt, nw * sizeof(float));
         got[r][4] = host_copy(db, OC * sizeof(float));
+        got[r][5] = host_copy(sum, no * e);
+        got[r][6] = host_copy(dgin, ni * e);
     }
     gc->mark_lib_writes = 0;
-    const char *names[5] = {"pre-activation", "gelu", "dinp", "dweight", "dbias"};
-    const size_t bytes[5] = {no * e, no * e, ni * e, nw * sizeof(float), OC * sizeof(float)};
+    const char *names[7] = {"pre-activation", "gelu", "dinp", "dweight", "dbias", "out + add", "dinp with dgelu"};
+    const size_t bytes[7] = {no * e, no * e, ni * e, nw * sizeof(float), OC * sizeof(float), no * e, ni * e};
     char what[128];
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 7; i++) {
         snprintf(what, sizeof what, "matmul %s gelu %s", mo_dtype_name(dt), names[i]);
         same(what, got[0][i], got[1][i], bytes[i]);
         free(got[0][i]);
@@ -197,6 +211,7 @@ static void matmul_case(mo_dtype dt) {
     }
     printf("matmul %s with gelu: marked == unmarked\n", mo_dtype_name(dt));
     dfree(inp); dfree(wt); dfree(b); dfree(dout); dfree(pre); dfree(act); dfree(dinp); dfree(dwt); dfree(db);
+    dfree(add); dfree(sum); dfree(gpre); dfree(dgin);
 }
 #endif
 
@@ -219,10 +234,14 @@ int main(void) {
     gc->mark_lib_writes = 0;
     gc->tf32 = 0;
     gap_case();
-    for (int form = MO_ATTN_GEMM_STRIDED; form <= MO_ATTN_GEMM_BATCHED; form++) {
-        attention_case(MO_F32, form, 2, 129, 128, 2);
-        attention_case(MO_BF16, form, 2, 129, 128, 2);
-    }
+    // T 136: a multiple of 8 (the 16-byte softmax kernels); chunks of 64 (64 + 64 + 8) and of 40, not a
+    // multiple of 8 (40 x 3 + 16); one chunk (0: the default at this batch)
+    const int chunk_rows[3] = {64, 40, 0};
+    for (int form = MO_ATTN_GEMM_STRIDED; form <= MO_ATTN_GEMM_BATCHED; form++)
+        for (int r = 0; r < 3; r++) {
+            attention_case(MO_F32, form, chunk_rows[r], 2, 136, 128, 2);
+            attention_case(MO_BF16, form, chunk_rows[r], 2, 136, 128, 2);
+        }
     conv_case(MO_F32, 1);
     conv_case(MO_F32, 2);
     conv_case(MO_BF16, 1);

@@ -118,9 +118,10 @@ if [ "$SAN_LIB" = exclude ]; then
     SAN_LIB=check
   fi
 fi
+case ${SAN_MARK:=1} in 0|1) ;; *) echo "sanitize: SAN_MARK: '$SAN_MARK' is not 0 or 1" >&2; exit 2;; esac
 case ${SAN_ORDER:=long} in long) SAN_ORDER_REV=r;; short) SAN_ORDER_REV=;;
   *) echo "sanitize: SAN_ORDER: '$SAN_ORDER' is not long or short" >&2; exit 2;; esac
-export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS SAN_RACE_OPTS
+export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS SAN_RACE_OPTS SAN_MARK
 
 # Expected seconds of a run, to start the longest first (a long run started last is the one the budget
 # cuts): the memcheck times of results/h200-sanitize-2a5f4f8.log (full shapes; racecheck about 1.5x),
@@ -190,7 +191,7 @@ one() {
   # initcheck: what cuBLAS, cuBLASLt and cuDNN write is cleared just before they write it
   # (kernels/lib_writes.h), unless SAN_MARK=0
   local mark=0
-  [ "$tool" = initcheck ] && mark=${SAN_MARK:-1}
+  [ "$tool" = initcheck ] && mark=$SAN_MARK
   (cd "$B" && MEMOPT_TEST_REDUCED=$level MEMOPT_TEST_FAULT_STRIDE=$stride MEMOPT_MARK_LIB_WRITES=$mark NCCL_NVLS_ENABLE=0 \
      timeout "$left" "${run[@]}" "./$bin") >"$log" 2>&1
   rc=$?
@@ -205,11 +206,19 @@ one() {
     "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)" "$last"
 }
 export -f one
+if [ -n "${SAN_RUNS:-}" ]; then
+  for r in $SAN_RUNS; do
+    case ${r%%:*} in memcheck|memcheck-noapi|racecheck|racecheck-all|racecheck-ours|initcheck|synccheck|none) ;;
+      *) echo "sanitize: SAN_RUNS: unknown tool in '$r'" >&2; exit 2;; esac
+    [ -x "$B/${r#*:}" ] || { echo "sanitize: SAN_RUNS: no binary $B/${r#*:} ('$r')" >&2; exit 2; }
+  done
+fi
 nruns=$(echo "$runs" | grep -c .)
-echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, longest first); $([ -n "${SAN_RUNS:-}" ] && echo "runs: $SAN_RUNS" || echo "tools: $(echo $tools); binaries: $(echo $bins)")" | tee -a "$S"
-case " $tools $(echo "${SAN_RUNS:-}" | tr ':' ' ') " in *" initcheck "*)
+echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, ${SAN_ORDER}est first); $([ -n "${SAN_RUNS:-}" ] && echo "runs: $SAN_RUNS" || echo "tools: $(echo $tools); binaries: $(echo $bins)")" | tee -a "$S"
+run_tools=" $(echo "$runs" | awk '{print $1}' | sort -u | tr '\n' ' ') "
+case "$run_tools" in *" initcheck "*)
   echo "== initcheck with MEMOPT_MARK_LIB_WRITES=${SAN_MARK:-1} (kernels/lib_writes.h)" | tee -a "$S";; esac
-[ "$SAN_LIB" = exclude ] && case " $tools " in *" racecheck "*|*" synccheck "*)
+[ "$SAN_LIB" = exclude ] && case "$run_tools" in *" racecheck "*|*" synccheck "*)
   echo "== racecheck and synccheck check the suite's kernels: --kernel-name-exclude regex=$LIB_KERNELS" | tee -a "$S";; esac
 [ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-3}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
 # the errors themselves (first lines of each run of this shard that had any)
@@ -230,6 +239,6 @@ echo "$runs" | while read -r t b; do
   awk -v f="$(basename "$f")" '
     /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning|Leaked)/ { if (rec != "") tally(); rec = $0; where = ""; next }
     /^=========/ { if (rec != "" && where == "" && ($0 ~ /^=========     at / || ($0 ~ /Host Frame/ && $0 !~ /libcuda\.so|libcudart/))) where = $0; next }
-    function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|nvjet|cutlass|libcublas|libcudnn|xmma|cudnn|cublas|nccl/) lib++; else own++; rec = "" }
+    function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|libcublas|libcudnn|nvjet|cutlass|xmma|cudnn_generated|cudnn::|cublasLt::/) lib++; else own++; rec = "" }
     END { if (rec != "") tally(); if (lib + own) printf "owners    %-40s %d in library code (NCCL, cuBLAS, cuDNN), %d in ours\n", f, lib, own }' "$f"
 done | tee -a "$S"
