@@ -30,10 +30,10 @@
 #        sessions 10-13, with the known class below)
 #        The tool "none" runs the reduced test without a sanitizer: its time is the floor of each run;
 #        "racecheck-all" is racecheck of every kernel whatever SAN_LIB says.
-#        Measured at 51368aa (H100, results/h100-sanitize-session13.log): the exclusion made synccheck of
-#        every binary take 1-12 s, all clean; but racecheck with it ends in "Internal Sanitizer Error: The
-#        Sanitizer failed to handle a hardware exception" (then cudaErrorIllegalAddress) in each binary
-#        of 12, at some cuBLAS or cuDNN kernel it left unchecked (gpu_gpt, gpu_comm, gpu_ops_mixed
+#        Measured at 51368aa (H100, results/h100-h200-sanitize-session13.log): the exclusion made synccheck of
+#        the 17 binaries it reached take 1-12 s, all clean; but racecheck with it ends in "Internal Sanitizer Error: The
+#        Sanitizer failed to handle a hardware exception" (then cudaErrorIllegalAddress) in 12 binaries,
+#        at some cuBLAS or cuDNN kernel it left unchecked (gpu_gpt, gpu_comm, gpu_ops_mixed
 #        and gpu_lt_table passed with it), as session 10's kns=nvjet_ filter did: those binaries need
 #        racecheck-all, which is slow on the same kernels.
 # A pass split over device calls: one call per shard, each appending its summary; concatenate the
