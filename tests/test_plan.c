@@ -324,6 +324,15 @@ static void test_fit_and_max_batch(const mo_run_env *env) {
     CHECK(best == 0);
 }
 
+// A measured-looking row of r: ok, on the cuda backend of an "NVIDIA H200" (the caller sets its times)
+static void h200_row(mo_csv_row *row, const mo_run_config *r) {
+    mo_csv_row_init(row);
+    mo_csv_row_from_config(row, r, 0);
+    snprintf(row->backend, sizeof row->backend, "cuda");
+    snprintf(row->device_name, sizeof row->device_name, "NVIDIA H200");
+    snprintf(row->status, sizeof row->status, "ok");
+}
+
 // 8 H200 rows of precision p (both attention forms, ckpt none / full, accum 1 / 2) whose step times are
 // the roofline's at GEMM efficiency eg and memory efficiency em (the fused 16-bit attention, kern_s,
 // at its own stated rate): a fit must give eg and em back. Returns the row count.
@@ -339,11 +348,7 @@ static int synthetic_rows(mo_csv_row rows[8], const mo_gpu_spec *g, mo_precision
                 r.accum = acc;
                 mo_roofline f;
                 mo_roofline_step(&r, g, &f);
-                mo_csv_row_init(&rows[k]);
-                mo_csv_row_from_config(&rows[k], &r, 0);
-                snprintf(rows[k].backend, sizeof rows[k].backend, "cuda");
-                snprintf(rows[k].device_name, sizeof rows[k].device_name, "NVIDIA H200");
-                snprintf(rows[k].status, sizeof rows[k].status, "ok");
+                h200_row(&rows[k], &r);
                 rows[k].step_ms = 1e3 * (f.gemm_s / eg + f.mem_s / em + f.kern_s);
                 k++;
             }
@@ -465,11 +470,7 @@ static void test_host_calibration(void) {
         if (i == 5) r.tp = 2;
         mo_roofline f;
         mo_roofline_step(&r, g, &f);
-        mo_csv_row_init(&rows[i]);
-        mo_csv_row_from_config(&rows[i], &r, 0);
-        snprintf(rows[i].backend, sizeof rows[i].backend, "cuda");
-        snprintf(rows[i].device_name, sizeof rows[i].device_name, "NVIDIA H200");
-        snprintf(rows[i].status, sizeof rows[i].status, "ok");
+        h200_row(&rows[i], &r);
         snprintf(rows[i].knobs, sizeof rows[i].knobs, "%s", knobs[i]);
         const double host = f.host_work_bytes / (1e9 * mo_plan_host_gbs(mo_plan_row_host_threads(knobs[i])) * eff);
         // the chunked and split rows far off: counted, they would move the scale
