@@ -3,6 +3,7 @@
 // backward recomputes P = exp(s - lse) for each (query, key) pair, once in a pass by key (dk, dv) and
 // once in a pass by query (dq), as FlashAttention-2 splits them. Sums in double.
 #include "attention_fused.h"
+#include "attention_fused_gemm.h"
 #include "attention_fused_tf32.h"
 
 #include <math.h>
@@ -14,6 +15,14 @@ size_t mo_attention_fused_backward_scratch_bytes(int B, int T, int C, int NH) {
     (void)C;
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
     return (size_t)B * NH * T * sizeof(float);
+}
+
+// The scratch the op takes on every backend: the blocked GEMMs' (attention_fused_gemm.h) where they run
+// (fp32 data, MEMOPT_ATTN_FUSED32=gemm, the default), else the flash kernels' (none forward, D backward).
+// Both start with D (B, NH, T) in the backward, where the cpu reference keeps it.
+size_t mo_attention_fused_scratch_bytes(const mo_ctx *c, int backward, int B, int T, int C, int NH) {
+    if (c->attn_fused32 == MO_ATTN_FUSED32_GEMM) return mo_attn_fused_gemm_scratch_bytes(c, backward, B, T, C, NH);
+    return backward ? mo_attention_fused_backward_scratch_bytes(B, T, C, NH) : 0;
 }
 
 static mo_status fused_check_shape(const char *op, int B, int T, int C, int NH) {
@@ -126,35 +135,48 @@ mo_status attention_fused_backward_cpu(float *dqkv, float *Dbuf, const float *do
 mo_status mo_attention_fused_forward(mo_ctx *c, float *out, float *lse, const float *qkv, int B, int T, int C,
                                      int NH) {
     MO_TRY(fused_check_shape("attention_fused_forward", B, T, C, NH));
-    mo_cost_attention_fused_forward(c, 4, B, T, C, NH);
+    const int gemm = c->attn_fused32 == MO_ATTN_FUSED32_GEMM;
+    void *scratch = NULL;
+    const size_t sb = mo_attention_fused_scratch_bytes(c, 0, B, T, C, NH);
+    if (sb) MO_TRY(mo_scratch_alloc(c, sb, &scratch));
+    if (gemm) mo_cost_attention_fused_gemm(c, 0, B, T, C, NH);
+    else mo_cost_attention_fused_forward(c, 4, B, T, C, NH);
+    mo_status st;
     switch (c->backend) {
-    case MO_BACKEND_CPU: return attention_fused_forward_cpu(out, lse, qkv, B, T, C, NH);
+    case MO_BACKEND_CPU: st = attention_fused_forward_cpu(out, lse, qkv, B, T, C, NH); break;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        if (c->tf32 && c->attn_tf32) return attention_fused_tf32_forward_cuda(c, out, lse, qkv, B, T, C, NH);
-        return attention_fused_forward_cuda(c, out, lse, qkv, B, T, C, NH);
+        st = gemm                     ? attention_fused_gemm_forward_cuda(c, out, lse, qkv, scratch, B, T, C, NH)
+             : c->tf32 && c->attn_tf32 ? attention_fused_tf32_forward_cuda(c, out, lse, qkv, B, T, C, NH)
+                                       : attention_fused_forward_cuda(c, out, lse, qkv, B, T, C, NH);
 #else
-        return MO_FAIL(MO_ERR_UNSUPPORTED, "attention_fused_forward: this build has no CUDA");
+        st = MO_FAIL(MO_ERR_UNSUPPORTED, "attention_fused_forward: this build has no CUDA");
 #endif
-    case MO_BACKEND_DRY: return MO_OK;
+        break;
+    case MO_BACKEND_DRY: st = MO_OK; break;
+    default: st = MO_FAIL(MO_ERR_INTERNAL, "attention_fused_forward: unknown backend %d", (int)c->backend); break;
     }
-    return MO_FAIL(MO_ERR_INTERNAL, "attention_fused_forward: unknown backend %d", (int)c->backend);
+    mo_status st2 = sb ? mo_scratch_free(c, scratch) : MO_OK;
+    return st != MO_OK ? st : st2;
 }
 
 mo_status mo_attention_fused_backward(mo_ctx *c, float *dqkv, const float *dout, const float *qkv,
                                       const float *out, const float *lse, int B, int T, int C, int NH) {
     MO_TRY(fused_check_shape("attention_fused_backward", B, T, C, NH));
     void *scratch = NULL;
-    MO_TRY(mo_scratch_alloc(c, mo_attention_fused_backward_scratch_bytes(B, T, C, NH), &scratch));
+    const int gemm = c->attn_fused32 == MO_ATTN_FUSED32_GEMM;
+    MO_TRY(mo_scratch_alloc(c, mo_attention_fused_scratch_bytes(c, 1, B, T, C, NH), &scratch));
     mo_status st;
-    mo_cost_attention_fused_backward(c, 4, B, T, C, NH);
+    if (gemm) mo_cost_attention_fused_gemm(c, 1, B, T, C, NH);
+    else mo_cost_attention_fused_backward(c, 4, B, T, C, NH);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = attention_fused_backward_cpu(dqkv, (float *)scratch, dout, qkv, out, lse, B, T, C, NH);
         break;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        st = c->tf32 && c->attn_tf32
+        st = gemm ? attention_fused_gemm_backward_cuda(c, dqkv, dout, qkv, out, lse, scratch, B, T, C, NH)
+             : c->tf32 && c->attn_tf32
                  ? attention_fused_tf32_backward_cuda(c, dqkv, dout, qkv, out, lse, scratch, B, T, C, NH)
                  : attention_fused_backward_cuda(c, dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
 #else

@@ -3,6 +3,7 @@
 // gradients of weights at 4 bytes, read and written: 8 per element); a memory-bound op its reads and
 // writes. They are what the planner's roofline takes (bench/planner_roofline.c).
 #include "cost.h"
+#include "attention_fused_gemm.h"
 
 #include <stdlib.h>
 #include "attention.h" // which shapes the fp32 score kernel takes, its tile
@@ -143,6 +144,28 @@ void mo_cost_attention_fused_forward(mo_ctx *c, int e, int B, int T, int C, int 
     if (!c->trace) return;
     double NC = (double)B * T * C, qk = 2.0 * B * T * T * C;
     mo_cost_record(c, "attn_fused_fwd", MO_COST_ATTENTION, 0.5 * 2 * qk, e * 4 * NC + 4.0 * B * NH * T);
+}
+
+// The blocked GEMMs over query chunks of L rows compute the chunks' share f of the T x T products (as
+// the materialized attention's causal chunks); each chunk's score rows round-trip through the scratch
+// buffer (written by a GEMM, read and written by a row kernel, read by the next GEMMs).
+void mo_cost_attention_fused_gemm(mo_ctx *c, int backward, int B, int T, int C, int NH) {
+    if (!c->trace) return;
+    const double NC = (double)B * T * C, qk = 2.0 * B * T * T * C, S = (double)B * NH * T * T;
+    const double f = mo_cost_block_share(T, mo_attn_fused_gemm_rows(c, B, T, NH));
+    if (!backward) {
+        mo_cost_record(c, "attn_fg_scores", MO_COST_GEMM, qk * f, 4 * (2 * NC + f * S));
+        mo_cost_record(c, "attn_fg_softmax", MO_COST_MEMORY, 5 * f * S, 4 * 2 * f * S);
+        mo_cost_record(c, "attn_fg_pv", MO_COST_GEMM, qk * f, 4 * (f * S + 2 * NC));
+        return;
+    }
+    mo_cost_record(c, "attn_fg_rowdot", MO_COST_MEMORY, 2 * NC, 4 * 2 * NC);
+    mo_cost_record(c, "attn_fg_scores", MO_COST_GEMM, qk * f, 4 * (2 * NC + f * S));
+    mo_cost_record(c, "attn_fg_dp", MO_COST_GEMM, qk * f, 4 * (2 * NC + f * S));
+    mo_cost_record(c, "attn_fg_dsoftmax", MO_COST_MEMORY, 6 * f * S, 4 * 4 * f * S);
+    mo_cost_record(c, "attn_fg_dv", MO_COST_GEMM, qk * f, 4 * (f * S + 2 * NC));
+    mo_cost_record(c, "attn_fg_dq", MO_COST_GEMM, qk * f, 4 * (f * S + 2 * NC));
+    mo_cost_record(c, "attn_fg_dk", MO_COST_GEMM, qk * f, 4 * (f * S + 2 * NC));
 }
 
 // D = rowsum(dout * out); the dk/dv kernel and the dq kernel each recompute the scores and dP (8

@@ -87,6 +87,8 @@ void mo_cost_attention_backward(mo_ctx *c, int e, int B, int T, int C, int NH, i
 // the dq kernels, each recomputing the scores.
 void mo_cost_attention_fused_forward(mo_ctx *c, int e, int B, int T, int C, int NH);
 void mo_cost_attention_fused_backward(mo_ctx *c, int e, int B, int T, int C, int NH);
+// the blocked-GEMM fused attention on fp32 data (attention_fused_gemm.h), forward (backward 0) or backward
+void mo_cost_attention_fused_gemm(mo_ctx *c, int backward, int B, int T, int C, int NH);
 
 // The share of the T x T products computed when the queries run in blocks of r rows, block [i0, i1)
 // over keys [0, i1): sum of rows * i1 over T^2.

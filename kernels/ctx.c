@@ -1,4 +1,5 @@
 #include "ctx.h"
+#include "attention_fused_gemm.h"
 #include "attention_cudnn.h"
 #include "cost.h"
 #include "copy_stream.h"
@@ -131,6 +132,13 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_ATTN_IMPL=%s: expected own or cudnn", ai);
     }
     c->attn_impl = ai && strcmp(ai, "cudnn") == 0 ? MO_ATTN_IMPL_CUDNN : MO_ATTN_IMPL_OWN;
+    // which fused attention runs on fp32 data: refused when unknown, as above
+    const char *af = getenv("MEMOPT_ATTN_FUSED32");
+    if (af && *af && strcmp(af, "gemm") != 0 && strcmp(af, "own") != 0) {
+        free(c);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_ATTN_FUSED32=%s: expected gemm or own", af);
+    }
+    c->attn_fused32 = af && strcmp(af, "own") == 0 ? MO_ATTN_FUSED32_OWN : MO_ATTN_FUSED32_GEMM;
     const char *mw = getenv("MEMOPT_MARK_LIB_WRITES");
     if (mw && *mw && strcmp(mw, "0") != 0 && strcmp(mw, "1") != 0) {
         free(c);

@@ -8,6 +8,7 @@
 static const mo_knob knobs[] = {
     {"MEMOPT_ATTN_CHUNK_ROWS", "N: the materialized attention's causal chunk length (ctx.c)"},
     {"MEMOPT_ATTN_DPRE", "0: the fp32 softmax backward as its own pass, not in the datt GEMM's epilogue"},
+    {"MEMOPT_ATTN_FUSED32", "gemm|own: the fp32/tf32 fused attention's engine, blocked cuBLAS GEMMs (default) or the flash kernels"},
     {"MEMOPT_ATTN_GEMM", "strided|batched: how the materialized attention's GEMMs get their operands"},
     {"MEMOPT_ATTN_IMPL", "own|cudnn: the 16-bit fused attention's engine, the suite's kernels or cuDNN's fused SDPA"},
     {"MEMOPT_ATTN_SCORES", "cublas|own: the fp32 score GEMMs' engine"},

@@ -106,7 +106,9 @@ size_t mo_encoder_backward_scratch_bytes(int B, int T);
 size_t mo_layernorm_backward_scratch_bytes(int N, int C);
 size_t mo_attention_forward_scratch_bytes(int B, int T, int C, int NH);
 size_t mo_attention_backward_scratch_bytes(int B, int T, int C, int NH);
-size_t mo_attention_fused_backward_scratch_bytes(int B, int T, int C, int NH);
+size_t mo_attention_fused_backward_scratch_bytes(int B, int T, int C, int NH); // the flash kernels' backward
+// What mo_attention_fused_forward (backward 0) / _backward (1) take under c's engine (attention_fused.c)
+size_t mo_attention_fused_scratch_bytes(const mo_ctx *c, int backward, int B, int T, int C, int NH);
 size_t mo_sumsq_scratch_bytes(size_t n);
 
 #ifdef __cplusplus

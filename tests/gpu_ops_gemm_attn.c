@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/attention_fused_gemm.h"
 #include "kernels/ops.h"
 #include "strategies/alloc.h"
 #include "tests/testlib.h"
@@ -254,11 +255,11 @@ static void gpu_attention(const at_shape *s) {
     float *d_dqkv = dnew(nqkv), *d_lse = dnew(nlse);
     float *d_att_in = dup_dev(att_ref, natt), *d_fout_in = dup_dev(fout_ref, nout), *d_lse_in = dup_dev(lse_ref, nlse);
     float *d_out_in = dup_dev(out_ref, nout);
-    float *got_out[2], *got_att[2], *got_dqkv[2], *got_lse[2], *fused_fp32[3];
+    float *got_out[2], *got_att[2], *got_dqkv[2], *got_lse[2], *fused_fp32[3][3];
     for (int r = 0; r < 2; r++) {
         got_out[r] = hnew(nout); got_att[r] = hnew(natt); got_dqkv[r] = hnew(nqkv); got_lse[r] = hnew(nlse);
     }
-    fused_fp32[0] = hnew(nout); fused_fp32[1] = hnew(nlse); fused_fp32[2] = hnew(nqkv);
+    for (int e = 0; e < 3; e++) { fused_fp32[e][0] = hnew(nout); fused_fp32[e][1] = hnew(nlse); fused_fp32[e][2] = hnew(nqkv); }
     const double tol = tol_fp32(T > C / NH ? T : C / NH);
     char label[160];
     for (int tf32 = 0; tf32 <= 1; tf32++) {
@@ -298,59 +299,73 @@ static void gpu_attention(const at_shape *s) {
             check_same(label, got_dqkv[0], got_dqkv[1], nqkv);
         }
 
-        // fused (tf32: the tensor-core kernels; fp32 tolerance without)
-        const double ftol = tf32 ? ATTN_TF32_TOL : tol;
-        for (int r = 0; r < 2; r++) {
-            dpoison(d_out, nout);
-            dpoison(d_lse, nlse);
-            if (r) tstart();
-            CHECK_OK(mo_attention_fused_forward(gc, d_out, d_lse, d_qkv, B, T, C, NH));
-            if (r) tstop();
-            d2h(got_out[r], d_out, nout);
-            d2h(got_lse[r], d_lse, nlse);
+        // fused, on each engine (attention_fused_gemm.h): the flash kernels (tf32: their tensor-core form),
+        // the blocked GEMMs in their default chunks, and in chunks of about T / 3 rows (a short last
+        // chunk, rows not a multiple of 4 where T / 3 + 1 is not); fp32 tolerance without tf32
+        const int engines[3][2] = {{MO_ATTN_FUSED32_OWN, 0}, {MO_ATTN_FUSED32_GEMM, 0},
+                                   {MO_ATTN_FUSED32_GEMM, T > 3 ? T / 3 + 1 : 1}};
+        for (int e = 0; e < 3; e++) {
+            gc->attn_fused32 = engines[e][0];
+            gc->attn_fused_rows = engines[e][1];
+            char eng[48];
+            snprintf(eng, sizeof eng, "%s, %s rows %d", prec, e ? "gemm" : "own",
+                     e ? mo_attn_fused_gemm_rows(gc, B, T, NH) : 0);
+            const double ftol = tf32 ? ATTN_TF32_TOL : tol;
+            for (int r = 0; r < 2; r++) {
+                dpoison(d_out, nout);
+                dpoison(d_lse, nlse);
+                if (r) tstart();
+                CHECK_OK(mo_attention_fused_forward(gc, d_out, d_lse, d_qkv, B, T, C, NH));
+                if (r) tstop();
+                d2h(got_out[r], d_out, nout);
+                d2h(got_lse[r], d_lse, nlse);
+            }
+            printf("  fused forward %s %.3f ms\n", eng, timer_ms);
+            snprintf(label, sizeof label, "%s fused out (%s)", s->what, eng);
+            CHECK_REL_L(label, got_out[0], fout_ref, nout, ftol);
+            check_same(label, got_out[0], got_out[1], nout);
+            snprintf(label, sizeof label, "%s fused lse (%s)", s->what, eng);
+            CHECK_REL_L(label, got_lse[0], lse_ref, nlse, ftol);
+            check_same(label, got_lse[0], got_lse[1], nlse);
+            for (int r = 0; r < 2; r++) {
+                dpoison(d_dqkv, nqkv);
+                if (r) tstart();
+                CHECK_OK(mo_attention_fused_backward(gc, d_dqkv, d_dout, d_qkv, d_fout_in, d_lse_in, B, T, C, NH));
+                if (r) tstop();
+                d2h(got_dqkv[r], d_dqkv, nqkv);
+            }
+            printf("  fused backward %s %.3f ms\n", eng, timer_ms);
+            snprintf(label, sizeof label, "%s fused dqkv (%s)", s->what, eng);
+            CHECK_REL_L(label, got_dqkv[0], fdqkv_ref, nqkv, ftol);
+            check_same(label, got_dqkv[0], got_dqkv[1], nqkv);
+            if (!tf32) {
+                memcpy(fused_fp32[e][0], got_out[0], nout * sizeof(float));
+                memcpy(fused_fp32[e][1], got_lse[0], nlse * sizeof(float));
+                memcpy(fused_fp32[e][2], got_dqkv[0], nqkv * sizeof(float));
+            } else { // MEMOPT_ATTN_TF32=0: the fp32 (CUDA-core) form under tf32, the same bits as fp32
+                gc->attn_tf32 = 0;
+                dpoison(d_out, nout);
+                dpoison(d_lse, nlse);
+                dpoison(d_dqkv, nqkv);
+                CHECK_OK(mo_attention_fused_forward(gc, d_out, d_lse, d_qkv, B, T, C, NH));
+                CHECK_OK(mo_attention_fused_backward(gc, d_dqkv, d_dout, d_qkv, d_fout_in, d_lse_in, B, T, C, NH));
+                gc->attn_tf32 = 1;
+                d2h(got_out[0], d_out, nout);
+                d2h(got_lse[0], d_lse, nlse);
+                d2h(got_dqkv[0], d_dqkv, nqkv);
+                CHECK_MSG(memcmp(fused_fp32[e][0], got_out[0], nout * sizeof(float)) == 0 &&
+                              memcmp(fused_fp32[e][1], got_lse[0], nlse * sizeof(float)) == 0 &&
+                              memcmp(fused_fp32[e][2], got_dqkv[0], nqkv * sizeof(float)) == 0,
+                          "%s: fused attention (%s, attn_tf32 0) changed with ctx->tf32", s->what, eng);
+            }
         }
-        printf("  fused forward %s %.3f ms\n", prec, timer_ms);
-        snprintf(label, sizeof label, "%s fused out (%s)", s->what, prec);
-        CHECK_REL_L(label, got_out[0], fout_ref, nout, ftol);
-        check_same(label, got_out[0], got_out[1], nout);
-        snprintf(label, sizeof label, "%s fused lse (%s)", s->what, prec);
-        CHECK_REL_L(label, got_lse[0], lse_ref, nlse, ftol);
-        check_same(label, got_lse[0], got_lse[1], nlse);
-        for (int r = 0; r < 2; r++) {
-            dpoison(d_dqkv, nqkv);
-            if (r) tstart();
-            CHECK_OK(mo_attention_fused_backward(gc, d_dqkv, d_dout, d_qkv, d_fout_in, d_lse_in, B, T, C, NH));
-            if (r) tstop();
-            d2h(got_dqkv[r], d_dqkv, nqkv);
-        }
-        printf("  fused backward %s %.3f ms\n", prec, timer_ms);
-        snprintf(label, sizeof label, "%s fused dqkv (%s)", s->what, prec);
-        CHECK_REL_L(label, got_dqkv[0], fdqkv_ref, nqkv, ftol);
-        check_same(label, got_dqkv[0], got_dqkv[1], nqkv);
-        if (!tf32) {
-            memcpy(fused_fp32[0], got_out[0], nout * sizeof(float));
-            memcpy(fused_fp32[1], got_lse[0], nlse * sizeof(float));
-            memcpy(fused_fp32[2], got_dqkv[0], nqkv * sizeof(float));
-        } else { // MEMOPT_ATTN_TF32=0: the fp32 CUDA-core kernels under tf32, the same bits as fp32
-            gc->attn_tf32 = 0;
-            dpoison(d_out, nout);
-            dpoison(d_lse, nlse);
-            dpoison(d_dqkv, nqkv);
-            CHECK_OK(mo_attention_fused_forward(gc, d_out, d_lse, d_qkv, B, T, C, NH));
-            CHECK_OK(mo_attention_fused_backward(gc, d_dqkv, d_dout, d_qkv, d_fout_in, d_lse_in, B, T, C, NH));
-            gc->attn_tf32 = 1;
-            d2h(got_out[0], d_out, nout);
-            d2h(got_lse[0], d_lse, nlse);
-            d2h(got_dqkv[0], d_dqkv, nqkv);
-            CHECK_MSG(memcmp(fused_fp32[0], got_out[0], nout * sizeof(float)) == 0 &&
-                          memcmp(fused_fp32[1], got_lse[0], nlse * sizeof(float)) == 0 &&
-                          memcmp(fused_fp32[2], got_dqkv[0], nqkv * sizeof(float)) == 0,
-                      "%s: fused attention (attn_tf32 0) changed with ctx->tf32", s->what);
-        }
+        gc->attn_fused32 = MO_ATTN_FUSED32_GEMM;
+        gc->attn_fused_rows = 0;
     }
     gc->tf32 = 0;
     for (int r = 0; r < 2; r++) { free(got_out[r]); free(got_att[r]); free(got_dqkv[r]); free(got_lse[r]); }
-    for (int i = 0; i < 3; i++) free(fused_fp32[i]);
+    for (int e = 0; e < 3; e++)
+        for (int i = 0; i < 3; i++) free(fused_fp32[e][i]);
     dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_att); dfree(d_dqkv); dfree(d_lse);
     dfree(d_att_in); dfree(d_fout_in); dfree(d_lse_in); dfree(d_out_in);
     free(qkv); free(dout); free(out_ref); free(att_ref); free(dqkv_ref); free(fout_ref); free(lse_ref); free(fdqkv_ref);
@@ -474,6 +489,53 @@ static void gpu_attention_dpreatt(const sc_shape *s) { (void)s; }
 static void gpu_attention_scores_refusals(void) {}
 #endif
 
+// The blocked-GEMM fused attention's chunk rows at GPT-2 124M's whole shape (B 8, T 1024, C 768, NH 12),
+// fp32 and tf32: forward + backward per layer, median of 5, beside the flash kernels (the numbers behind
+// MO_ATTN_FUSED_GEMM_BUDGET; a measurement, no threshold). Each chunk length's dqkv must stay within the
+// op's tolerance of the default chunks' (the same sums, cut at other rows).
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+static void gpu_fused_gemm_rows_timing(void) {
+    const int B = 8, T = 1024, C = 768, NH = 12;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    printf("fused attention engines at B=%d T=%d C=%d NH=%d (forward + backward, median of 5)\n", B, T, C, NH);
+    float *qkv = hrand(nqkv, -2, 2), *dout = hrand(nout, -1, 1);
+    float *d_qkv = dup_dev(qkv, nqkv), *d_dout = dup_dev(dout, nout), *d_out = dnew(nout), *d_lse = dnew(nlse);
+    float *d_dqkv = dnew(nqkv), *ref = hnew(nqkv), *got = hnew(nqkv);
+    const int rows[] = {0, 64, 128, 256, 512, 1024, -1}; // 0: the default; -1: the flash kernels
+    for (int tf32 = 0; tf32 <= 1; tf32++) {
+        gc->tf32 = tf32;
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            gc->attn_fused32 = rows[i] < 0 ? MO_ATTN_FUSED32_OWN : MO_ATTN_FUSED32_GEMM;
+            gc->attn_fused_rows = rows[i] > 0 ? rows[i] : 0;
+            float ms[5];
+            for (int r = 0; r < 6; r++) { // the first run warms up (plans, allocator)
+                if (r) tstart();
+                CHECK_OK(mo_attention_fused_forward(gc, d_out, d_lse, d_qkv, B, T, C, NH));
+                CHECK_OK(mo_attention_fused_backward(gc, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
+                if (r) { tstop(); ms[r - 1] = (float)timer_ms; }
+            }
+            qsort(ms, 5, sizeof ms[0], cmp_float);
+            if (rows[i] < 0) printf("  %s own (flash kernels): %.3f ms\n", tf32 ? "tf32" : "fp32", ms[2]);
+            else printf("  %s gemm rows %d%s: %.3f ms\n", tf32 ? "tf32" : "fp32", mo_attn_fused_gemm_rows(gc, B, T, NH),
+                        rows[i] ? "" : " (default)", ms[2]);
+            d2h(i ? got : ref, d_dqkv, nqkv);
+            if (i) {
+                char label[96];
+                snprintf(label, sizeof label, "GPT-2 dqkv, rows %d against the default (%s)", rows[i], tf32 ? "tf32" : "fp32");
+                CHECK_REL_L(label, got, ref, nqkv, 2 * (tf32 ? ATTN_TF32_TOL : tol_fp32(T))); // each within tol of the reference
+            }
+        }
+    }
+    gc->tf32 = 0;
+    gc->attn_fused32 = MO_ATTN_FUSED32_GEMM;
+    gc->attn_fused_rows = 0;
+    dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_lse); dfree(d_dqkv);
+    free(qkv); free(dout); free(ref); free(got);
+}
+
 // MEMOPT_TEST_REDUCED (compute-sanitizer): the GPT-2-sized cases at a fraction of their size, every other
 // case as it is. GEMMs: N (rows) / 8 at 128 rows and more (1024 -> 128, the lm head 128 -> 16; C, OC and so the
 // alignment, the fused epilogues and the dgelu width stay); attention at the GPT-2 head size HS 64 with
@@ -544,6 +606,7 @@ int main(void) {
     };
     reduce_at(at, sizeof at / sizeof at[0]);
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) gpu_attention(&at[i]);
+    if (!reduced) gpu_fused_gemm_rows_timing();
 
     sc_shape sc[] = {
         {2, 1024, 12, 1, "gpt2 in place"},

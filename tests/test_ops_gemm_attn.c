@@ -10,6 +10,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_fused.h"
 #include "kernels/matmul.h"
+#include "kernels/attention_fused_gemm.h"
 #include "kernels/ops.h"
 #include "strategies/alloc.h"
 #include "tests/testlib.h"
@@ -265,6 +266,28 @@ static void test_shapes(void) {
     // GPT-2 small, B=8 T=1024: the materialized backward scratch is 1.1 GiB, the fused one 384 KiB
     CHECK_EQ_U64(mo_attention_backward_scratch_bytes(8, 1024, 768, 12), (6ull * 8 * 1024 * 768 + 8ull * 12 * 1024 * 1024) * 4);
     CHECK_EQ_U64(mo_attention_fused_backward_scratch_bytes(8, 1024, 768, 12), 8ull * 12 * 1024 * 4);
+
+    // The blocked-GEMM fused attention (attention_fused_gemm.h): GPT-2 small B=8 T=1024 (B*NH = 96): a
+    // query row in both buffers is 2 * 96 * 1024 * 4 = 768 KiB, so 128 MiB takes 170 rows, 128 as a
+    // multiple of 64: 8 chunks. Forward: one (96, 128, 1024) buffer + 3 * 2 jobs * 8 chunks * 96 pointers;
+    // backward: D (96, 1024) + two buffers + 3 * 5 * 8 * 96 pointers.
+    mo_ctx *z = calloc(1, sizeof *z); // the defaults: gemm engine, no test override
+    CHECK_EQ_U64(z->attn_fused32, MO_ATTN_FUSED32_GEMM);
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 8, 1024, 12), 128);
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 2, 1024, 12), 640); // micro-batch 2: 682 rows fit
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 64, 1), 64);     // at most T
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 64, 4096, 16), 64); // at least 64
+    CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 0, 8, 1024, 768, 12), 96ull * 128 * 1024 * 4 + 3 * 2 * 8 * 96 * 8);
+    CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 1, 8, 1024, 768, 12),
+                 96ull * 1024 * 4 + 2 * 96ull * 128 * 1024 * 4 + 3 * 5 * 8 * 96 * 8);
+    z->attn_fused_rows = 7; // B=2 T=9 NH=3: chunks of 7 and 2 rows; each part rounded up to 256 bytes
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 2, 9, 3), 7);
+    CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 0, 2, 9, 12, 3), 1536 + 768);          // 6*7*9*4, 3*2*2*6*8
+    CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 1, 2, 9, 12, 3), 256 + 2 * 1536 + 1536); // 6*9*4, 3*5*2*6*8
+    z->attn_fused32 = MO_ATTN_FUSED32_OWN; // the flash kernels: none forward, D backward
+    CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 0, 2, 9, 12, 3), 0);
+    CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 1, 2, 9, 12, 3), 6 * 9 * 4);
+    free(z);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -274,12 +297,16 @@ static const char *op_names[OP_COUNT] = {"matmul_forward", "matmul_backward", "a
                                          "attention_backward", "attention_fused_forward",
                                          "attention_fused_backward"};
 
+static int g_fused32, g_fused_rows; // the fused attention's engine and chunk rows for run_on's ctx
+
 static void run_on(mo_backend_kind kind, int op, mo_alloc_stats *before, mo_alloc_stats *peak, mo_alloc_stats *after) {
     const int B = 2, T = 9, C = 12, NH = 3, N = B * T, OC = 20;
     mo_allocator *a;
     mo_ctx *c;
     if (!CHECK_OK(mo_allocator_create(&a, MO_ALLOC_CACHING, kind, 0, NULL))) return;
     if (!CHECK_OK(mo_ctx_create(&c, kind, a))) { mo_allocator_destroy(a); return; }
+    c->attn_fused32 = g_fused32;
+    c->attn_fused_rows = g_fused_rows;
     const size_t sizes[8] = {(size_t)N * 3 * C, (size_t)N * C, (size_t)B * NH * T * T, (size_t)B * NH * T,
                              (size_t)N * 3 * C, (size_t)OC * C, (size_t)OC, (size_t)N * OC};
     float *p[8] = {0};
@@ -310,14 +337,22 @@ static void run_on(mo_backend_kind kind, int op, mo_alloc_stats *before, mo_allo
     mo_allocator_destroy(a);
 }
 
-static void test_dry_peaks(void) {
-    printf("dispatcher contract: scratch on every backend, dry peaks = cpu peaks\n");
+// Ops from first_op on, under the fused attention engine fused32 with chunk rows rows (0: the default)
+static void dry_peaks_under(int fused32, int rows, int first_op) {
+    g_fused32 = fused32;
+    g_fused_rows = rows;
+    mo_ctx *z = calloc(1, sizeof *z);
+    if (!z) { fprintf(stderr, "out of host memory\n"); exit(1); }
+    z->attn_fused32 = fused32;
+    z->attn_fused_rows = rows;
     const size_t want_scratch[OP_COUNT] = {0, mo_matmul_backward_scratch_bytes(18, 20, 1),
                                            mo_attention_forward_scratch_bytes(2, 9, 12, 3),
-                                           mo_attention_backward_scratch_bytes(2, 9, 12, 3), 0,
-                                           mo_attention_fused_backward_scratch_bytes(2, 9, 12, 3)};
-    for (int op = 0; op < OP_COUNT; op++) {
-        mo_alloc_stats b_cpu, p_cpu, a_cpu, b_dry, p_dry, a_dry;
+                                           mo_attention_backward_scratch_bytes(2, 9, 12, 3),
+                                           mo_attention_fused_scratch_bytes(z, 0, 2, 9, 12, 3),
+                                           mo_attention_fused_scratch_bytes(z, 1, 2, 9, 12, 3)};
+    free(z);
+    for (int op = first_op; op < OP_COUNT; op++) {
+        mo_alloc_stats b_cpu = {0}, p_cpu = {0}, a_cpu = {0}, b_dry = {0}, p_dry = {0}, a_dry = {0};
         run_on(MO_BACKEND_CPU, op, &b_cpu, &p_cpu, &a_cpu);
         run_on(MO_BACKEND_DRY, op, &b_dry, &p_dry, &a_dry);
         uint64_t ws_cpu = p_cpu.peak_by_cat[MO_CAT_WORKSPACE] - b_cpu.allocated_by_cat[MO_CAT_WORKSPACE];
@@ -330,6 +365,15 @@ static void test_dry_peaks(void) {
         CHECK_MSG(a_cpu.allocated_bytes == b_cpu.allocated_bytes && a_dry.allocated_bytes == b_dry.allocated_bytes,
                   "%s: scratch not given back", op_names[op]);
     }
+    g_fused32 = MO_ATTN_FUSED32_GEMM;
+    g_fused_rows = 0;
+}
+
+static void test_dry_peaks(void) {
+    printf("dispatcher contract: scratch on every backend, dry peaks = cpu peaks\n");
+    dry_peaks_under(MO_ATTN_FUSED32_OWN, 0, 0); // every op; the fused attention on the flash kernels
+    dry_peaks_under(MO_ATTN_FUSED32_GEMM, 0, OP_FA_FWD); // the blocked GEMMs in one chunk
+    dry_peaks_under(MO_ATTN_FUSED32_GEMM, 7, OP_FA_FWD); // in chunks of 7 and 2 rows
 }
 
 int main(void) {

@@ -25,7 +25,7 @@
 #   the fp32/bf16 x none/segments:4 rows of both, 5 steps after 2 warm-up (the checkpointing claim's ratios);
 #   "convtune" tunes ResNet-50 batch 128's convolutions (MEMOPT_CONV_TUNE=1), writes the lines into
 #   kernels/conv_algo_table.c (copied to OUTDIR) and rebuilds memopt on it; "resnetfast" the TF32 and 16-bit
-#   ResNet-50 rows of memopt and the peer; "resnetprof" --profile per class of the ResNet-50 step (RESNETPROF_PRECS); "resnetab" the ResNet-50 step A/B against RESNET_OLD_TAR; "resnetncu" one ResNet-50 step's kernels under ncu; "attncudnn" the bf16 fused GPT step on the own attention
+#   ResNet-50 rows of memopt and the peer; "resnetprof" --profile per class of the ResNet-50 step (RESNETPROF_PRECS); "resnetab" the ResNet-50 step A/B against RESNET_OLD_TAR; "resnetncu" one ResNet-50 step's kernels under ncu; "attn32" the fp32 / TF32 fused attention's engines (MEMOPT_ATTN_FUSED32) in the GPT-2 124M step beside the materialized rows and PyTorch's; "attncudnn" the bf16 fused GPT step on the own attention
 #   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
@@ -236,6 +236,22 @@ if has resnetfast; then
     --csv "$R/torch-resnet50-fast.csv" "$@" || echo "(peer exit $?: $*)"; }
   PR --precision fp32,bf16 --ckpt none,segments:4
   PR --precision tf32,fp16 --ckpt none
+fi
+if has attn32; then
+  # issue 17: the fused attention's engines on fp32 data (MEMOPT_ATTN_FUSED32: blocked cuBLAS GEMMs, the
+  # default, against the flash kernels) in the whole GPT-2 124M step, fp32 and TF32, the materialized rows
+  # beside, then PyTorch's fp32 / TF32 rows (both attention forms) in the same call
+  csv="$R/attn32.csv"
+  for prec in fp32 tf32; do
+    for e in gemm own; do
+      MEMOPT_ATTN_FUSED32=$e timeout 60 $M run --preset gpt2-124m --precision $prec --attn fused --steps 10 --warmup 3 \
+        --csv "$csv" 2>&1 | grep -E "step:|peak alloc|error" | sed "s/^/$prec fused $e: /"
+    done
+    timeout 60 $M run --preset gpt2-124m --precision $prec --attn materialized --steps 10 --warmup 3 --csv "$csv" 2>&1 |
+      grep -E "step:|peak alloc|error" | sed "s/^/$prec materialized: /"
+  done
+  PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-attn32.csv" \
+    --attn materialized,fused --precision fp32,tf32 2>&1 | tail -8
 fi
 if has attncudnn; then
   # the 16-bit fused attention on the suite's kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), in
