@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "bench/planner.h"
+#include "kernels/knobs.h"
 #include "bench/plot.h"
 #include "models/model.h"
 
@@ -139,7 +140,10 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             mo_clear_error();
         } else if ((!strcmp(r->status, "ok") || !strcmp(r->status, "oom")) && r->peak_allocated_bytes >= 0) {
             mo_csv_row d;
+            char saved[512], ignored[512]; // the dry replay under the row's knobs (an engine's scratch)
+            const int applied = mo_knobs_apply(r->knobs, saved, sizeof saved) == 0;
             st = mo_plan_predict(&rc, &env, &d);
+            if (applied) mo_knobs_apply(saved, ignored, sizeof ignored);
             if (st != MO_OK) break;
             if (strcmp(d.status, "ok") && strcmp(d.status, "oom")) {
                 snprintf(x->why, sizeof x->why, "dry replay: %s: %.120s", d.status, d.detail);
@@ -158,7 +162,7 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             mo_plan_calib cal;
             mo_plan_calib_fit(&cal, g, rows, n, (long)i);
             mo_roofline roof;
-            mo_roofline_step(&rc, g, &roof);
+            mo_plan_row_roofline(r, &rc, g, &roof);
             // the host work at the row's own thread count, not this process's
             if (rc.offload == MO_OFFLOAD_OPTIMIZER) roof.host_s = mo_plan_host_s(&roof, mo_plan_row_host_threads(r->knobs));
             x->compared_time = 1;

@@ -190,6 +190,10 @@ double mo_plan_host_s(const mo_roofline *r, int threads);
 // The ops are the cost trace (kernels/cost.h) of rc's step on the dry backend (mo_plan_trace), so
 // the roofline follows whatever the model and the dispatchers run, recompute and fusions included.
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
+// mo_roofline_step of a results row's configuration rc under the knobs it ran with (its knobs cell,
+// kernels/knobs.h: the engine choices change the trace), not this process's; the environment is put
+// back after
+void mo_plan_row_roofline(const mo_csv_row *row, const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
 // The same from a trace already made (of rc's unsplit step; rc's tp and pp apply the split model).
 void mo_roofline_from_trace(const mo_cost_trace *t, const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);
 // Data parallelism (rc->dp above 1, any ZeRO level), per rank on its own GPU, first order and with

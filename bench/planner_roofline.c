@@ -300,6 +300,13 @@ void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline
     split_of(rc, g, p, out);
 }
 
+void mo_plan_row_roofline(const mo_csv_row *row, const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out) {
+    char saved[512], ignored[512];
+    const int applied = mo_knobs_apply(row->knobs, saved, sizeof saved) == 0;
+    mo_roofline_step(rc, g, out);
+    if (applied) mo_knobs_apply(saved, ignored, sizeof ignored);
+}
+
 void mo_roofline_dp(const mo_run_config *rc, const mo_gpu_spec *g, double comm_bytes_rank, mo_roofline *out) {
     memset(out, 0, sizeof *out);
     if (rc->dp <= 1 || rc->batch % rc->dp || comm_bytes_rank < 0) {
@@ -386,7 +393,7 @@ static void host_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_gpu_catalo
         mo_run_config rc;
         if (mo_plan_config_from_row(&rows[i], &rc) != MO_OK) continue;
         mo_roofline r;
-        mo_roofline_step(&rc, g, &r);
+        mo_plan_row_roofline(&rows[i], &rc, g, &r);
         const int p = rc.precision;
         const double dev = 1e3 * (r.gemm_s / c->eff_gemm[p] + r.mem_s / c->eff_mem[p] + r.kern_s + r.host_copy_s);
         const double planned = 1e3 * mo_plan_host_s(&r, mo_plan_row_host_threads(rows[i].knobs));
@@ -421,7 +428,7 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
             mo_run_config rc;
             if (mo_plan_config_from_row(&rows[i], &rc) != MO_OK) continue;
             mo_roofline r;
-            mo_roofline_step(&rc, g, &r);
+            mo_plan_row_roofline(&rows[i], &rc, g, &r);
             double t = rows[i].step_ms / 1e3, u = r.gemm_s / t, v = r.mem_s / t, y = (t - r.kern_s) / t;
             if (!(y > 0)) continue; // the fused kernels alone would take longer than the step
             suu += u * u; suv += u * v; svv += v * v; su += u * y; sv += v * y;

@@ -46,3 +46,58 @@ const char *mo_knobs_text(char *buf, size_t n) {
     }
     return buf;
 }
+
+// The value of name in a knobs text, copied into v (n bytes); 0 when it is not there
+static int knob_value(const char *text, const char *name, char *v, size_t n) {
+    const size_t len = strlen(name);
+    for (const char *p = text; p && *p;) {
+        const char *end = strchr(p, ';');
+        const size_t item = end ? (size_t)(end - p) : strlen(p);
+        if (item > len && !strncmp(p, name, len) && p[len] == '=') {
+            size_t k = item - len - 1 < n - 1 ? item - len - 1 : n - 1;
+            memcpy(v, p + len + 1, k);
+            v[k] = '\0';
+            return 1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+void mo_knobs_insert(char *text, size_t n, const char *name, const char *value) {
+    char v[8];
+    if (knob_value(text, name, v, sizeof v)) return;
+    char out[512];
+    size_t len = 0;
+    int done = 0;
+    out[0] = '\0';
+    for (const char *p = text; p && *p;) {
+        const char *end = strchr(p, ';');
+        const size_t item = end ? (size_t)(end - p) : strlen(p);
+        char en[64];
+        const size_t el = strcspn(p, "=;");
+        snprintf(en, sizeof en, "%.*s", (int)(el < sizeof en ? el : sizeof en - 1), p);
+        if (!done && strcmp(en, name) > 0) { // the first entry past name: it goes here
+            len += (size_t)snprintf(out + len, sizeof out - len, "%s%s=%s", len ? ";" : "", name, value);
+            done = 1;
+        }
+        if (len < sizeof out) len += (size_t)snprintf(out + len, sizeof out - len, "%s%.*s", len ? ";" : "", (int)item, p);
+        p = end ? end + 1 : NULL;
+    }
+    if (!done && len < sizeof out) len += (size_t)snprintf(out + len, sizeof out - len, "%s%s=%s", len ? ";" : "", name, value);
+    if (len + 1 > n || len >= sizeof out) return;
+    memcpy(text, out, len + 1);
+}
+
+int mo_knobs_apply(const char *text, char *saved, size_t saved_n) {
+    char now[512];
+    mo_knobs_text(now, sizeof now);
+    if (strlen(now) + 1 > saved_n) return -1;
+    memcpy(saved, now, strlen(now) + 1);
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        char v[256];
+        if (knob_value(text, knobs[i].name, v, sizeof v)) setenv(knobs[i].name, v, 1);
+        else unsetenv(knobs[i].name);
+    }
+    return 0;
+}
