@@ -1,6 +1,7 @@
 // Fused causal attention in fp32 / TF32 as blocked batched GEMMs (attention_fused_gemm.cu): what
 // mo_attention_fused_forward / _backward run on cuda for fp32 data when ctx->attn_fused32 is
-// MO_ATTN_FUSED32_GEMM (MEMOPT_ATTN_FUSED32=gemm, the default). Same contract as the flash kernels
+// MO_ATTN_FUSED32_GEMM (MEMOPT_ATTN_FUSED32=gemm; opt-in until it is measured on a GPU: the default stays
+// the flash kernels, MO_ATTN_FUSED32_DEFAULT). Same contract as the flash kernels
 // (attention_fused.h): out and lse (B, NH, T) are all the forward keeps; the backward recomputes.
 //
 // Why: the flash kernels run fp32 on CUDA cores (and TF32 through hand-written mma), while cuBLAS's
@@ -28,9 +29,10 @@
 extern "C" {
 #endif
 
-// ctx->attn_fused32's values (MEMOPT_ATTN_FUSED32=gemm | own)
-#define MO_ATTN_FUSED32_GEMM 0
-#define MO_ATTN_FUSED32_OWN 1
+// ctx->attn_fused32's values (MEMOPT_ATTN_FUSED32=gemm | own) and the default (unset)
+#define MO_ATTN_FUSED32_OWN 0
+#define MO_ATTN_FUSED32_GEMM 1
+#define MO_ATTN_FUSED32_DEFAULT MO_ATTN_FUSED32_OWN
 
 // The scratch budget of the chunk buffers: the backward's two (B*NH, L, T) fp32 buffers fit in it.
 #ifndef MO_ATTN_FUSED_GEMM_BUDGET
