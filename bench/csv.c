@@ -1,6 +1,7 @@
 // The results CSV: one table of columns drives the header, the writer and the reader, so the
 // three cannot drift apart.
 #include "csv.h"
+#include "kernels/knobs.h"
 #include "models/model.h"
 #include "strategies/offload_update.h"
 
