@@ -70,6 +70,9 @@ int mo_knobs_apply(const char *text, char *saved, size_t saved_n) {
     if (strlen(now) + 1 > saved_n) return -1;
     memcpy(saved, now, strlen(now) + 1);
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        // fault injection is read once a process (alloc.c) and would fail the replaying process's own
+        // allocations, not the row's: left as it is
+        if (!strcmp(knobs[i].name, "MEMOPT_FAIL_ALLOC")) continue;
         char v[256];
         if (knob_value(text, knobs[i].name, v, sizeof v)) setenv(knobs[i].name, v, 1);
         else unsetenv(knobs[i].name);

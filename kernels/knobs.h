@@ -26,7 +26,8 @@ const char *mo_knobs_text(char *buf, size_t n);
 
 // Replaying a results row as it ran: sets every knob of the table to its value in text (a row's knobs
 // cell) and unsets the others, after copying the knobs set now into saved (saved_n bytes; a
-// mo_knobs_text); mo_knobs_apply(saved, ...) then puts them back. Returns 0, or -1 when saved is too
+// mo_knobs_text); mo_knobs_apply(saved, ...) then puts them back. MEMOPT_FAIL_ALLOC is left alone
+// (the fault injection is armed once a process, for its own allocations). Returns 0, or -1 when saved is too
 // short to hold them (nothing is changed then).
 int mo_knobs_apply(const char *text, char *saved, size_t saved_n);
 

@@ -457,6 +457,13 @@ static void test_knobs(void) {
     CHECK_MSG(!strcmp(saved, "MEMOPT_BN=cudnn;MEMOPT_CE=loop"), "saved '%s'", saved);
     CHECK(mo_knobs_apply(saved, back, sizeof back) == 0);
     CHECK_MSG(!strcmp(mo_knobs_text(t, sizeof t), "MEMOPT_BN=cudnn;MEMOPT_CE=loop"), "restored '%s'", t);
+    setenv("MEMOPT_FAIL_ALLOC", "7", 1); // fault injection: neither set nor unset by a row
+    CHECK(mo_knobs_apply("MEMOPT_FAIL_ALLOC=3", back, sizeof back) == 0);
+    CHECK_MSG(getenv("MEMOPT_FAIL_ALLOC") && !strcmp(getenv("MEMOPT_FAIL_ALLOC"), "7"), "MEMOPT_FAIL_ALLOC replaced");
+    CHECK(mo_knobs_apply("", saved, sizeof saved) == 0);
+    CHECK_MSG(getenv("MEMOPT_FAIL_ALLOC") && !strcmp(getenv("MEMOPT_FAIL_ALLOC"), "7"), "MEMOPT_FAIL_ALLOC unset");
+    unsetenv("MEMOPT_FAIL_ALLOC");
+    CHECK(mo_knobs_apply(back, saved, sizeof saved) == 0); // back to MEMOPT_BN=cudnn;MEMOPT_CE=loop
     CHECK(mo_knobs_apply("", back, 4) == -1); // the saved copy would not fit: nothing changes
     CHECK_MSG(!strcmp(mo_knobs_text(t, sizeof t), "MEMOPT_BN=cudnn;MEMOPT_CE=loop"), "after a refused apply '%s'", t);
     unsetenv("MEMOPT_BN"); unsetenv("MEMOPT_CE");
