@@ -138,7 +138,9 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
         free(c);
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_ATTN_FUSED32=%s: expected gemm or own", af);
     }
-    c->attn_fused32 = !af || !*af ? MO_ATTN_FUSED32_DEFAULT : strcmp(af, "gemm") == 0 ? MO_ATTN_FUSED32_GEMM : MO_ATTN_FUSED32_OWN;
+    c->attn_fused32 = !af || !*af              ? MO_ATTN_FUSED32_DEFAULT
+                      : strcmp(af, "gemm") == 0 ? MO_ATTN_FUSED32_GEMM
+                                                : MO_ATTN_FUSED32_OWN;
     const char *mw = getenv("MEMOPT_MARK_LIB_WRITES");
     if (mw && *mw && strcmp(mw, "0") != 0 && strcmp(mw, "1") != 0) {
         free(c);
