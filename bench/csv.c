@@ -528,6 +528,10 @@ static void upgrade_row(mo_csv_row *r) {
     if (r->schema_version < 4 && !r->offload[0]) snprintf(r->offload, sizeof r->offload, "none"); // before schema 4: none
     if (r->schema_version < 4 && r->host_bytes < 0) r->host_bytes = 0;
     if (r->schema_version < 6 && r->sp < 0) r->sp = 0; // before schema 6: no sequence parallelism
+    // before schema 7 the fused attention on fp32 data was the flash kernels' (csv.h)
+    if (r->schema_version < 7 && (!r->model[0] || !strcmp(r->model, "gpt")) && !strcmp(r->attn, "fused") &&
+        (!strcmp(r->precision, "fp32") || !strcmp(r->precision, "tf32")) && !strstr(r->knobs, "MEMOPT_ATTN_FUSED32="))
+        mo_knobs_insert(r->knobs, sizeof r->knobs, "MEMOPT_ATTN_FUSED32", "own");
     if (!r->model[0] || !strcmp(r->model, "gpt")) {
         const mo_model_ops *m = mo_model_find("gpt");
         if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {

@@ -30,7 +30,10 @@ extern "C" {
 //    compute stream's wait for it, means over the timed steps), before knobs. Empty in older rows and
 //    wherever nothing was copied.
 // 6: sp (--sp: sequence parallelism over the tp ranks, 0 or 1), before knobs. Older rows read as sp 0.
-#define MO_CSV_SCHEMA_VERSION 6
+// 7: no new column: the fused attention on fp32 data runs the blocked GEMMs by default
+//    (MEMOPT_ATTN_FUSED32, kernels/attention_fused_gemm.h). Older gpt rows with --attn fused in fp32 or
+//    tf32 ran the flash kernels: they read with MEMOPT_ATTN_FUSED32=own in their knobs (unless set).
+#define MO_CSV_SCHEMA_VERSION 7
 #define MO_CSV_SCHEMA_OLDEST 1
 
 typedef struct mo_csv_row {

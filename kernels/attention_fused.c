@@ -18,7 +18,7 @@ size_t mo_attention_fused_backward_scratch_bytes(int B, int T, int C, int NH) {
 }
 
 // The scratch the op takes on every backend: the blocked GEMMs' (attention_fused_gemm.h) where they run
-// (fp32 data, MEMOPT_ATTN_FUSED32=gemm), else the flash kernels' (none forward, D backward).
+// (fp32 data, MEMOPT_ATTN_FUSED32=gemm, the default), else the flash kernels' (none forward, D backward).
 // Both start with D (B, NH, T) in the backward, where the cpu reference keeps it.
 size_t mo_attention_fused_scratch_bytes(const mo_ctx *c, int backward, int B, int T, int C, int NH) {
     if (c->attn_fused32 == MO_ATTN_FUSED32_GEMM) return mo_attn_fused_gemm_scratch_bytes(c, backward, B, T, C, NH);

@@ -10,10 +10,15 @@ int mo_attn_fused_gemm_rows(const mo_ctx *c, int B, int T, int NH) {
     if (c->attn_fused_rows > 0) {
         L = c->attn_fused_rows;
     } else {
-        const size_t row = 2 * (size_t)B * NH * T * sizeof(float); // one query row in both buffers
-        L = (long long)(MO_ATTN_FUSED_GEMM_BUDGET / row);
-        L -= L % 64;
-        if (L < 64) L = 64;
+        const size_t row = 2 * (size_t)T * sizeof(float); // one query row of one head in both buffers
+        long long most = (long long)(MO_ATTN_FUSED_GEMM_HEAD_BUDGET / row);
+        most -= most % 64;
+        if (most < 64) most = 64;
+        // as few chunks as the budget allows, then even ones: 320 rows at most at B 8 T 1024 is 4 chunks
+        // of 256, not 320, 320, 320, 64 (a last chunk of a few rows is a GEMM batch that is mostly launch)
+        const long long G = (T + most - 1) / most;
+        L = (T + G - 1) / G;
+        L = (L + 63) / 64 * 64;
     }
     return L < T ? (int)L : T;
 }

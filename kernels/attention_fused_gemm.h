@@ -1,7 +1,6 @@
 // Fused causal attention in fp32 / TF32 as blocked batched GEMMs (attention_fused_gemm.cu): what
 // mo_attention_fused_forward / _backward run on cuda for fp32 data when ctx->attn_fused32 is
-// MO_ATTN_FUSED32_GEMM (MEMOPT_ATTN_FUSED32=gemm; opt-in until it is measured on a GPU: the default stays
-// the flash kernels, MO_ATTN_FUSED32_DEFAULT). Same contract as the flash kernels
+// MO_ATTN_FUSED32_GEMM (MEMOPT_ATTN_FUSED32=gemm, the default). Same contract as the flash kernels
 // (attention_fused.h): out and lse (B, NH, T) are all the forward keeps; the backward recomputes.
 //
 // Why: the flash kernels run fp32 on CUDA cores (and TF32 through hand-written mma), while cuBLAS's
@@ -29,18 +28,26 @@
 extern "C" {
 #endif
 
-// ctx->attn_fused32's values (MEMOPT_ATTN_FUSED32=gemm | own) and the default (unset)
-#define MO_ATTN_FUSED32_OWN 0
-#define MO_ATTN_FUSED32_GEMM 1
-#define MO_ATTN_FUSED32_DEFAULT MO_ATTN_FUSED32_OWN
+// ctx->attn_fused32's values (MEMOPT_ATTN_FUSED32=gemm | own)
+#define MO_ATTN_FUSED32_GEMM 0
+#define MO_ATTN_FUSED32_OWN 1
+#define MO_ATTN_FUSED32_DEFAULT MO_ATTN_FUSED32_GEMM
 
-// The scratch budget of the chunk buffers: the backward's two (B*NH, L, T) fp32 buffers fit in it.
-#ifndef MO_ATTN_FUSED_GEMM_BUDGET
-#define MO_ATTN_FUSED_GEMM_BUDGET ((size_t)128 << 20)
+// The scratch budget of the chunk buffers, per head (b, h): the backward's two (L, T) fp32 rows of each
+// head fit in it, so the chunk rows L do not shrink as the batch grows and the scratch grows with the
+// batch, as the activations do (a budget for all heads made one 1024-row chunk of 201 MB at micro-batch 2,
+// which raised the peak of ckpt sqrt accum 4 by 135 MB over the flash kernels at GPT-2 124M; 50 MB now).
+// 2.5 MiB: 320 rows of T 1024, so 4 chunks of 256 at GPT-2 T 1024, whose forward + backward took 2.44 ms
+// a layer in fp32 and 1.57 in TF32 on the H100 at B 8 against 2.69 / 1.75 at 128 rows, 3.28 / 2.12 at 64,
+// 2.61 / 1.60 at 512 and 3.11 / 1.86 at 1024 (gpu_ops_gemm_attn's rows timing,
+// results/h100-gputest-4dd646c.log).
+#ifndef MO_ATTN_FUSED_GEMM_HEAD_BUDGET
+#define MO_ATTN_FUSED_GEMM_HEAD_BUDGET ((size_t)5 << 19)
 #endif
 
-// Query rows a chunk: ctx->attn_fused_rows when set (tests), else the most rows, a multiple of 64, whose
-// two buffers fit MO_ATTN_FUSED_GEMM_BUDGET (at least 64); at most T. Pure C, every backend.
+// Query rows a chunk: ctx->attn_fused_rows when set (tests), else, with G the fewest chunks whose rows (a
+// multiple of 64, at least 64) fit MO_ATTN_FUSED_GEMM_HEAD_BUDGET, T / G rows rounded up to a multiple of
+// 64; at most T. Pure C, every backend.
 int mo_attn_fused_gemm_rows(const mo_ctx *c, int B, int T, int NH);
 // Where things sit in the scratch (byte offsets, each 256-aligned): D (backward only), the score buffer
 // s, the dP buffer dp (backward only), the pointer arrays; total bytes; the chunk rows L and count G.

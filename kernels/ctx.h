@@ -65,10 +65,10 @@ typedef struct mo_ctx {
     int attn_tf32;                // fused fp32 attention under ctx->tf32: the TF32 tensor-core kernels
                                   // (attention_fused_tf32.h; 1, the default) or the fp32 CUDA-core ones (0);
                                   // MEMOPT_ATTN_TF32=0 in the environment sets 0 (to measure)
-    int attn_fused32;             // fused attention on fp32 data (fp32 and tf32): the flash kernels
-                                  // (MO_ATTN_FUSED32_OWN, 0, the default) or blocked cuBLAS GEMMs
-                                  // (MO_ATTN_FUSED32_GEMM: attention_fused_gemm.h); MEMOPT_ATTN_FUSED32=own |
-                                  // gemm sets it; another value fails mo_ctx_create
+    int attn_fused32;             // fused attention on fp32 data (fp32 and tf32): blocked cuBLAS GEMMs
+                                  // (MO_ATTN_FUSED32_GEMM, 0, the default: attention_fused_gemm.h) or the
+                                  // flash kernels (MO_ATTN_FUSED32_OWN); MEMOPT_ATTN_FUSED32=gemm | own sets
+                                  // it; another value fails mo_ctx_create
     int attn_fused_rows;          // tests: query rows a chunk of the blocked-GEMM fused attention (0: the
                                   // default of mo_attn_fused_gemm_rows)
     int ce_loop;                  // fp32 cross-entropy: 1 = the loop kernel (two reads of each row) even

@@ -8,7 +8,7 @@
 static const mo_knob knobs[] = {
     {"MEMOPT_ATTN_CHUNK_ROWS", "N: the materialized attention's causal chunk length (ctx.c)"},
     {"MEMOPT_ATTN_DPRE", "0: the fp32 softmax backward as its own pass, not in the datt GEMM's epilogue"},
-    {"MEMOPT_ATTN_FUSED32", "own|gemm: the fp32/tf32 fused attention's engine, the flash kernels (default) or blocked cuBLAS GEMMs"},
+    {"MEMOPT_ATTN_FUSED32", "gemm|own: the fp32/tf32 fused attention's engine, blocked cuBLAS GEMMs (default) or the flash kernels"},
     {"MEMOPT_ATTN_GEMM", "strided|batched: how the materialized attention's GEMMs get their operands"},
     {"MEMOPT_ATTN_IMPL", "own|cudnn: the 16-bit fused attention's engine, the suite's kernels or cuDNN's fused SDPA"},
     {"MEMOPT_ATTN_SCORES", "cublas|own: the fp32 score GEMMs' engine"},
@@ -62,6 +62,31 @@ static int knob_value(const char *text, const char *name, char *v, size_t n) {
         p = end ? end + 1 : NULL;
     }
     return 0;
+}
+
+void mo_knobs_insert(char *text, size_t n, const char *name, const char *value) {
+    char v[8];
+    if (knob_value(text, name, v, sizeof v)) return;
+    char out[512];
+    size_t len = 0;
+    int done = 0;
+    out[0] = '\0';
+    for (const char *p = text; p && *p;) {
+        const char *end = strchr(p, ';');
+        const size_t item = end ? (size_t)(end - p) : strlen(p);
+        char en[64];
+        const size_t el = strcspn(p, "=;");
+        snprintf(en, sizeof en, "%.*s", (int)(el < sizeof en ? el : sizeof en - 1), p);
+        if (!done && strcmp(en, name) > 0) { // the first entry past name: it goes here
+            len += (size_t)snprintf(out + len, sizeof out - len, "%s%s=%s", len ? ";" : "", name, value);
+            done = 1;
+        }
+        if (len < sizeof out) len += (size_t)snprintf(out + len, sizeof out - len, "%s%.*s", len ? ";" : "", (int)item, p);
+        p = end ? end + 1 : NULL;
+    }
+    if (!done && len < sizeof out) len += (size_t)snprintf(out + len, sizeof out - len, "%s%s=%s", len ? ";" : "", name, value);
+    if (len + 1 > n || len >= sizeof out) return;
+    memcpy(text, out, len + 1);
 }
 
 int mo_knobs_apply(const char *text, char *saved, size_t saved_n) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MEMOPT_ATTN_FUSED32=gemm|own through the memopt binary (kernels/attention_fused_gemm.h): on fp32 data
-# (fp32, tf32) the blocked-GEMM engine (opt-in; own is the default) gives the same allocation trace on dry and cpu (the
+# (fp32, tf32) the blocked-GEMM engine (the default) gives the same allocation trace on dry and cpu (the
 # dry backend accounts its scratch), differs from the flash kernels' trace only in the attention's
 # scratch rows, records the knob in the row, and trains to the flash path's losses on cpu (one
 # reference); 16-bit ignores the knob; an unknown value fails with the flag and what it accepts, exit 2.
@@ -27,8 +27,8 @@ for p in fp32 tf32; do
   done
   cmp -s <(tail -n +2 "$tmp/$p-dry-gemm.trace") <(tail -n +2 "$tmp/$p-cpu-gemm.trace") && ok ||
     no "$p gemm: dry and cpu traces differ"
-  cmp -s <(tail -n +2 "$tmp/$p-dry-own.trace") <(tail -n +2 "$tmp/$p-dry-unset.trace") && ok ||
-    no "$p: MEMOPT_ATTN_FUSED32=own is not the default's trace"
+  cmp -s <(tail -n +2 "$tmp/$p-dry-gemm.trace") <(tail -n +2 "$tmp/$p-dry-unset.trace") && ok ||
+    no "$p: MEMOPT_ATTN_FUSED32=gemm is not the default's trace"
   # gemm against own: the forward gains a scratch block, the backward's is larger; nothing else moves
   ng=$(grep -c ',attention_fwd,forward,alloc,scratch,workspace,' "$tmp/$p-dry-gemm.trace")
   no_=$(grep -c ',attention_fwd,forward,alloc,scratch,workspace,' "$tmp/$p-dry-own.trace")

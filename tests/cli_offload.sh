@@ -53,7 +53,7 @@ done
 # host_bytes, peak, params.
 awk -F, 'NR==1{for(i=1;i<=NF;i++)c[$i]=i; next}{print $c["schema_version"], $c["precision"], $c["offload"], $c["host_bytes"], $c["peak_allocated_bytes"], $c["params"], $c["status"]}' "$tmp/r.csv" >"$tmp/rows"
 check() { if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; cat "$tmp/rows"; fi; }
-check '[ "$(wc -l <"$tmp/rows")" -eq 8 ] && ! grep -qv " ok$" "$tmp/rows" && ! grep -qv "^6 " "$tmp/rows"' "8 ok rows of schema 6"
+check '[ "$(wc -l <"$tmp/rows")" -eq 8 ] && ! grep -qv " ok$" "$tmp/rows" && ! grep -qv "^7 " "$tmp/rows"' "8 ok rows of schema 7"
 k=0
 while read -r _ prec off host peak np _; do
   eval "r${k}_host=$host r${k}_peak=$peak r${k}_np=$np r${k}_off=$off"

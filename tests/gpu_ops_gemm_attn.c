@@ -359,7 +359,7 @@ static void gpu_attention(const at_shape *s) {
                           "%s: fused attention (%s, attn_tf32 0) changed with ctx->tf32", s->what, eng);
             }
         }
-        gc->attn_fused32 = MO_ATTN_FUSED32_DEFAULT;
+        gc->attn_fused32 = MO_ATTN_FUSED32_GEMM;
         gc->attn_fused_rows = 0;
     }
     gc->tf32 = 0;
@@ -530,7 +530,7 @@ static void gpu_fused_gemm_rows_timing(void) {
         }
     }
     gc->tf32 = 0;
-    gc->attn_fused32 = MO_ATTN_FUSED32_DEFAULT;
+    gc->attn_fused32 = MO_ATTN_FUSED32_GEMM;
     gc->attn_fused_rows = 0;
     dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_lse); dfree(d_dqkv);
     free(qkv); free(dout); free(ref); free(got);

@@ -290,16 +290,39 @@ static void test_refusals(void) {
 
     // Another schema_version.
     char text[8192];
-    snprintf(text, sizeof text, "%s\n7,,,,\n", mo_csv_header());
+    snprintf(text, sizeof text, "%s\n8,,,,\n", mo_csv_header());
     write_file(path, text);
     CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID);
     char want[256];
-    snprintf(want, sizeof want, "%s: schema_version 7, this memopt reads 1 to 6", path);
+    snprintf(want, sizeof want, "%s: schema_version 8, this memopt reads 1 to 7", path);
     CHECK_MSG(strstr(mo_errmsg(), want) != NULL, "%s", mo_errmsg());
-    // A version-7 file with columns this schema lacks still gets the version message first.
-    snprintf(text, sizeof text, "schema_version,new_column\n7,x\n");
+    // A version-8 file with columns this schema lacks still gets the version message first.
+    snprintf(text, sizeof text, "schema_version,new_column\n8,x\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 7, this memopt reads 1 to 6"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 8, this memopt reads 1 to 7"));
+    // Before schema 7 a gpt row with --attn fused in fp32 / tf32 ran the flash kernels: it reads with
+    // MEMOPT_ATTN_FUSED32=own in its knobs, at its sorted place, unless the knob is there; materialized,
+    // 16-bit and schema 7 rows keep theirs.
+    snprintf(text, sizeof text,
+             "schema_version,model,precision,attn,knobs\n"
+             "6,gpt,fp32,fused,\n"
+             "6,gpt,tf32,fused,MEMOPT_ATTN_DPRE=0;MEMOPT_GEMM_TABLE=0\n"
+             "6,gpt,fp32,fused,MEMOPT_ATTN_FUSED32=gemm\n"
+             "6,gpt,fp32,materialized,\n"
+             "6,gpt,bf16,fused,\n"
+             "7,gpt,fp32,fused,\n"
+             "2,,tf32,fused,MEMOPT_MARK_LIB_WRITES=1\n");
+    write_file(path, text);
+    if (CHECK_OK(mo_csv_read(path, &got, &n))) {
+        const char *want_knobs[7] = {"MEMOPT_ATTN_FUSED32=own", "MEMOPT_ATTN_DPRE=0;MEMOPT_ATTN_FUSED32=own;MEMOPT_GEMM_TABLE=0",
+                                     "MEMOPT_ATTN_FUSED32=gemm", "", "", "",
+                                     "MEMOPT_ATTN_FUSED32=own;MEMOPT_MARK_LIB_WRITES=1"};
+        if (CHECK_EQ_U64(n, 7))
+            for (int i = 0; i < 7; i++)
+                CHECK_MSG(!strcmp(got[i].knobs, want_knobs[i]), "row %d knobs '%s', want '%s'", i + 1, got[i].knobs,
+                          want_knobs[i]);
+        free(got);
+    }
     // A schema 4 row (no sp column) reads as sp 0, its key unchanged; a schema 6 row with sp 1 has
     // it in its key, and one with sp 0 the same key as the schema 4 row.
     snprintf(text, sizeof text, "schema_version,model,layers,tp,sp\n4,gpt,12,2,\n6,gpt,12,2,1\n6,gpt,12,2,0\n");
@@ -343,7 +366,7 @@ static void test_refusals(void) {
     }
     snprintf(text, sizeof text, "schema_version,layers\n0,12\n");
     write_file(path, text);
-    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 6"));
+    CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID && strstr(mo_errmsg(), "schema_version 0, this memopt reads 1 to 7"));
 
     // A different header: the writer refuses and leaves the file alone.
     write_file(path, "a,b,c\n1,2,3\n");
@@ -448,6 +471,18 @@ static void test_knobs(void) {
     CHECK(!strcmp(mo_knobs_text(shortbuf, sizeof shortbuf), "MEMOPT_CE=loop"));
     unsetenv("MEMOPT_GEMM_TABLE"); unsetenv("MEMOPT_CE");
 
+    // mo_knobs_insert: at the sorted place (first, middle, last), not twice, not past the buffer
+    char ins[96] = "";
+    mo_knobs_insert(ins, sizeof ins, "MEMOPT_CE", "loop");
+    CHECK_MSG(!strcmp(ins, "MEMOPT_CE=loop"), "'%s'", ins);
+    mo_knobs_insert(ins, sizeof ins, "MEMOPT_ATTN_FUSED32", "own");
+    mo_knobs_insert(ins, sizeof ins, "MEMOPT_GEMM_TABLE", "0");
+    mo_knobs_insert(ins, sizeof ins, "MEMOPT_BN", "cudnn");
+    mo_knobs_insert(ins, sizeof ins, "MEMOPT_CE", "other"); // already there: unchanged
+    CHECK_MSG(!strcmp(ins, "MEMOPT_ATTN_FUSED32=own;MEMOPT_BN=cudnn;MEMOPT_CE=loop;MEMOPT_GEMM_TABLE=0"), "'%s'", ins);
+    char tiny[24] = "MEMOPT_CE=loop";
+    mo_knobs_insert(tiny, sizeof tiny, "MEMOPT_GEMM_TABLE", "0"); // would not fit: unchanged
+    CHECK_MSG(!strcmp(tiny, "MEMOPT_CE=loop"), "'%s'", tiny);
     // mo_knobs_apply: a row's knobs replace the environment's (the others unset), then back
     setenv("MEMOPT_CE", "loop", 1);
     setenv("MEMOPT_BN", "cudnn", 1);

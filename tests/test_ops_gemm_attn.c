@@ -267,20 +267,23 @@ static void test_shapes(void) {
     CHECK_EQ_U64(mo_attention_backward_scratch_bytes(8, 1024, 768, 12), (6ull * 8 * 1024 * 768 + 8ull * 12 * 1024 * 1024) * 4);
     CHECK_EQ_U64(mo_attention_fused_backward_scratch_bytes(8, 1024, 768, 12), 8ull * 12 * 1024 * 4);
 
-    // The blocked-GEMM fused attention (attention_fused_gemm.h): GPT-2 small B=8 T=1024 (B*NH = 96): a
-    // query row in both buffers is 2 * 96 * 1024 * 4 = 768 KiB, so 128 MiB takes 170 rows, 128 as a
-    // multiple of 64: 8 chunks. Forward: one (96, 128, 1024) buffer + 3 * 2 jobs * 8 chunks * 96 pointers;
-    // backward: D (96, 1024) + two buffers + 3 * 5 * 8 * 96 pointers.
-    mo_ctx *z = calloc(1, sizeof *z); // no test override of the chunk rows
-    CHECK_EQ_U64(MO_ATTN_FUSED32_DEFAULT, MO_ATTN_FUSED32_OWN); // opt-in until measured on a GPU
-    z->attn_fused32 = MO_ATTN_FUSED32_GEMM;
-    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 8, 1024, 12), 128);
-    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 2, 1024, 12), 640); // micro-batch 2: 682 rows fit
-    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 64, 1), 64);     // at most T
-    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 64, 4096, 16), 64); // at least 64
-    CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 0, 8, 1024, 768, 12), 96ull * 128 * 1024 * 4 + 3 * 2 * 8 * 96 * 8);
+    // The blocked-GEMM fused attention (attention_fused_gemm.h): at T=1024 a query row of one head in both
+    // buffers is 2 * 1024 * 4 = 8 KiB, so 2.5 MiB a head takes 320 rows: 4 chunks, even ones of 256, at
+    // any batch. GPT-2 small B=8 (B*NH = 96): forward one (96, 256, 1024) buffer + 3 * 2 jobs * 4 chunks *
+    // 96 pointers; backward D (96, 1024) + two buffers + 3 * 5 * 4 * 96 pointers.
+    mo_ctx *z = calloc(1, sizeof *z); // the defaults: gemm engine, no test override
+    CHECK_EQ_U64(z->attn_fused32, MO_ATTN_FUSED32_GEMM);
+    CHECK_EQ_U64(MO_ATTN_FUSED32_DEFAULT, MO_ATTN_FUSED32_GEMM);
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 8, 1024, 12), 256);
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 2, 1024, 12), 256);  // the batch does not move it
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 4, 2048, 16), 128);  // 160 fit, 128: 16 chunks of 128
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 8, 1000, 12), 256);  // 327 fit, 320: 4 chunks, 250 -> 256
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 300, 1), 300);    // 1092 fit: one chunk of T (320 capped)
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 64, 1), 64);      // at most T
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 65536, 1), 64);   // 20 fit: at least 64
+    CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 0, 8, 1024, 768, 12), 96ull * 256 * 1024 * 4 + 3 * 2 * 4 * 96 * 8);
     CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 1, 8, 1024, 768, 12),
-                 96ull * 1024 * 4 + 2 * 96ull * 128 * 1024 * 4 + 3 * 5 * 8 * 96 * 8);
+                 96ull * 1024 * 4 + 2 * 96ull * 256 * 1024 * 4 + 3 * 5 * 4 * 96 * 8);
     z->attn_fused_rows = 7; // B=2 T=9 NH=3: chunks of 7 and 2 rows; each part rounded up to 256 bytes
     CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 2, 9, 3), 7);
     CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 0, 2, 9, 12, 3), 1536 + 768);          // 6*7*9*4, 3*2*2*6*8
@@ -298,7 +301,7 @@ static const char *op_names[OP_COUNT] = {"matmul_forward", "matmul_backward", "a
                                          "attention_backward", "attention_fused_forward",
                                          "attention_fused_backward"};
 
-static int g_fused32 = MO_ATTN_FUSED32_DEFAULT, g_fused_rows; // the fused attention's engine and chunk rows for run_on's ctx
+static int g_fused32, g_fused_rows; // the fused attention's engine and chunk rows for run_on's ctx
 
 static void run_on(mo_backend_kind kind, int op, mo_alloc_stats *before, mo_alloc_stats *peak, mo_alloc_stats *after) {
     const int B = 2, T = 9, C = 12, NH = 3, N = B * T, OC = 20;
@@ -366,7 +369,7 @@ static void dry_peaks_under(int fused32, int rows, int first_op) {
         CHECK_MSG(a_cpu.allocated_bytes == b_cpu.allocated_bytes && a_dry.allocated_bytes == b_dry.allocated_bytes,
                   "%s: scratch not given back", op_names[op]);
     }
-    g_fused32 = MO_ATTN_FUSED32_DEFAULT;
+    g_fused32 = MO_ATTN_FUSED32_GEMM;
     g_fused_rows = 0;
 }
 
