@@ -30,6 +30,7 @@ static int64_t absdiff(int64_t a, int64_t b) { return a > b ? a - b : b - a; }
 static void check_tracks(mo_allocator *a, int64_t used0, const char *kind, const char *when) {
     mo_alloc_stats s;
     mo_allocator_stats(a, &s);
+    if (test_device_wide_skip("reserved bytes against the device's used-memory delta")) return;
     int64_t delta = used_bytes() - used0;
     uint64_t segs = s.num_segments > 0 ? s.num_segments : 1;
     int64_t tol = (int64_t)(GRANULE * segs);
@@ -88,7 +89,7 @@ out:
     // raw hands every block straight to cudaFree; the driver keeps the pages it sub-allocated
     // small cudaMallocs from (seen on the H200: ~30 MiB after 300 blocks). That is not ours to
     // return, so raw is checked by main for not growing on a repeat instead.
-    if (kind != MO_ALLOC_RAW) {
+    if (kind != MO_ALLOC_RAW && !test_device_wide_skip("the device's used memory back after empty_cache and destroy")) {
         CHECK_MSG(absdiff(after_empty, 0) <= (int64_t)GRANULE, "%s: %lld bytes still used after empty_cache", name,
                   (long long)after_empty);
         CHECK_MSG(absdiff(after_destroy, 0) <= (int64_t)GRANULE, "%s: %lld bytes still used after destroy", name,
@@ -144,7 +145,8 @@ int main(void) {
     int64_t grown = used_bytes() - kept;
     printf("raw: the driver kept %lld bytes after the first round; the repeat left %lld more\n", (long long)again,
            (long long)grown);
-    CHECK_MSG(grown <= (int64_t)GRANULE, "raw: device use grew by %lld bytes on a repeat: a leak", (long long)grown);
+    if (!test_device_wide_skip("raw: the device's used memory not growing on a repeat"))
+        CHECK_MSG(grown <= (int64_t)GRANULE, "raw: device use grew by %lld bytes on a repeat: a leak", (long long)grown);
     for (int k = 0; k < 3; k++) test_cap(kinds[k]);
     return test_finish();
 }
