@@ -238,8 +238,8 @@ if has resnetfast; then
   PR --precision tf32,fp16 --ckpt none
 fi
 if has attn32; then
-  # issue 17: the fused attention's engines on fp32 data (MEMOPT_ATTN_FUSED32: the opt-in blocked cuBLAS
-  # GEMMs against the flash kernels, the default) in the whole GPT-2 124M step, fp32 and TF32, the
+  # issue 17: the fused attention's engines on fp32 data (MEMOPT_ATTN_FUSED32: the blocked cuBLAS GEMMs,
+  # the default since 4ec1b80, against the flash kernels) in the whole GPT-2 124M step, fp32 and TF32, the
   # materialized rows beside, then PyTorch's fp32 / TF32 rows (both attention forms) in the same call
   csv="$R/attn32.csv"
   for prec in fp32 tf32; do
