@@ -522,7 +522,8 @@ static mo_status parse_cell(const char *path, int line, const col_def *c, const 
 // the gpt table's of the GPT columns, and their items per second the tokens per second.
 // A gpt row without dims, of either version (schema 2 files written before dims was added, like the
 // committed results/baseline-dry.csv, have none), gets them the same way, so that its key matches.
-static void upgrade_row(mo_csv_row *r) {
+// Fails (path:line) only when the knobs cell has no room for what schema 7 adds to it.
+static mo_status upgrade_row(mo_csv_row *r, const char *path, int line) {
     if (r->schema_version < 3 && r->dp < 0) r->dp = 1; // before schema 3: no data parallelism
     if (r->schema_version < 3 && r->zero < 0) r->zero = 0;
     if (r->schema_version < 4 && !r->offload[0]) snprintf(r->offload, sizeof r->offload, "none"); // before schema 4: none
@@ -530,8 +531,11 @@ static void upgrade_row(mo_csv_row *r) {
     if (r->schema_version < 6 && r->sp < 0) r->sp = 0; // before schema 6: no sequence parallelism
     // before schema 7 the fused attention on fp32 data was the flash kernels' (csv.h)
     if (r->schema_version < 7 && (!r->model[0] || !strcmp(r->model, "gpt")) && !strcmp(r->attn, "fused") &&
-        (!strcmp(r->precision, "fp32") || !strcmp(r->precision, "tf32")) && !strstr(r->knobs, "MEMOPT_ATTN_FUSED32="))
-        mo_knobs_insert(r->knobs, sizeof r->knobs, "MEMOPT_ATTN_FUSED32", "own");
+        (!strcmp(r->precision, "fp32") || !strcmp(r->precision, "tf32")) && !strstr(r->knobs, "MEMOPT_ATTN_FUSED32=") &&
+        mo_knobs_insert(r->knobs, sizeof r->knobs, "MEMOPT_ATTN_FUSED32", "own") != 0)
+        return MO_FAIL(MO_ERR_INVALID, "%s:%d: column knobs: no room to add MEMOPT_ATTN_FUSED32=own to a schema %lld "
+                       "fused %s row (%zu characters at most)", path, line, (long long)r->schema_version, r->precision,
+                       sizeof r->knobs - 1);
     if (!r->model[0] || !strcmp(r->model, "gpt")) {
         const mo_model_ops *m = mo_model_find("gpt");
         if (m && !r->dims[0] && r->layers > 0 && r->hidden > 0 && r->heads > 0 && r->seq > 0 && r->vocab > 0) {
@@ -543,7 +547,7 @@ static void upgrade_row(mo_csv_row *r) {
         }
         if (isnan(r->items_per_s)) r->items_per_s = r->tokens_per_s;
     }
-    if (r->schema_version >= 2) return;
+    if (r->schema_version >= 2) return MO_OK;
     if (r->activation_peak_bytes >= SCHEMA1_WORKSPACE) {
         // Schema 2's definition (csv.h): the activations at the peak are at most the peak less static
         // less the workspace always held, and at most the activation category's own peak.
@@ -551,6 +555,7 @@ static void upgrade_row(mo_csv_row *r) {
         if (r->activation_bytes >= 0 && r->activation_bytes < r->activation_peak_bytes)
             r->activation_peak_bytes = r->activation_bytes;
     }
+    return MO_OK;
 }
 
 mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
@@ -630,7 +635,8 @@ mo_status mo_csv_read(const char *path, mo_csv_row **rows_out, size_t *n_out) {
         mo_csv_row_init(r);
         for (int i = 0; i < nf && st == MO_OK; i++) st = parse_cell(path, rd.line, &cols[map[i]], fields[i], r);
         if (st != MO_OK) goto done;
-        upgrade_row(r);
+        st = upgrade_row(r, path, rd.line);
+        if (st != MO_OK) goto done;
         n++;
     }
     if (unknown && n == 0)

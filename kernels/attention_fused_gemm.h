@@ -35,8 +35,9 @@ extern "C" {
 
 // The scratch budget of the chunk buffers, per head (b, h): the backward's two (L, T) fp32 rows of each
 // head fit in it, so the chunk rows L do not shrink as the batch grows and the scratch grows with the
-// batch, as the activations do (a budget for all heads made one 1024-row chunk of 201 MB at micro-batch 2,
-// which raised the peak of ckpt sqrt accum 4 by 135 MB over the flash kernels at GPT-2 124M; 50 MB now).
+// batch, as the activations do (128 MiB for all heads made chunks of 640 rows, 126 MB, at micro-batch 2,
+// which raised the peak of ckpt sqrt accum 4 by 59 MB over the flash kernels at GPT-2 124M; with 2.5 MiB a
+// head the peaks are the flash kernels' on the whole dry baseline grid).
 // 2.5 MiB: 320 rows of T 1024, so 4 chunks of 256 at GPT-2 T 1024, whose forward + backward took 2.44 ms
 // a layer in fp32 and 1.57 in TF32 on the H100 at B 8 against 2.69 / 1.75 at 128 rows, 3.28 / 2.12 at 64,
 // 2.61 / 1.60 at 512 and 3.11 / 1.86 at 1024 (gpu_ops_gemm_attn's rows timing,

@@ -64,29 +64,52 @@ static int knob_value(const char *text, const char *name, char *v, size_t n) {
     return 0;
 }
 
-void mo_knobs_insert(char *text, size_t n, const char *name, const char *value) {
+// Appends ";" (unless first) and s[0, sl) to out (cap bytes, *len used, NUL-terminated); 0, or -1 when
+// it would not fit (out unchanged).
+static int kn_append(char *out, size_t cap, size_t *len, const char *s, size_t sl) {
+    const size_t sep = *len ? 1 : 0;
+    if (*len + sep + sl + 1 > cap) return -1;
+    if (sep) out[(*len)++] = ';';
+    memcpy(out + *len, s, sl);
+    *len += sl;
+    out[*len] = '\0';
+    return 0;
+}
+
+int mo_knobs_insert(char *text, size_t n, const char *name, const char *value) {
     char v[8];
-    if (knob_value(text, name, v, sizeof v)) return;
-    char out[512];
+    if (knob_value(text, name, v, sizeof v)) return 0;
+    const size_t nl = strlen(name), vl = strlen(value);
+    char *entry = malloc(nl + vl + 2), *out = malloc(n ? n : 1);
+    if (!entry || !out) {
+        free(entry);
+        free(out);
+        return -1;
+    }
+    memcpy(entry, name, nl);
+    entry[nl] = '=';
+    memcpy(entry + nl + 1, value, vl + 1);
     size_t len = 0;
-    int done = 0;
+    int done = 0, bad = 0;
     out[0] = '\0';
-    for (const char *p = text; p && *p;) {
+    for (const char *p = text; p && *p && !bad;) {
         const char *end = strchr(p, ';');
         const size_t item = end ? (size_t)(end - p) : strlen(p);
-        char en[64];
-        const size_t el = strcspn(p, "=;");
-        snprintf(en, sizeof en, "%.*s", (int)(el < sizeof en ? el : sizeof en - 1), p);
-        if (!done && strcmp(en, name) > 0) { // the first entry past name: it goes here
-            len += (size_t)snprintf(out + len, sizeof out - len, "%s%s=%s", len ? ";" : "", name, value);
+        const size_t el = strcspn(p, "=;"); // this entry's name, p[0, el)
+        const size_t cl = el < nl ? el : nl;
+        const int cmp = memcmp(p, name, cl) != 0 ? memcmp(p, name, cl) : (el > nl) - (el < nl);
+        if (!done && cmp > 0) { // the first entry past name: it goes here
+            bad |= kn_append(out, n, &len, entry, nl + vl + 1);
             done = 1;
         }
-        if (len < sizeof out) len += (size_t)snprintf(out + len, sizeof out - len, "%s%.*s", len ? ";" : "", (int)item, p);
+        bad |= kn_append(out, n, &len, p, item);
         p = end ? end + 1 : NULL;
     }
-    if (!done && len < sizeof out) len += (size_t)snprintf(out + len, sizeof out - len, "%s%s=%s", len ? ";" : "", name, value);
-    if (len + 1 > n || len >= sizeof out) return;
-    memcpy(text, out, len + 1);
+    if (!done && !bad) bad |= kn_append(out, n, &len, entry, nl + vl + 1);
+    if (!bad) memcpy(text, out, len + 1);
+    free(entry);
+    free(out);
+    return bad ? -1 : 0;
 }
 
 int mo_knobs_apply(const char *text, char *saved, size_t saved_n) {

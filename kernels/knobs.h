@@ -24,9 +24,10 @@ const mo_knob *mo_knobs(size_t *n);
 // none; cut short (still NUL-terminated) when buf is short. Returns buf.
 const char *mo_knobs_text(char *buf, size_t n);
 
-// Adds NAME=value to a knobs text ("NAME=value;..." sorted by name) at its sorted place; the text is
-// left as it was when NAME is already there or the result would not fit n bytes.
-void mo_knobs_insert(char *text, size_t n, const char *name, const char *value);
+// Adds NAME=value to a knobs text ("NAME=value;..." sorted by name; n bytes of room) at its sorted place.
+// Returns 0 (also when NAME is already there: the text is left as it was), or -1 when the result would
+// not fit n bytes (or no memory): the text is left as it was.
+int mo_knobs_insert(char *text, size_t n, const char *name, const char *value);
 
 // Replaying a results row as it ran: sets every knob of the table to its value in text (a row's knobs
 // cell) and unsets the others, after copying the knobs set now into saved (saved_n bytes; a

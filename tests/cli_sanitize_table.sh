@@ -2,7 +2,9 @@
 # tools/sanitize_table.py: the latest verdict per tool and binary over several compute-sanitizer
 # summaries. Two synthetic summaries (the line format tools/gpu_sanitize.sh writes) and a seed table:
 # a later verdict replaces an earlier one, a later cut run does not replace a verdict, a crashed run
-# ranks below a cut one, a run of racecheck-all counts as racecheck, and the counts line adds up.
+# (in the summary or only in the run's excerpt) ranks below a cut one, exit 77 is no verdict, racecheck-all
+# and racecheck-ours count as racecheck, a header's settings tag the label, the counts add up, and a
+# printed table read back as a seed is the same table.
 # Skips (77) without python3. Usage: cli_sanitize_table.sh path/to/memopt [source dir]
 set -u
 SRC="${2:-$(dirname "$0")/..}"
@@ -30,8 +32,17 @@ racecheck-all  gpu_a                        12s exit   0: clean, test passed | =
 synccheck      gpu_b                       SANITIZER CRASHED ("Internal Sanitizer Error: ...") | 8s exit 99: SANITIZER ERRORS
 EOF
 cat >"$tmp/c2.log" <<'EOF'
+== compute-sanitizer Version 2025.3.1.0; shard 1/1
+== racecheck and synccheck check the suite's kernels: --kernel-name-exclude regex=nvjet|cudnn
 memcheck       gpu_a                         4s exit   1: test exit 1 (sanitizer clean unless listed) | ========= ERROR SUMMARY: 0 errors | 9 passed, 1 failed
 synccheck      gpu_b                        30s exit 124: cut at 30s (errors so far below) |  |  | last line: y
+racecheck      gpu_b                         8s exit  99: SANITIZER ERRORS | ========= RACECHECK SUMMARY: 0 hazards displayed |
+initcheck      gpu_c                         1s exit  77: skipped by the test |  |
+racecheck      gpu_c                         5s exit  99: SANITIZER CRASHED (Internal Sanitizer Error): no verdict |  |
+racecheck-ours gpu_c                         3s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed |
+---- cs-racecheck-gpu_b.log
+========= Error: Race reported between Write access at k+0x10
+========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.
 EOF
 python3 "$T" seed="$tmp/seed.log" "c1 bbbb H200=$tmp/c1.log" "c2 cccc H100=$tmp/c2.log" >"$tmp/out" 2>"$tmp/err"
 check "exit 0 on three logs (rc $?)" test $? -eq 0
@@ -41,8 +52,20 @@ check "racecheck-all counts as racecheck and replaces not reached" grep -q "c1 b
 check "a later cut run keeps the earlier verdict (initcheck gpu_b: s1)" grep -q "s1 aaaa H100 \[initcheck, unmarked\] .*SANITIZER ERRORS" <(row initcheck gpu_b)
 check "a cut run ranks above a crashed one (synccheck gpu_b: c2)" grep -q "c2 cccc H100 .*cut at 30s" <(row synccheck gpu_b)
 check "a pair with no run says so (initcheck gpu_a)" grep -q "no run" <(row initcheck gpu_a)
-check "the counts: memcheck 1/2 with a verdict, 1 not reached" grep -qE "^#  memcheck +1/2 with a verdict, 0 cut, 0 crashed, 1 not reached" "$tmp/out"
-check "the counts: synccheck 0/2, 1 cut" grep -qE "^#  synccheck +0/2 with a verdict, 1 cut, 0 crashed, 1 not reached" "$tmp/out"
+check "a header's library exclusion tags synccheck (gpu_b)" grep -q "c2 cccc H100 \[libraries excluded\]" <(row synccheck gpu_b)
+check "a crash seen in a run's excerpt is no verdict (racecheck gpu_b)" grep -q "SANITIZER CRASHED" <(row racecheck gpu_b)
+check "exit 77 is not a verdict (initcheck gpu_c)" grep -q "skipped by the test" <(row initcheck gpu_c)
+check "racecheck-ours counts as racecheck, above the crash (gpu_c)" grep -q "\[racecheck-ours\] .*clean" <(row racecheck gpu_c)
+check "the counts: memcheck 1/3 with a verdict, 2 not reached" grep -qE "^#  memcheck +1/3 with a verdict, 0 cut, 0 crashed, 2 not reached" "$tmp/out"
+check "the counts: racecheck 2/3, 1 crashed" grep -qE "^#  racecheck +2/3 with a verdict, 0 cut, 1 crashed, 0 not reached" "$tmp/out"
+check "the counts: initcheck 1/3, 1 not reached by a skip" grep -qE "^#  initcheck +1/3 with a verdict, 0 cut, 0 crashed, 2 not reached" "$tmp/out"
+check "the counts: synccheck 0/3, 1 cut" grep -qE "^#  synccheck +0/3 with a verdict, 1 cut, 0 crashed, 2 not reached" "$tmp/out"
+
+# The printed table seeds a later merge to the same table (labels longer than the column too)
+python3 "$T" seed="$tmp/seed.log" "c1 bbbb H200 with a label longer than the fifty-two characters of the column=$tmp/c1.log" \
+  "c2 cccc H100=$tmp/c2.log" >"$tmp/t1" 2>"$tmp/err"
+python3 "$T" seed="$tmp/t1" >"$tmp/t2" 2>"$tmp/err"
+check "a printed table read back as a seed gives the same table" cmp -s "$tmp/t1" "$tmp/t2"
 
 # Usage errors: no log (2, the usage), an argument without LABEL= (2), a missing file (1, its path)
 python3 "$T" >"$tmp/out" 2>"$tmp/err"
@@ -51,6 +74,10 @@ python3 "$T" "$tmp/c1.log" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "no LABEL=: exit 2 (rc $rc)" test $rc -eq 2
 check "no LABEL=: one line naming the argument" grep -q "expected LABEL=LOG" "$tmp/err"
+python3 "$T" "$tmp/seed.log" --binaries >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "--binaries without a list: exit 2 (rc $rc)" test $rc -eq 2
+check "--binaries without a list: one line naming the flag" grep -q "^sanitize_table.py: --binaries" "$tmp/err"
 python3 "$T" "x=$tmp/absent.log" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "a missing log: exit 1 (rc $rc)" test $rc -eq 1

@@ -359,7 +359,7 @@ static void gpu_attention(const at_shape *s) {
                           "%s: fused attention (%s, attn_tf32 0) changed with ctx->tf32", s->what, eng);
             }
         }
-        gc->attn_fused32 = MO_ATTN_FUSED32_GEMM;
+        gc->attn_fused32 = MO_ATTN_FUSED32_DEFAULT;
         gc->attn_fused_rows = 0;
     }
     gc->tf32 = 0;
@@ -491,7 +491,7 @@ static void gpu_attention_scores_refusals(void) {}
 
 // The blocked-GEMM fused attention's chunk rows at GPT-2 124M's whole shape (B 8, T 1024, C 768, NH 12),
 // fp32 and tf32: forward + backward per layer, median of 5, beside the flash kernels (the numbers behind
-// MO_ATTN_FUSED_GEMM_BUDGET; a measurement, no threshold). Each chunk length's dqkv must stay within the
+// MO_ATTN_FUSED_GEMM_HEAD_BUDGET; a measurement, no threshold). Each chunk length's dqkv must stay within the
 // op's tolerance of the default chunks' (the same sums, cut at other rows).
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
@@ -530,7 +530,7 @@ static void gpu_fused_gemm_rows_timing(void) {
         }
     }
     gc->tf32 = 0;
-    gc->attn_fused32 = MO_ATTN_FUSED32_GEMM;
+    gc->attn_fused32 = MO_ATTN_FUSED32_DEFAULT;
     gc->attn_fused_rows = 0;
     dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_lse); dfree(d_dqkv);
     free(qkv); free(dout); free(ref); free(got);

@@ -323,6 +323,18 @@ static void test_refusals(void) {
                           want_knobs[i]);
         free(got);
     }
+    // ... and a knobs cell with no room left for it (319 characters at most) fails the read, naming the
+    // file, the line and the column, rather than reading as the new engine
+    {
+        char longknobs[320];
+        memset(longknobs, 'X', 300);
+        memcpy(longknobs, "MEMOPT_CE=", 10);
+        longknobs[300] = '\0';
+        snprintf(text, sizeof text, "schema_version,model,precision,attn,knobs\n6,gpt,fp32,fused,%s\n", longknobs);
+        write_file(path, text);
+        CHECK(mo_csv_read(path, &got, &n) == MO_ERR_INVALID);
+        CHECK_MSG(strstr(mo_errmsg(), ":2: column knobs: no room to add MEMOPT_ATTN_FUSED32=own") != NULL, "%s", mo_errmsg());
+    }
     // A schema 4 row (no sp column) reads as sp 0, its key unchanged; a schema 6 row with sp 1 has
     // it in its key, and one with sp 0 the same key as the schema 4 row.
     snprintf(text, sizeof text, "schema_version,model,layers,tp,sp\n4,gpt,12,2,\n6,gpt,12,2,1\n6,gpt,12,2,0\n");
@@ -473,16 +485,26 @@ static void test_knobs(void) {
 
     // mo_knobs_insert: at the sorted place (first, middle, last), not twice, not past the buffer
     char ins[96] = "";
-    mo_knobs_insert(ins, sizeof ins, "MEMOPT_CE", "loop");
+    CHECK(mo_knobs_insert(ins, sizeof ins, "MEMOPT_CE", "loop") == 0);
     CHECK_MSG(!strcmp(ins, "MEMOPT_CE=loop"), "'%s'", ins);
-    mo_knobs_insert(ins, sizeof ins, "MEMOPT_ATTN_FUSED32", "own");
-    mo_knobs_insert(ins, sizeof ins, "MEMOPT_GEMM_TABLE", "0");
-    mo_knobs_insert(ins, sizeof ins, "MEMOPT_BN", "cudnn");
-    mo_knobs_insert(ins, sizeof ins, "MEMOPT_CE", "other"); // already there: unchanged
+    CHECK(mo_knobs_insert(ins, sizeof ins, "MEMOPT_ATTN_FUSED32", "own") == 0);
+    CHECK(mo_knobs_insert(ins, sizeof ins, "MEMOPT_GEMM_TABLE", "0") == 0);
+    CHECK(mo_knobs_insert(ins, sizeof ins, "MEMOPT_BN", "cudnn") == 0);
+    CHECK(mo_knobs_insert(ins, sizeof ins, "MEMOPT_CE", "other") == 0); // already there: unchanged
     CHECK_MSG(!strcmp(ins, "MEMOPT_ATTN_FUSED32=own;MEMOPT_BN=cudnn;MEMOPT_CE=loop;MEMOPT_GEMM_TABLE=0"), "'%s'", ins);
     char tiny[24] = "MEMOPT_CE=loop";
-    mo_knobs_insert(tiny, sizeof tiny, "MEMOPT_GEMM_TABLE", "0"); // would not fit: unchanged
+    CHECK(mo_knobs_insert(tiny, sizeof tiny, "MEMOPT_GEMM_TABLE", "0") == -1); // would not fit: unchanged
     CHECK_MSG(!strcmp(tiny, "MEMOPT_CE=loop"), "'%s'", tiny);
+    char exact[24] = "MEMOPT_CE=loop"; // "MEMOPT_A=1;MEMOPT_CE=loop" is 25 characters: 26 bytes
+    CHECK(mo_knobs_insert(exact, sizeof exact, "MEMOPT_A", "1") == -1);
+    CHECK_MSG(!strcmp(exact, "MEMOPT_CE=loop"), "'%s'", exact);
+    // a text longer than any fixed buffer (an earlier form overflowed a 512-byte one): sorted, intact
+    char big[1400], want[1500];
+    size_t bl = 0;
+    for (int i = 0; i < 60; i++) bl += (size_t)snprintf(big + bl, sizeof big - bl, "%sMEMOPT_Z%02d=value", i ? ";" : "", i);
+    snprintf(want, sizeof want, "MEMOPT_ATTN_FUSED32=own;%s", big);
+    CHECK(mo_knobs_insert(big, sizeof big, "MEMOPT_ATTN_FUSED32", "own") == 0);
+    CHECK_MSG(!strcmp(big, want), "a %zu-byte text: '%.60s...'", strlen(want), big);
     // mo_knobs_apply: a row's knobs replace the environment's (the others unset), then back
     setenv("MEMOPT_CE", "loop", 1);
     setenv("MEMOPT_BN", "cudnn", 1);

@@ -244,7 +244,7 @@ static void test_attention(int B, int T, int C, int NH, int do_fd) {
 // ---------------------------------------------------------------------------------------------
 static void test_shapes(void) {
     printf("shape checks\n");
-    float x[64];
+    float x[64] = {0}; // never read: each call is refused on its shape first
     CHECK(mo_attention_forward(hc, x, x, x, 1, 4, 10, 3) == MO_ERR_INVALID); // C % NH
     CHECK(mo_attention_backward(hc, x, x, x, x, x, 1, 4, 10, 3) == MO_ERR_INVALID);
     CHECK(mo_attention_fused_forward(hc, x, x, x, 1, 4, 10, 3) == MO_ERR_INVALID);
@@ -271,16 +271,36 @@ static void test_shapes(void) {
     // buffers is 2 * 1024 * 4 = 8 KiB, so 2.5 MiB a head takes 320 rows: 4 chunks, even ones of 256, at
     // any batch. GPT-2 small B=8 (B*NH = 96): forward one (96, 256, 1024) buffer + 3 * 2 jobs * 4 chunks *
     // 96 pointers; backward D (96, 1024) + two buffers + 3 * 5 * 4 * 96 pointers.
-    mo_ctx *z = calloc(1, sizeof *z); // the defaults: gemm engine, no test override
-    CHECK_EQ_U64(z->attn_fused32, MO_ATTN_FUSED32_GEMM);
+    // The default engine is the blocked GEMMs: a context made with MEMOPT_ATTN_FUSED32 unset takes it, and
+    // =own / =gemm pick each (ctx.c; cli_attn_fused32.sh checks the same through the binary).
     CHECK_EQ_U64(MO_ATTN_FUSED32_DEFAULT, MO_ATTN_FUSED32_GEMM);
+    {
+        const char *was = getenv("MEMOPT_ATTN_FUSED32");
+        char keep[16] = "";
+        if (was) snprintf(keep, sizeof keep, "%s", was);
+        const char *vals[3] = {NULL, "own", "gemm"};
+        const int want[3] = {MO_ATTN_FUSED32_GEMM, MO_ATTN_FUSED32_OWN, MO_ATTN_FUSED32_GEMM};
+        for (int i = 0; i < 3; i++) {
+            if (vals[i]) setenv("MEMOPT_ATTN_FUSED32", vals[i], 1);
+            else unsetenv("MEMOPT_ATTN_FUSED32");
+            mo_ctx *e = NULL;
+            if (CHECK_OK(mo_ctx_create(&e, MO_BACKEND_CPU, ha))) {
+                CHECK_MSG(e->attn_fused32 == want[i], "MEMOPT_ATTN_FUSED32=%s: engine %d, want %d", vals[i] ? vals[i] : "(unset)",
+                          e->attn_fused32, want[i]);
+                mo_ctx_destroy(e);
+            }
+        }
+        if (was) setenv("MEMOPT_ATTN_FUSED32", keep, 1);
+        else unsetenv("MEMOPT_ATTN_FUSED32");
+    }
+    mo_ctx *z = calloc(1, sizeof *z); // for the pure-C rules below: no test override (attn_fused_rows 0)
     CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 8, 1024, 12), 256);
     CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 2, 1024, 12), 256);  // the batch does not move it
     CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 4, 2048, 16), 128);  // 160 fit, 128: 16 chunks of 128
     CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 8, 1000, 12), 256);  // 327 fit, 320: 4 chunks, 250 -> 256
     CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 300, 1), 300);    // 1092 fit: one chunk of T (320 capped)
     CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 64, 1), 64);      // at most T
-    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 65536, 1), 64);   // 20 fit: at least 64
+    CHECK_EQ_U64(mo_attn_fused_gemm_rows(z, 1, 65536, 1), 64);   // 5 fit: at least 64
     CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 0, 8, 1024, 768, 12), 96ull * 256 * 1024 * 4 + 3 * 2 * 4 * 96 * 8);
     CHECK_EQ_U64(mo_attention_fused_scratch_bytes(z, 1, 8, 1024, 768, 12),
                  96ull * 1024 * 4 + 2 * 96ull * 256 * 1024 * 4 + 3 * 5 * 4 * 96 * 8);
@@ -301,7 +321,7 @@ static const char *op_names[OP_COUNT] = {"matmul_forward", "matmul_backward", "a
                                          "attention_backward", "attention_fused_forward",
                                          "attention_fused_backward"};
 
-static int g_fused32, g_fused_rows; // the fused attention's engine and chunk rows for run_on's ctx
+static int g_fused32 = MO_ATTN_FUSED32_DEFAULT, g_fused_rows; // the fused attention's engine and chunk rows for run_on's ctx
 
 static void run_on(mo_backend_kind kind, int op, mo_alloc_stats *before, mo_alloc_stats *peak, mo_alloc_stats *after) {
     const int B = 2, T = 9, C = 12, NH = 3, N = B * T, OC = 20;
@@ -369,7 +389,7 @@ static void dry_peaks_under(int fused32, int rows, int first_op) {
         CHECK_MSG(a_cpu.allocated_bytes == b_cpu.allocated_bytes && a_dry.allocated_bytes == b_dry.allocated_bytes,
                   "%s: scratch not given back", op_names[op]);
     }
-    g_fused32 = MO_ATTN_FUSED32_GEMM;
+    g_fused32 = MO_ATTN_FUSED32_DEFAULT;
     g_fused_rows = 0;
 }
 

@@ -1,30 +1,39 @@
 #!/usr/bin/env python3
 """The latest compute-sanitizer verdict per tool and GPU test binary, over several passes.
 
-tools/gpu_sanitize.sh writes one summary line per run ("TOOL  BINARY  <time> exit <rc>: <verdict> | ...");
+tools/gpu_sanitize.sh writes one summary line per run ("TOOL  BINARY  <time> exit <rc>: <verdict> | ..."),
+then the first lines of each run that reported anything ("---- cs-TOOL-BINARY.log" and the tool's lines);
 a pass spans device calls and sessions. This merges them, oldest first, into one table: for each
 tool x binary the latest run with a verdict (the sanitizer finished: clean, errors, or the test's own
-exit), else the latest cut one, else a crashed one, else the latest not reached. A committed table (the
-"#  TOOL  BINARY  LABEL ..." lines of an earlier log) can seed it.
+exit), else the latest cut one, else a crashed one (the tool's "Internal Sanitizer Error", in the summary
+or in the run's excerpt: no verdict), else the latest not reached or skipped by the test. A committed
+table (the "#  TOOL  BINARY  LABEL  ..." lines of an earlier log) can seed it.
+
+Runs of racecheck-all, racecheck-ours and memcheck-noapi count as racecheck and memcheck, their kind in
+the label; so do "[libraries excluded]" for racecheck and synccheck, and "[marked]" for initcheck, when the
+log's header says the run was made so.
 
 Usage: tools/sanitize_table.py LABEL=LOG [LABEL=LOG ...] [--binaries "gpu_a gpu_b ..."]
-  LABEL names the call (session, revision, card: "s15c2 d3e6bd0 H100"); a LOG that is itself a table
-  (lines starting "#  ") is read with each line's own label and LABEL is ignored.
-Prints the table, then the counts per tool.
+  LABEL names the call (session, revision, card: "s15c2 d3e6bd0 H100"; no two spaces in a row); a LOG
+  that is itself a table (lines starting "#  TOOL  gpu_") is read with each line's own label and LABEL is
+  ignored. Prints the table, then the counts per tool. Exit 2 on bad arguments, 1 on an unreadable log.
 """
 import re
 import sys
 
 TOOLS = ["memcheck", "racecheck", "initcheck", "synccheck"]
-RUN = re.compile(r"^(memcheck|racecheck-all|racecheck|initcheck|synccheck)\s+(gpu_\w+)\s+(.*)$")
+KINDS = {"racecheck-all": "racecheck", "racecheck-ours": "racecheck", "memcheck-noapi": "memcheck"}
+RUN = re.compile(r"^(memcheck-noapi|memcheck|racecheck-all|racecheck-ours|racecheck|initcheck|synccheck)\s+(gpu_\w+)\s+(.*)$")
+EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+)\.log")
 SEEDED = re.compile(r"^#\s+(memcheck|racecheck|initcheck|synccheck)\s{2,}gpu_")
 RANK = {"verdict": 3, "cut": 2, "crashed": 1, "not reached": 0}
+LABEL_W = 52
 
 
 def kind(text):
     if "Internal Sanitizer Error" in text or "SANITIZER CRASHED" in text:
         return "crashed"
-    if "skipped: the stage budget" in text or "not reached" in text:
+    if "skipped: the stage budget" in text or "not reached" in text or "skipped by the test" in text:
         return "not reached"
     if "cut at" in text:
         return "cut"
@@ -33,12 +42,71 @@ def kind(text):
     return None
 
 
+def read_raw(lines, label):
+    """(tool, binary, label, text) for each summary line of a log: one call's, or several concatenated,
+    each part from its "== compute-sanitizer" header on, with that header's settings."""
+    starts = [i for i, l in enumerate(lines) if l.startswith("== compute-sanitizer")] or [0]
+    if starts[0] != 0:
+        starts.insert(0, 0)
+    out = []
+    for a, b in zip(starts, starts[1:] + [len(lines)]):
+        out += read_part(lines[a:b], label)
+    return out
+
+
+def read_part(lines, label):
+    excl = any(l.startswith("== racecheck and synccheck check the suite's kernels") for l in lines)
+    marked = any(re.match(r"^== initcheck with MEMOPT_MARK_LIB_WRITES=1", l) for l in lines)
+    crashed = set()  # (tool as written, binary) whose excerpt shows the tool's own failure
+    cur = None
+    for l in lines:
+        m = EXCERPT.match(l)
+        if m:
+            cur = m.groups()
+        elif cur and "Internal Sanitizer Error" in l:
+            crashed.add(cur)
+    out = []
+    for l in lines:
+        m = RUN.match(l)
+        if not m:
+            continue
+        raw, b, text = m.groups()
+        tool = KINDS.get(raw, raw)
+        tags = []
+        if raw != tool:
+            tags.append(raw)
+        elif tool in ("racecheck", "synccheck") and excl:
+            tags.append("libraries excluded")
+        elif tool == "initcheck" and marked:
+            tags.append("marked")
+        lab = label + (" [" + ", ".join(tags) + "]" if tags else "")
+        if (raw, b) in crashed and "SANITIZER CRASHED" not in text:
+            text = "SANITIZER CRASHED (Internal Sanitizer Error in its log): no verdict | " + text
+        out.append((tool, b, lab, text))
+    return out
+
+
+def read_table(lines):
+    out = []
+    for l in lines:
+        if not SEEDED.match(l):
+            continue
+        parts = re.split(r"\s{2,}", l, maxsplit=4)  # '#', tool, binary, label, text
+        if len(parts) == 5:
+            out.append(tuple(parts[1:]))
+    return out
+
+
 def main(argv):
     bins = None
     args = []
     i = 0
     while i < len(argv):
         if argv[i] == "--binaries":
+            if i + 1 >= len(argv) or not argv[i + 1].split():
+                print("sanitize_table.py: --binaries: expected a list of binaries, e.g. --binaries \"gpu_a gpu_b\"",
+                      file=sys.stderr)
+                return 2
             bins = argv[i + 1].split()
             i += 2
             continue
@@ -54,28 +122,17 @@ def main(argv):
             print(f"sanitize_table.py: '{a}': expected LABEL=LOG", file=sys.stderr)
             return 2
         label, path = a.split("=", 1)
+        if "  " in label or not label.strip():
+            print(f"sanitize_table.py: label '{label}': expected a non-empty label without two spaces in a row",
+                  file=sys.stderr)
+            return 2
         try:
             lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
         except OSError as e:
             print(f"sanitize_table.py: {path}: {e.strerror}", file=sys.stderr)
             return 1
-        table = any(SEEDED.match(line) for line in lines)  # a committed table: its lines only
-        for line in lines:
-            if table:
-                if not SEEDED.match(line):
-                    continue
-                parts = re.split(r"\s{2,}", line, maxsplit=4)  # '#', tool, binary, label, text
-                if len(parts) < 5:
-                    continue
-                tool, b, lab, text = parts[1:]
-            else:
-                m = RUN.match(line)
-                if not m:
-                    continue
-                tool, b, text = m.groups()
-                lab = label
-                if tool == "racecheck-all":
-                    tool, lab = "racecheck", label + " [racecheck-all]"
+        table = any(SEEDED.match(l) for l in lines)  # a committed table: its lines only
+        for tool, b, lab, text in (read_table(lines) if table else read_raw(lines, label)):
             k = kind(text)
             if k is None:
                 continue
@@ -85,10 +142,11 @@ def main(argv):
             if old is None or r >= old[0]:
                 best[(tool, b)] = (r, lab, " ".join(text.split()))
     bins = bins or sorted(seen_bins)
+    w = max([LABEL_W] + [len(v[1]) for v in best.values()])
     for tool in TOOLS:
         for b in bins:
             r, lab, text = best.get((tool, b), (-1, "-", "no run"))
-            print(f"#  {tool:<10} {b:<26} {lab:<52} {text[:170]}")
+            print(f"#  {tool:<10} {b:<26} {lab:<{w}}  {text[:170]}")  # two spaces at least: the seed's separator
     print("#")
     for tool in TOOLS:
         n = {k: 0 for k in RANK}
