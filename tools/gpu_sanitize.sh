@@ -14,6 +14,8 @@
 #        results/h100-h200-sanitize-session12.log)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only)
 #        SAN_SKIP ("tool:binary ...": not these, e.g. runs an earlier call of the pass gave a verdict)
+#        (the tests' own MEMOPT_TEST_* settings pass through, e.g. MEMOPT_TEST_FAULT_CASES='split tp 2' for
+#        gpu_alloc_faults' split cases alone: tests/alloc_faults.h)
 #        SAN_ORDER (long: the longest expected runs first, so that the budget cuts short ones; short: the
 #        short ones first, when a few long runs would hold every slot until the budget ends, as in session
 #        13's third call) SAN_RACE_OPTS (more racecheck options, e.g. "--racecheck-num-workers 4": racecheck's
