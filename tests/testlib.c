@@ -125,14 +125,14 @@ int test_reduced_level(void) {
 int test_reduced_batch(int B) { return test_is_reduced() ? 1 : B; }
 
 int test_device_wide_skip(const char *what) {
-    const char *e = getenv("MEMOPT_UNDER_SANITIZER");
+    const char *e = getenv("MEMOPT_TEST_UNDER_SANITIZER");
     if (!e || !*e || strcmp(e, "0") == 0) return 0;
     static const char *said[16];
     static int nsaid;
     for (int i = 0; i < nsaid; i++)
         if (said[i] == what) return 1;
     if (nsaid < 16) said[nsaid++] = what;
-    printf("SKIP (MEMOPT_UNDER_SANITIZER): %s: compute-sanitizer's own device allocations move cudaMemGetInfo\n", what);
+    printf("SKIP (MEMOPT_TEST_UNDER_SANITIZER): %s: compute-sanitizer's own device allocations move cudaMemGetInfo\n", what);
     return 1;
 }
 

@@ -52,7 +52,7 @@ int test_reduced_level(void);
 // Under MEMOPT_TEST_REDUCED: the batch of an attention shape reduced to 1 (the paths depend on T, C,
 // NH and the head size; the batch only repeats them); otherwise B.
 int test_reduced_batch(int B);
-// MEMOPT_UNDER_SANITIZER=1 (tools/gpu_sanitize.sh sets it): compute-sanitizer allocates device memory of
+// MEMOPT_TEST_UNDER_SANITIZER=1 (tools/gpu_sanitize.sh sets it): compute-sanitizer allocates device memory of
 // its own as the program runs, so a check of device-wide memory (cudaMemGetInfo against the allocator's
 // figures) says nothing about the suite there. Returns 1 and prints, once per caller's what, that such a
 // check is not made; 0 (check) otherwise.

@@ -42,7 +42,7 @@
 # summaries (cat shard1.log shard2.log) into the committed log.
 # SUMMARY_LOG gets one line per run: tool, binary, seconds, the test's exit code, compute-sanitizer's summary.
 # Runs share the GPU: gpu_alloc, gpu_alloc_faults and gpu_dnn_churn check device-wide memory, which the other runs and the
-# sanitizer itself move; every run gets MEMOPT_UNDER_SANITIZER=1, under which the tests leave those checks out and say
+# sanitizer itself move; every run gets MEMOPT_TEST_UNDER_SANITIZER=1, under which the tests leave those checks out and say
 # so (testlib.h), and tool "none" runs them. The sanitizer verdict (exit 99) is what counts.
 #
 # Two known findings, and the filtered run beside each raw one (docs/DESIGN.md, "What keeps it honest"):
@@ -195,19 +195,19 @@ one() {
   # (kernels/lib_writes.h), unless SAN_MARK=0
   local mark=0
   [ "$tool" = initcheck ] && mark=$SAN_MARK
-  # MEMOPT_UNDER_SANITIZER: the tests leave out their device-wide memory checks (cudaMemGetInfo: the tool's
+  # MEMOPT_TEST_UNDER_SANITIZER: the tests leave out their device-wide memory checks (cudaMemGetInfo: the tool's
   # own allocations move it; gpu_alloc and gpu_dnn_churn failed only those under initcheck and synccheck at
   # 4dd646c), saying so (testlib.h); tool none runs them
   local under=1
   [ "$tool" = none ] && under=0
-  (cd "$B" && MEMOPT_UNDER_SANITIZER=$under MEMOPT_TEST_REDUCED=$level MEMOPT_TEST_FAULT_STRIDE=$stride MEMOPT_MARK_LIB_WRITES=$mark NCCL_NVLS_ENABLE=0 \
+  (cd "$B" && MEMOPT_TEST_UNDER_SANITIZER=$under MEMOPT_TEST_REDUCED=$level MEMOPT_TEST_FAULT_STRIDE=$stride MEMOPT_MARK_LIB_WRITES=$mark NCCL_NVLS_ENABLE=0 \
      timeout "$left" "${run[@]}" "./$bin") >"$log" 2>&1
   rc=$?
   local verdict
   case $rc in 0) verdict="clean, test passed"; [ "$tool" = none ] && verdict="test passed (no sanitizer)";; 99) verdict="SANITIZER ERRORS";; 124|137) verdict="cut at ${left}s (errors so far below)";;
               77) verdict="skipped by the test";; *) verdict="test exit $rc (sanitizer clean unless listed)";; esac
   # the tool failing inside a kernel it left unchecked is no verdict on the binary (session 13)
-  grep -q "Internal Sanitizer Error" "$log" && verdict="SANITIZER CRASHED (Internal Sanitizer Error): no verdict
+  grep -q "Internal Sanitizer Error" "$log" && verdict="SANITIZER CRASHED (Internal Sanitizer Error): no verdict"
   # a cut run says how far it got: its test's last line of output (the sanitizer's own lines left out)
   local last=""
   case $rc in 124|137) last=" | last line: $(grep -v '^=========' "$log" | grep . | tail -1 | cut -c1-110)";; esac
