@@ -96,8 +96,8 @@ int mo_knobs_insert(char *text, size_t n, const char *name, const char *value) {
         const char *end = strchr(p, ';');
         const size_t item = end ? (size_t)(end - p) : strlen(p);
         const size_t el = strcspn(p, "=;"); // this entry's name, p[0, el)
-        const size_t cl = el < nl ? el : nl;
-        const int cmp = memcmp(p, name, cl) != 0 ? memcmp(p, name, cl) : (el > nl) - (el < nl);
+        int cmp = memcmp(p, name, el < nl ? el : nl); // strcmp of the entry's name with name
+        if (cmp == 0) cmp = (el > nl) - (el < nl);
         if (!done && cmp > 0) { // the first entry past name: it goes here
             bad |= kn_append(out, n, &len, entry, nl + vl + 1);
             done = 1;
