@@ -71,6 +71,13 @@ static int fault_case_wanted(const char *name) {
     return 0;
 }
 
+// Seconds a run with an injected fault may take before it counts as a hang: 60, or 900 under
+// compute-sanitizer (MEMOPT_TEST_UNDER_SANITIZER), where racecheck makes a tiny run take minutes.
+static unsigned fault_alarm_s(void) {
+    const char *e = getenv("MEMOPT_TEST_UNDER_SANITIZER");
+    return e && *e && strcmp(e, "0") != 0 ? 900u : 60u;
+}
+
 static void fault_alarm(int sig) {
     (void)sig;
     static const char m[] = "FAIL: a run with an injected fault did not finish within the alarm (a hang)\n";
@@ -90,7 +97,10 @@ static mo_status fault_run(const fault_case *fc, mo_backend_kind be, uint64_t k,
     msg[0] = '\0';
     *loss = 0;
     mo_status st = MO_OK;
-    alarm(60);
+    // Under compute-sanitizer (the stdout of a reduced run is line-buffered): which run the tool's next
+    // report is about
+    if (test_is_reduced()) printf("fault run: %s k=%llu\n", fc->name, (unsigned long long)k);
+    alarm(fault_alarm_s());
     if (fc->tp * fc->pp == 1) {
         mo_allocator *a = NULL;
         mo_ctx *x = NULL;
@@ -274,7 +284,8 @@ static void engine_run(const mo_run_config *rc, const mo_run_env *env, uint64_t 
     mo_alloc_global g0, g1;
     mo_alloc_global_stats(&g0);
     mo_alloc_fail_at(k);
-    alarm(60);
+    if (test_is_reduced()) printf("fault run: engine k=%llu\n", (unsigned long long)k);
+    alarm(fault_alarm_s());
     CHECK_OK(mo_run_execute(rc, env, row, NULL));
     alarm(0);
     fault_last_calls = mo_alloc_calls();

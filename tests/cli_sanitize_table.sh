@@ -4,7 +4,8 @@
 # a later verdict replaces an earlier one, a later cut run does not replace a verdict, a crashed run
 # (in the summary or only in the run's excerpt) ranks below a cut one, exit 77 is no verdict, racecheck-all
 # and racecheck-ours count as racecheck, a header's settings tag the label, the counts add up, and a
-# printed table read back as a seed is the same table.
+# printed table read back as a seed is the same table; parts of a binary (binary@i/n) stand in for it when
+# all of one n have a verdict.
 # Skips (77) without python3. Usage: cli_sanitize_table.sh path/to/memopt [source dir]
 set -u
 SRC="${2:-$(dirname "$0")/..}"
@@ -66,6 +67,39 @@ python3 "$T" seed="$tmp/seed.log" "c1 bbbb H200 with a label longer than the fif
   "c2 cccc H100=$tmp/c2.log" >"$tmp/t1" 2>"$tmp/err"
 python3 "$T" seed="$tmp/t1" >"$tmp/t2" 2>"$tmp/err"
 check "a printed table read back as a seed gives the same table" cmp -s "$tmp/t1" "$tmp/t2"
+
+# Parts (binary@i/n, MEMOPT_TEST_PART): all parts of one n with a verdict stand in for the whole run; a part
+# missing or cut leaves the binary without one; a whole run's verdict stands alone; a part's crash seen in its
+# excerpt (the file names the part i-n) is no verdict
+cat >"$tmp/p1.log" <<'EOF2'
+== compute-sanitizer Version 2025.3.1.0; shard 1/1
+racecheck-all  gpu_a@1/2                   100s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 5 passed, 0 failed
+racecheck-all  gpu_a@2/2                   120s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 6 passed, 0 failed
+initcheck      gpu_a                       470s exit 124: cut at 470s (errors so far below) |  |  | last line: x
+initcheck      gpu_a@1/3                    90s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
+initcheck      gpu_a@3/3                   300s exit 124: cut at 300s (errors so far below) |  |  | last line: z
+memcheck       gpu_b@1/2                    20s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
+synccheck      gpu_b                         3s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
+synccheck      gpu_b@1/2                     3s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
+racecheck-all  gpu_b@1/2                     3s exit  99: SANITIZER ERRORS | ========= RACECHECK SUMMARY: 1 hazards displayed |
+---- cs-racecheck-all-gpu_b@1-2.log
+========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.
+EOF2
+python3 "$T" "p1 dddd H100=$tmp/p1.log" --binaries "gpu_a gpu_b" >"$tmp/out" 2>"$tmp/err"
+check "parts: exit 0 (rc $?)" test $? -eq 0
+check "parts: both racecheck parts of gpu_a stand as rows" test "$(grep -cE "^#  racecheck +gpu_a@[12]/2 " "$tmp/out")" -eq 2
+check "parts: initcheck gpu_a, part 2 of 3 missing: the cut whole run and the parts listed" \
+  test "$(grep -cE "^#  initcheck +gpu_a(@[13]/3)? " "$tmp/out")" -eq 3
+check "parts: a whole run's verdict stands alone (synccheck gpu_b)" test "$(grep -cE "^#  synccheck +gpu_b" "$tmp/out")" -eq 1
+check "parts: a crash in a part's excerpt is no verdict" grep -q "SANITIZER CRASHED" <(grep -E "^#  racecheck +gpu_b@1/2 " "$tmp/out")
+check "parts: racecheck 1/2 with a verdict (gpu_a by its parts; gpu_b's part 2 of 2 missing: not reached)" \
+  grep -qE "^#  racecheck +1/2 with a verdict, 0 cut, 0 crashed, 1 not reached" "$tmp/out"
+check "parts: initcheck 0/2, gpu_a cut (its best: the cut whole run), gpu_b not reached" \
+  grep -qE "^#  initcheck +0/2 with a verdict, 1 cut, 0 crashed, 1 not reached" "$tmp/out"
+check "parts: memcheck gpu_b, one part of 2: not reached" \
+  grep -qE "^#  memcheck +0/2 with a verdict, 0 cut, 0 crashed, 2 not reached" "$tmp/out"
+python3 "$T" seed="$tmp/out" >"$tmp/t3" 2>"$tmp/err"
+check "parts: the printed table read back as a seed gives the same table" cmp -s "$tmp/out" "$tmp/t3"
 
 # Usage errors: no log (2, the usage), an argument without LABEL= (2), a missing file (1, its path)
 python3 "$T" >"$tmp/out" 2>"$tmp/err"

@@ -50,7 +50,7 @@ int main(void) {
     n++;
     fault_totals tot = {0};
     for (int i = 0; i < n; i++) {
-        if (!fault_case_wanted(cases[i].name)) continue;
+        if (!fault_case_wanted(cases[i].name) || !test_part_take(cases[i].name)) continue;
         // The first, unarmed run of a case loads its kernels (lazy module loading takes device memory
         // once) and makes the CUDA context's own pools: the baseline is taken after it.
         char msg[1024];
@@ -66,9 +66,9 @@ int main(void) {
     // The run engine (memopt run) on cuda, plain and with --offload activations (pinned host blocks,
     // copies on the copy stream in flight when the fault comes): every 4th allocation failed
     fault_rebase = rebase;
-    test_engine(MO_BACKEND_CUDA, 1, 0, 4, &tot);
-    test_engine(MO_BACKEND_CUDA, 1, 1, 4, &tot);
-    test_engine(MO_BACKEND_CUDA, 1, 2, 4, &tot);
+    if (test_part_take("engine")) test_engine(MO_BACKEND_CUDA, 1, 0, 4, &tot);
+    if (test_part_take("engine, offload activations")) test_engine(MO_BACKEND_CUDA, 1, 1, 4, &tot);
+    if (test_part_take("engine, resnet offload activations")) test_engine(MO_BACKEND_CUDA, 1, 2, 4, &tot);
     printf("fault injection total (cuda): %llu faults injected, %llu survived (unwound as oom, next run normal, device "
            "memory back), %llu bytes leaked\n",
            (unsigned long long)tot.injected, (unsigned long long)tot.survived, (unsigned long long)tot.leaked_bytes);

@@ -82,6 +82,7 @@ static void compare_model(mo_dtype dt, int fused, uint64_t seed) {
 static void test_deterministic_and_checkpoint(mo_dtype dt, uint64_t seed) {
     const int reduced = test_is_reduced(), d = dt == MO_F16;
     for (int fused = 0; fused <= 1; fused++) {
+        if (!test_part_take("determinism and checkpointing")) continue;
         const int pair = 2 * d + fused; // 0..3
         mo_gpt_config c = small_config(dt);
         c.layers = 4;
@@ -190,15 +191,16 @@ int main(void) {
     // the cpu, one of each dtype and each form (the determinism runs below still take all four)
     for (int d = 0; d < 2; d++)
         for (int fused = 0; fused <= 1; fused++)
-            if (test_reduced_level() < 2 || d == fused) compare_model(DTS[d], fused, seed + 2 * d + fused);
+            if ((test_reduced_level() < 2 || d == fused) && test_part_take("the model against the cpu"))
+                compare_model(DTS[d], fused, seed + 2 * d + fused);
     test_reduced("the full precision x attention x ckpt x accum grid (each path once), 40 of the 50 tracking steps,"
                  " the tracking's materialized run, 3 of 6 dry cases");
     for (int d = 0; d < 2; d++) test_deterministic_and_checkpoint(DTS[d], seed + 10 + d);
     // Reduced: the fused form only (compare_model and the determinism runs cover both forms' kernels;
     // the step's optimizer does not depend on the form).
-    if (!test_is_reduced()) test_tracks_fp32(0);
-    test_tracks_fp32(1);
-    test_scaler_overflow();
-    test_dry_equals_cuda();
+    if (!test_is_reduced() && test_part_take("16-bit tracking fp32")) test_tracks_fp32(0);
+    if (test_part_take("16-bit tracking fp32, fused")) test_tracks_fp32(1);
+    if (test_part_take("the loss scaler's overflow")) test_scaler_overflow();
+    if (test_part_take("dry equals cuda")) test_dry_equals_cuda();
     return test_finish();
 }

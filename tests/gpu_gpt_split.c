@@ -48,7 +48,7 @@ static void test_split_equals_unsplit(uint64_t seed) {
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
         int kept = !reduced;
         for (int k = 0; k < 3; k++) kept |= (size_t)keep[k] == i;
-        if (!kept) continue;
+        if (!kept || !test_part_take("split equals unsplit")) continue;
         const int twice = !reduced || i == 9;
         mo_gpt_config c = gpu_config();
         c.accum = grid[i][2];
@@ -98,6 +98,7 @@ static void test_tf32(uint64_t seed) {
 static void test_mixed(uint64_t seed) {
     const mo_dtype dts[2] = {MO_BF16, MO_F16};
     for (int d = 0; d < 2; d++) {
+        if (!test_part_take("16-bit split")) continue;
         const int twice = !test_is_reduced() || d == 0;
         mo_gpt_config c = gpu_config();
         c.dtype = dts[d];
@@ -129,7 +130,7 @@ static void test_dry_equals_cuda(void) {
                      {4, 1, 2, MO_CKPT_SQRT, 1, 0}, {2, 1, 2, MO_CKPT_FULL, 0, 1}, {4, 2, 2, MO_CKPT_NONE, 1, 1}};
     // Reduced: 4 of the 6, every policy (full with tp 2 sp, not pp 2 alone: pp is in the others).
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
-        if (test_is_reduced() && (i == 0 || i == 1)) continue;
+        if ((test_is_reduced() && (i == 0 || i == 1)) || !test_part_take("dry equals cuda")) continue;
         mo_gpt_config c = gpu_config();
         c.accum = grid[i][2]; c.ckpt = (mo_ckpt_kind)grid[i][3]; c.attn_fused = grid[i][4];
         c.grad_clip = 1.0f;
@@ -205,7 +206,7 @@ static void test_nccl(uint64_t seed) {
     int grid[][4] = {{2, 1, 1, 0}, {1, 2, 2, 0}, {2, 2, 4, 0}, {4, 2, 4, 0}, {2, 1, 2, 1}, {2, 2, 4, 1}}; // tp, pp, accum, sp
     // Reduced: tp 2 and tp 2 x pp 2 with sp (tp, pp and sp collectives each once).
     for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
-        if (test_is_reduced() && i != 0 && i != 5) continue;
+        if ((test_is_reduced() && i != 0 && i != 5) || !test_part_take("nccl")) continue;
         int W = grid[i][0] * grid[i][1];
         if (W > n) {
             printf("  nccl tp %d pp %d: needs %d GPUs, %d here: skipped\n", grid[i][0], grid[i][1], W, n);
@@ -250,10 +251,10 @@ int main(void) {
     test_reduced("batch 8 (4 instead), 7 of the 10 split-vs-unsplit cases, 2 of 6 dry cases, 4 of 6 nccl cases,"
                  " 3 repeat runs");
     test_split_equals_unsplit(seed);
-    test_tf32(seed + 1);
+    if (test_part_take("tf32 split")) test_tf32(seed + 1);
     test_mixed(seed + 3);
     test_dry_equals_cuda();
-    test_oom_unwinds();
+    if (test_part_take("oom unwinds")) test_oom_unwinds();
     test_nccl(seed + 2);
     return test_finish();
 }

@@ -113,12 +113,13 @@ int main(void) {
     // the threads-only setting dropped (the third has threads).
     const int reduced = test_reduced("batch 4 (2 instead), 2 of 4 base cases, bf16's base dry case, 6 of the 9 knob"
                                      " cases (the threads-only setting among them)");
-    test_equal(MO_F32, 1, MO_CKPT_NONE, "fp32");
-    if (!reduced) test_equal(MO_F32, 2, MO_CKPT_FULL, "fp32 accum 2 ckpt full");
-    if (!reduced) test_equal(MO_BF16, 1, MO_CKPT_NONE, "bf16");
-    test_equal(MO_BF16, 2, MO_CKPT_FULL, "bf16 accum 2 ckpt full");
-    test_dry_equals_cuda(MO_F32);
-    if (!reduced) test_dry_equals_cuda(MO_BF16);
+    // each call a case of MEMOPT_TEST_PART (testlib.h)
+    if (test_part_take("fp32")) test_equal(MO_F32, 1, MO_CKPT_NONE, "fp32");
+    if (!reduced && test_part_take("fp32 accum 2")) test_equal(MO_F32, 2, MO_CKPT_FULL, "fp32 accum 2 ckpt full");
+    if (!reduced && test_part_take("bf16")) test_equal(MO_BF16, 1, MO_CKPT_NONE, "bf16");
+    if (test_part_take("bf16 accum 2")) test_equal(MO_BF16, 2, MO_CKPT_FULL, "bf16 accum 2 ckpt full");
+    if (test_part_take("fp32 dry")) test_dry_equals_cuda(MO_F32);
+    if (!reduced && test_part_take("bf16 dry")) test_dry_equals_cuda(MO_BF16);
     // The update chunked on the copy stream (chunks of 10007 parameters: the copies back of one chunk
     // overlap the host work of the next; an odd size leaves a short last chunk) and/or over host threads
     // (strategies/offload_update.h): still bit-identical, and dry still predicts cuda to the byte.
@@ -131,9 +132,9 @@ int main(void) {
         else unsetenv("MEMOPT_OFFLOAD_THREADS");
         printf("MEMOPT_OFFLOAD_CHUNK=%s MEMOPT_OFFLOAD_THREADS=%s\n", knobs[i][0] ? knobs[i][0] : "(unset)",
                knobs[i][1] ? knobs[i][1] : "(unset)");
-        if (!reduced || i == 0) test_equal(MO_F32, 2, MO_CKPT_FULL, "fp32 accum 2 ckpt full, knobs");
-        if (!reduced || i == 2) test_equal(MO_BF16, 1, MO_CKPT_NONE, "bf16, knobs");
-        if (!reduced || i == 2) test_dry_equals_cuda(MO_BF16);
+        if ((!reduced || i == 0) && test_part_take("fp32 knobs")) test_equal(MO_F32, 2, MO_CKPT_FULL, "fp32 accum 2 ckpt full, knobs");
+        if ((!reduced || i == 2) && test_part_take("bf16 knobs")) test_equal(MO_BF16, 1, MO_CKPT_NONE, "bf16, knobs");
+        if ((!reduced || i == 2) && test_part_take("bf16 knobs dry")) test_dry_equals_cuda(MO_BF16);
     }
     unsetenv("MEMOPT_OFFLOAD_CHUNK");
     unsetenv("MEMOPT_OFFLOAD_THREADS");

@@ -62,6 +62,7 @@ static void test_late_copies(void) {
         {gpt_base, "bf16", "full", "2"}, {gpt_base, "fp32", "every:2", "1"}, {mlp_base, "fp32", "full", "2"},
         {res_base, "bf16", "full", "1"}};
     for (int i = 0; i < 4; i++) {
+        if (!test_part_take("late copies")) continue;
         const char *kv_none[] = {"--precision", cases[i].prec, "--ckpt", cases[i].ckpt, "--accum", cases[i].accum, NULL};
         const char *kv_off[] = {"--precision", cases[i].prec, "--ckpt", cases[i].ckpt, "--accum", cases[i].accum,
                                 "--offload", "activations", NULL};
@@ -112,6 +113,7 @@ int main(void) {
             for (int c = 0; c < 4; c++)
                 for (int a = 0; a < 2; a++) {
                     if (reduced && (c != (p + m) % 4 || a != ((p >> 1) ^ (m & 1)))) continue;
+                    if (!test_part_take(models[m].name)) continue;
                     one_case(models[m].name, models[m].base, models[m].blocks, precs[p], ckpts[c], accums[a]);
                 }
     return test_finish();

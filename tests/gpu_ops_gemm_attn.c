@@ -580,7 +580,9 @@ int main(void) {
         {37, 100, 36, 0, 1, "odd gelu no bias"},
     };
     reduce_mm(mm, sizeof mm / sizeof mm[0]);
-    for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) gpu_matmul(&mm[i]);
+    // each call below a case of MEMOPT_TEST_PART (testlib.h)
+    for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
+        if (test_part_take(mm[i].what)) gpu_matmul(&mm[i]);
     // the step's fused GEMMs: attn proj (+ residual), fc proj (+ residual; dgelu with C = 3072), a
     // tail with C % 8 == 0 and one without (the unfused fallback)
     mm_shape fz[] = {
@@ -590,7 +592,8 @@ int main(void) {
         {37, 100, 37, 1, 0, "odd (dgelu fallback)"},
     };
     reduce_mm(fz, sizeof fz / sizeof fz[0]);
-    for (size_t i = 0; i < sizeof fz / sizeof fz[0]; i++) gpu_matmul_fused(&fz[i]);
+    for (size_t i = 0; i < sizeof fz / sizeof fz[0]; i++)
+        if (test_part_take(fz[i].what)) gpu_matmul_fused(&fz[i]);
 
     at_shape at[] = {
         {2, 1024, 768, 12, "gpt2 T=1024"},
@@ -605,8 +608,9 @@ int main(void) {
         {1, 2048, 128, 2, "T=2048 (fp32 loop, 16-bit 8 vectors a lane)"},
     };
     reduce_at(at, sizeof at / sizeof at[0]);
-    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) gpu_attention(&at[i]);
-    if (!reduced) gpu_fused_gemm_rows_timing();
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+        if (test_part_take(at[i].what)) gpu_attention(&at[i]);
+    if (!reduced && test_part_take("the chunk-rows timing")) gpu_fused_gemm_rows_timing();
 
     sc_shape sc[] = {
         {2, 1024, 12, 1, "gpt2 in place"},
@@ -616,9 +620,11 @@ int main(void) {
         {3, 4, 1, 0, "T=4"},
     };
     reduce_sc(sc, sizeof sc / sizeof sc[0]);
-    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) gpu_attention_scores(&sc[i]);
-    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) gpu_attention_dpreatt(&sc[i]);
-    gpu_attention_scores_refusals(); // what it refuses (the attention then runs the scores on cuBLAS)
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+        if (test_part_take(sc[i].what)) gpu_attention_scores(&sc[i]);
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+        if (test_part_take(sc[i].what)) gpu_attention_dpreatt(&sc[i]);
+    if (test_part_take("the scores' refusals")) gpu_attention_scores_refusals(); // what it refuses (the attention then runs the scores on cuBLAS)
 
     mo_timer_destroy(&timer);
     mo_ctx_destroy(gc);

@@ -46,6 +46,7 @@ static void test_engine_grid(void) {
                 for (int a = 0; a < 2; a++) {
                     const int i = 4 * d + p;
                     if (reduced && (c != i % 3 || a != (i / 3) % 2)) continue;
+                    if (!test_part_take("the engine grid")) continue;
                     const char *kv[] = {"--layers", depths[d], "--precision", precisions[p], "--ckpt", ckpts[c],
                                         "--accum", accums[a], NULL};
                     mo_run_config g, h;
@@ -121,6 +122,7 @@ static void test_against_cpu_and_ckpt(void) {
     static const char *const ckpts[] = {"full", "every:2", "sqrt", "segments:2", "segments:4"};
     for (int d = 0; d < 2; d++)
         for (int p = 0; p < 4; p++) {
+            if (!test_part_take("against the cpu, checkpointing")) continue;
             mo_run_config rc;
             const char *kv0[] = {"--layers", d ? "14" : "10", "--precision", precisions[p], "--accum", "2", NULL};
             config_of("cuda", kv0, &rc);
@@ -169,7 +171,7 @@ static void test_resnet50(void) {
     const int reduced = test_is_reduced();
     mo_run_env env;
     for (int i = 0, first = 1; i < 4; i++) {
-        if (reduced && (i == 1 || i == 2)) continue;
+        if ((reduced && (i == 1 || i == 2)) || !test_part_take("resnet50")) continue;
         mo_config_defaults(&cfg, MO_CMD_RUN);
         const char *kv[] = {"--model", "resnet", "--preset", "resnet50", "--batch", reduced ? "2" : "32", "--steps", "2", "--warmup", "1",
                             "--precision", combos[i][0], "--ckpt", combos[i][1], NULL};

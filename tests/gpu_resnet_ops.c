@@ -671,6 +671,9 @@ static void timing_col_gemm(void) {
 }
 #endif
 
+// A case of MEMOPT_TEST_PART (testlib.h): run in this part only.
+#define TEST_PART(call) do { if (test_part_take(#call)) call; } while (0)
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); // the FAIL lines (stderr) stay next to the op they are about
     test_require_gpu();
@@ -693,48 +696,48 @@ int main(void) {
     for (int k = 0; k < 4; k++) {
         const prec *p = &precs[k];
         if (p->tf32) continue; // run by gpu_conv with fp32's inputs and reference
-        gpu_conv(p, n, stem, stem, 3, 64, 7, 2, 3, "ResNet-50 stem 7x7");
-        gpu_conv(p, n, hw, hw, 64, 64, 3, 1, 1, "layer1 3x3");
-        gpu_conv(p, n, hw, hw, 64, 256, 1, 1, 0, "layer1 1x1 expand");
-        gpu_conv(p, n, hw2, hw2, 128, 128, 3, 2, 1, "layer2 3x3 stride 2 (v1.5)");
-        gpu_conv(p, n, hw, hw, 256, 512, 1, 2, 0, "layer2 downsample 1x1 s2");
-        gpu_conv(p, n, hw4, hw4, 512, 512, 3, 1, 1, "layer4 3x3");
-        gpu_conv(p, 3, 13, 11, 5, 7, 3, 2, 1, "odd sizes");
-        gpu_conv(p, 1, 9, 7, 3, 10, 1, 1, 0, "odd 1x1");
-        gpu_conv(p, 3, 13, 11, 6, 8, 1, 2, 0, "odd 1x1 stride 2");
-        gpu_conv(p, 3, 9, 10, 7, 6, 3, 1, 1, "odd C 3x3 stride 1");
-        gpu_conv(p, 2, 8, 9, 4, 5, 3, 1, 2, "3x3 pad 2 (> R - 1)");
+        TEST_PART(gpu_conv(p, n, stem, stem, 3, 64, 7, 2, 3, "ResNet-50 stem 7x7"));
+        TEST_PART(gpu_conv(p, n, hw, hw, 64, 64, 3, 1, 1, "layer1 3x3"));
+        TEST_PART(gpu_conv(p, n, hw, hw, 64, 256, 1, 1, 0, "layer1 1x1 expand"));
+        TEST_PART(gpu_conv(p, n, hw2, hw2, 128, 128, 3, 2, 1, "layer2 3x3 stride 2 (v1.5)"));
+        TEST_PART(gpu_conv(p, n, hw, hw, 256, 512, 1, 2, 0, "layer2 downsample 1x1 s2"));
+        TEST_PART(gpu_conv(p, n, hw4, hw4, 512, 512, 3, 1, 1, "layer4 3x3"));
+        TEST_PART(gpu_conv(p, 3, 13, 11, 5, 7, 3, 2, 1, "odd sizes"));
+        TEST_PART(gpu_conv(p, 1, 9, 7, 3, 10, 1, 1, 0, "odd 1x1"));
+        TEST_PART(gpu_conv(p, 3, 13, 11, 6, 8, 1, 2, 0, "odd 1x1 stride 2"));
+        TEST_PART(gpu_conv(p, 3, 9, 10, 7, 6, 3, 1, 1, "odd C 3x3 stride 1"));
+        TEST_PART(gpu_conv(p, 2, 8, 9, 4, 5, 3, 1, 2, "3x3 pad 2 (> R - 1)"));
     }
     // fp32 and tf32: layer1's 3x3 at batch 4 takes two chunks of the workspace in every pass (10880 + 1664
     // rows; 3 + 1 images)
-    gpu_conv(&precs[0], 4, 56, 56, 64, 64, 3, 1, 1, "layer1 3x3, two workspace chunks");
+    TEST_PART(gpu_conv(&precs[0], 4, 56, 56, 64, 64, 3, 1, 1, "layer1 3x3, two workspace chunks"));
 #ifdef MEMOPT_HAVE_CUDA
-    gpu_im2col(2, 56, 56, 64, 3, 1, 1);
-    gpu_im2col(2, 56, 56, 128, 3, 2, 1);
-    gpu_im2col(2, 224, 224, 3, 7, 2, 3);
-    gpu_im2col(3, 13, 11, 5, 3, 2, 1);
-    gpu_im2col(3, 13, 11, 8, 1, 2, 0);
-    gpu_im2col(2, 9, 9, 4, 3, 1, 2);
-    gpu_im2col(2, 7, 8, 12, 3, 3, 0);
+    TEST_PART(gpu_im2col(2, 56, 56, 64, 3, 1, 1));
+    TEST_PART(gpu_im2col(2, 56, 56, 128, 3, 2, 1));
+    TEST_PART(gpu_im2col(2, 224, 224, 3, 7, 2, 3));
+    TEST_PART(gpu_im2col(3, 13, 11, 5, 3, 2, 1));
+    TEST_PART(gpu_im2col(3, 13, 11, 8, 1, 2, 0));
+    TEST_PART(gpu_im2col(2, 9, 9, 4, 3, 1, 2));
+    TEST_PART(gpu_im2col(2, 7, 8, 12, 3, 3, 0));
 #endif
     const mo_dtype dts[3] = {MO_F32, MO_BF16, MO_F16};
     for (int k = 0; k < 3; k++) {
         for (int impl = 0; impl < 2; impl++) {
-            gpu_bn(dts[k], 2 * 56 * 56, 64, 1, impl);
-            gpu_bn(dts[k], 2 * 7 * 7, 2048, 0, impl);
-            gpu_bn(dts[k], 37, 5, 1, impl);
+            TEST_PART(gpu_bn(dts[k], 2 * 56 * 56, 64, 1, impl));
+            TEST_PART(gpu_bn(dts[k], 2 * 7 * 7, 2048, 0, impl));
+            TEST_PART(gpu_bn(dts[k], 37, 5, 1, impl));
         }
-        gpu_bn(dts[k], 3 * 41 * 37 + 5, 96, 1, 0); // many row groups, the last one short
-        gpu_bn(dts[k], 8 * 28 * 28, 40, 0, 0);    // C not a multiple of the block's 32 channels
-        gpu_bn(dts[k], 2 * 9 * 9 + 3, 12, 1, 0);  // 16-bit: C not a multiple of 8 (the scalar kernels)
-        gpu_bn(dts[k], 100, 4, 1, 0);             // fp32: one vector a row, fewer rows than row lanes
-        gpu_bn(dts[k], 2 * 28 * 28, 160, 1, 0);   // fp32: 40 vectors a row, the second block part idle
-        for (int impl = 0; impl < 2; impl++) gpu_bn_fused(dts[k], 2 * 56 * 56, 64, impl);
-        gpu_bn_fused(dts[k], 3 * 41 * 37 + 5, 96, 0);
-        gpu_bn_fused(dts[k], 37, 5, 0); // the scalar kernels
-        gpu_pool(dts[k], 2, 112, 112, 64, 3, 2, 1);
-        gpu_pool(dts[k], 3, 9, 7, 5, 3, 2, 1);
-        gpu_pool(dts[k], 1, 6, 5, 3, 2, 1, 0);
+        TEST_PART(gpu_bn(dts[k], 3 * 41 * 37 + 5, 96, 1, 0)); // many row groups, the last one short
+        TEST_PART(gpu_bn(dts[k], 8 * 28 * 28, 40, 0, 0));    // C not a multiple of the block's 32 channels
+        TEST_PART(gpu_bn(dts[k], 2 * 9 * 9 + 3, 12, 1, 0));  // 16-bit: C not a multiple of 8 (the scalar kernels)
+        TEST_PART(gpu_bn(dts[k], 100, 4, 1, 0));             // fp32: one vector a row, fewer rows than row lanes
+        TEST_PART(gpu_bn(dts[k], 2 * 28 * 28, 160, 1, 0));   // fp32: 40 vectors a row, the second block part idle
+        for (int impl = 0; impl < 2; impl++) TEST_PART(gpu_bn_fused(dts[k], 2 * 56 * 56, 64, impl));
+        TEST_PART(gpu_bn_fused(dts[k], 3 * 41 * 37 + 5, 96, 0));
+        TEST_PART(gpu_bn_fused(dts[k], 37, 5, 0)); // the scalar kernels
+        TEST_PART(gpu_pool(dts[k], 2, 112, 112, 64, 3, 2, 1));
+        TEST_PART(gpu_pool(dts[k], 3, 9, 7, 5, 3, 2, 1));
+        TEST_PART(gpu_pool(dts[k], 1, 6, 5, 3, 2, 1, 0));
     }
     timing();
 #ifdef MEMOPT_HAVE_CUDA

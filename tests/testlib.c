@@ -73,6 +73,39 @@ void test_require_gpu(void) {
     }
 }
 
+// MEMOPT_TEST_PART's state: part (1-based) of n, cases seen and taken so far
+static int part_i, part_n, part_read;
+static long part_seen, part_taken;
+
+static void part_parse(void) {
+    if (part_read) return;
+    part_read = 1;
+    part_i = part_n = 1;
+    const char *e = getenv("MEMOPT_TEST_PART");
+    if (!e || !*e) return;
+    char *end = NULL;
+    long i = strtol(e, &end, 10), n = 0;
+    if (end && *end == '/') n = strtol(end + 1, &end, 10);
+    if (!end || *end || i < 1 || n < i || n > 64) {
+        fprintf(stderr, "MEMOPT_TEST_PART=%s: accepted i/n with 1 <= i <= n <= 64, e.g. 2/3\n", e);
+        exit(2);
+    }
+    part_i = (int)i;
+    part_n = (int)n;
+}
+
+int test_part_take(const char *what) {
+    part_parse();
+    const long k = part_seen++;
+    if (part_n == 1) return 1;
+    if (k % part_n == part_i - 1) {
+        part_taken++;
+        return 1;
+    }
+    printf("MEMOPT_TEST_PART=%d/%d: case %ld (%s) is another part's\n", part_i, part_n, k, what);
+    return 0;
+}
+
 int test_finish(void) {
 #ifdef MEMOPT_HAVE_CUDA
     // The pooled cuDNN handles destroyed here, before exit: with only the pool's atexit drain,
@@ -80,6 +113,8 @@ int test_finish(void) {
     // cudnnCreate allocations (25352 bytes) live when it checked.
     mo_dnn_pool_drain();
 #endif
+    if (part_read && part_n > 1)
+        printf("MEMOPT_TEST_PART=%d/%d: %ld of the %ld cases run here\n", part_i, part_n, part_taken, part_seen);
     printf("%d passed, %d failed\n", test_passed, test_failed);
     return test_failed ? 1 : 0;
 }

@@ -57,5 +57,11 @@ int test_reduced_batch(int B);
 // figures) says nothing about the suite there. Returns 1 and prints, once per caller's what, that such a
 // check is not made; 0 (check) otherwise.
 int test_device_wide_skip(const char *what);
+// MEMOPT_TEST_PART=i/n (1 <= i <= n <= 64): a long GPU test split over n processes, so that each compute-sanitizer
+// run of it fits a device call (tools/gpu_sanitize.sh, runs named TOOL:BINARY@i/n). A test calls this once per
+// case, in the same order in every process: the k-th call (k from 0) returns 1 in part k % n + 1 only, so the n
+// parts together run every case once. Unset: 1 always. A bad value prints the accepted form and exits 2.
+// test_finish() prints how many cases the part ran.
+int test_part_take(const char *what);
 
 #endif

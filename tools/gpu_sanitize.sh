@@ -12,7 +12,9 @@
 #        SAN_JOBS (3: the runs share one GPU and slow one another far more than they gain; memcheck of
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
 #        results/h100-h200-sanitize-session12.log)
-#        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only)
+#        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only; "tool:binary@i/n" runs
+#        part i of n of the binary's cases, MEMOPT_TEST_PART=i/n (tests/testlib.h), so that a test too long for
+#        one run under racecheck or initcheck is checked whole by n runs: its summary line names binary@i/n)
 #        SAN_SKIP ("tool:binary ...": not these, e.g. runs an earlier call of the pass gave a verdict)
 #        (the tests' own MEMOPT_TEST_* settings pass through, e.g. MEMOPT_TEST_FAULT_CASES='split tp 2' for
 #        gpu_alloc_faults' split cases alone: tests/alloc_faults.h)
@@ -132,7 +134,7 @@ export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS SAN
 # 100 for those it cut sooner by its budget, 10 for a binary not listed. Only the order depends on these.
 cost() {
   local c
-  case $2 in
+  case ${2%%@*} in
     gpu_attention_chunks|gpu_trace|gpu_alloc_faults|gpu_gpt_mixed|gpu_mlp) c=150;; gpu_ops_gemm_attn_mixed) c=110;;
     gpu_ops_gemm_attn|gpu_gpt_split) c=90;; gpu_lt_table) c=60;; gpu_comm) c=36;;
     gpu_ops_mixed) c=23;; gpu_attention_fused_mixed|gpu_gpt) c=20;; gpu_ops_basic) c=8;;
@@ -162,7 +164,10 @@ runs=$(if [ -n "${SAN_RUNS:-}" ]; then echo "$SAN_RUNS" | tr ' ' '\n' | grep . |
        awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
 
 one() {
-  local tool=$1 bin=$2 opts now left t0 rc
+  local tool=$1 bin=$2 opts now left t0 rc part=""
+  # binary@i/n: part i of n of its cases
+  case $bin in *@*) part=${bin#*@}; bin=${bin%%@*};; esac
+  local name=$bin${part:+@$part}
   case $tool in
     memcheck) opts="--tool memcheck --leak-check full";;
     memcheck-noapi) opts="--tool memcheck --leak-check full --report-api-errors no";;
@@ -179,8 +184,8 @@ one() {
   [ "$tool $bin" = "synccheck gpu_attention_cudnn" ] && opts="$opts --num-cuda-barriers 64"
   now=$(date +%s); left=$((deadline - now))
   [ $left -gt "$SAN_TIMEOUT" ] && left=$SAN_TIMEOUT
-  if [ $left -lt 5 ]; then printf '%-14s %-26s skipped: the stage budget is spent\n' "$tool" "$bin"; return; fi
-  local log="$L/cs-$tool-$bin.log"
+  if [ $left -lt 5 ]; then printf '%-14s %-26s skipped: the stage budget is spent\n' "$tool" "$name"; return; fi
+  local log="$L/cs-$tool-${name//\//-}.log"
   t0=$(date +%s)
   # gpu_alloc_faults: every 150th fault under memcheck (the unwinding's memory errors and leaks), every
   # 500th under synccheck (a run of it was cut at 150 s under each tool in session 10's pass);
@@ -200,7 +205,7 @@ one() {
   # 4dd646c), saying so (testlib.h); tool none runs them
   local under=1
   [ "$tool" = none ] && under=0
-  (cd "$B" && MEMOPT_TEST_UNDER_SANITIZER=$under MEMOPT_TEST_REDUCED=$level MEMOPT_TEST_FAULT_STRIDE=$stride MEMOPT_MARK_LIB_WRITES=$mark NCCL_NVLS_ENABLE=0 \
+  (cd "$B" && MEMOPT_TEST_UNDER_SANITIZER=$under MEMOPT_TEST_REDUCED=$level MEMOPT_TEST_FAULT_STRIDE=$stride MEMOPT_MARK_LIB_WRITES=$mark MEMOPT_TEST_PART=$part NCCL_NVLS_ENABLE=0 \
      timeout "$left" "${run[@]}" "./$bin") >"$log" 2>&1
   rc=$?
   local verdict
@@ -211,7 +216,7 @@ one() {
   # a cut run says how far it got: its test's last line of output (the sanitizer's own lines left out)
   local last=""
   case $rc in 124|137) last=" | last line: $(grep -v '^=========' "$log" | grep . | tail -1 | cut -c1-110)";; esac
-  printf '%-14s %-26s %4ds exit %3d: %s | %s | %s%s\n' "$tool" "$bin" $(( $(date +%s) - t0 )) $rc "$verdict" \
+  printf '%-14s %-26s %4ds exit %3d: %s | %s | %s%s\n' "$tool" "$name" $(( $(date +%s) - t0 )) $rc "$verdict" \
     "$(grep -hE '(ERROR|LEAK|RACECHECK|INITCHECK|SYNCCHECK) SUMMARY' "$log" | tr '\n' ' ')" \
     "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)" "$last"
 }
@@ -220,7 +225,11 @@ if [ -n "${SAN_RUNS:-}" ]; then
   for r in $SAN_RUNS; do
     case ${r%%:*} in memcheck|memcheck-noapi|racecheck|racecheck-all|racecheck-ours|initcheck|synccheck|none) ;;
       *) echo "sanitize: SAN_RUNS: unknown tool in '$r'" >&2; exit 2;; esac
-    [ -x "$B/${r#*:}" ] || { echo "sanitize: SAN_RUNS: no binary $B/${r#*:} ('$r')" >&2; exit 2; }
+    rb=${r#*:}
+    [ -x "$B/${rb%%@*}" ] || { echo "sanitize: SAN_RUNS: no binary $B/${rb%%@*} ('$r')" >&2; exit 2; }
+    case $rb in *@*) [[ ${rb#*@} =~ ^([0-9]+)/([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] &&
+                       [ "${BASH_REMATCH[1]}" -le "${BASH_REMATCH[2]}" ] && [ "${BASH_REMATCH[2]}" -le 64 ] ||
+                       { echo "sanitize: SAN_RUNS: '$r': a part is binary@i/n with 1 <= i <= n <= 64" >&2; exit 2; };; esac
   done
 fi
 nruns=$(echo "$runs" | grep -c .)
@@ -233,7 +242,7 @@ case "$run_tools" in *" initcheck "*)
 [ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-3}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
 # the errors themselves (first lines of each run of this shard that had any)
 echo "$runs" | while read -r t b; do
-  f="$L/cs-$t-$b.log"
+  f="$L/cs-$t-${b//\//-}.log"
   [ -n "$t" ] && [ -f "$f" ] || continue
   if grep -qE '^========= (Invalid|Race|Uninitialized|Barrier|Leaked|Error|Program hit|Potential)' "$f"; then
     echo "---- $(basename "$f")"; grep -E '^=========' "$f" | grep -v 'Host Frame' | head -40
@@ -244,7 +253,7 @@ done | tee -a "$S"
 # (NCCL, cuBLAS's nvjet_* and cutlass kernels, cuDNN's libraries and generated kernels) is counted apart from ours; both are listed, never
 # dropped.
 echo "$runs" | while read -r t b; do
-  f="$L/cs-$t-$b.log"
+  f="$L/cs-$t-${b//\//-}.log"
   [ -n "$t" ] && [ -f "$f" ] || continue
   awk -v f="$(basename "$f")" '
     /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning|Leaked)/ { if (rec != "") tally(); rec = $0; where = ""; next }

@@ -9,6 +9,10 @@ exit), else the latest cut one, else a crashed one (the tool's "Internal Sanitiz
 or in the run's excerpt: no verdict), else the latest not reached or skipped by the test. A committed
 table (the "#  TOOL  BINARY  LABEL  ..." lines of an earlier log) can seed it.
 
+A run of part i of n of a binary's cases ("BINARY@i/n", MEMOPT_TEST_PART) is a row of its own; the binary
+has a verdict under a tool when a whole run has one, or when parts 1..n of one n all have one (the parts
+then stand in the table in its place).
+
 Runs of racecheck-all, racecheck-ours and memcheck-noapi count as racecheck and memcheck, their kind in
 the label; so do "[libraries excluded]" for racecheck and synccheck, and "[marked]" for initcheck, when the
 log's header says the run was made so.
@@ -23,8 +27,10 @@ import sys
 
 TOOLS = ["memcheck", "racecheck", "initcheck", "synccheck"]
 KINDS = {"racecheck-all": "racecheck", "racecheck-ours": "racecheck", "memcheck-noapi": "memcheck"}
-RUN = re.compile(r"^(memcheck-noapi|memcheck|racecheck-all|racecheck-ours|racecheck|initcheck|synccheck)\s+(gpu_\w+)\s+(.*)$")
-EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+)\.log")
+BIN = r"gpu_\w+(?:@\d+/\d+)?"  # a binary, or part i of n of its cases
+RUN = re.compile(r"^(memcheck-noapi|memcheck|racecheck-all|racecheck-ours|racecheck|initcheck|synccheck)\s+(" + BIN +
+                 r")\s+(.*)$")
+EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+(?:@\d+-\d+)?)\.log")  # the part's "/" is "-" in a file name
 SEEDED = re.compile(r"^#\s+(memcheck|racecheck|initcheck|synccheck)\s{2,}gpu_")
 RANK = {"verdict": 3, "cut": 2, "crashed": 1, "not reached": 0}
 LABEL_W = 52
@@ -62,7 +68,8 @@ def read_part(lines, label):
     for l in lines:
         m = EXCERPT.match(l)
         if m:
-            cur = m.groups()
+            t, b = m.groups()
+            cur = (t, re.sub(r"@(\d+)-(\d+)$", r"@\1/\2", b))
         elif cur and "Internal Sanitizer Error" in l:
             crashed.add(cur)
     out = []
@@ -95,6 +102,35 @@ def read_table(lines):
         if len(parts) == 5:
             out.append(tuple(parts[1:]))
     return out
+
+
+def rows_of(best, tool, b):
+    """The table's rows for binary b under tool, and its rank (-1: no run). A whole run with a verdict
+    stands alone; else parts 1..n of one n, all with a verdict, stand in its place; else the whole run
+    (or "no run") and whatever parts there are, the rank the better of the whole run's and the worst part's
+    of the most complete n (a missing part: not reached)."""
+    whole = best.get((tool, b))
+    parts = {}  # n -> {i: entry}
+    for (t, key), e in best.items():
+        m = re.match(re.escape(b) + r"@(\d+)/(\d+)$", key)
+        if t == tool and m:
+            parts.setdefault(int(m.group(2)), {})[int(m.group(1))] = e
+    def name(n, i):
+        return f"{b}@{i}/{n}"
+    if whole and whole[0] == RANK["verdict"]:
+        return [(b, whole)], whole[0]
+    for n in sorted(parts):
+        if all(parts[n].get(i, (-1,))[0] == RANK["verdict"] for i in range(1, n + 1)):
+            return [(name(n, i), parts[n][i]) for i in range(1, n + 1)], RANK["verdict"]
+    rows = [(b, whole or (-1, "-", "no run"))] if whole or not parts else []
+    rank = whole[0] if whole else -1
+    if parts:
+        n = max(parts, key=lambda n: (len(parts[n]), n))
+        worst = min(parts[n].get(i, (RANK["not reached"],))[0] for i in range(1, n + 1))
+        rank = max(rank, worst)
+        for m in sorted(parts):
+            rows += [(name(m, i), parts[m][i]) for i in sorted(parts[m])]
+    return rows, rank
 
 
 def main(argv):
@@ -141,24 +177,23 @@ def main(argv):
             old = best.get((tool, b))
             if old is None or r >= old[0]:
                 best[(tool, b)] = (r, lab, " ".join(text.split()))
-    bins = bins or sorted(seen_bins)
+    bins = bins or sorted({b.split("@")[0] for b in seen_bins})
     w = max([LABEL_W] + [len(v[1]) for v in best.values()])
+    counts = {t: {k: 0 for k in RANK} for t in TOOLS}
     for tool in TOOLS:
         for b in bins:
-            r, lab, text = best.get((tool, b), (-1, "-", "no run"))
-            print(f"#  {tool:<10} {b:<26} {lab:<{w}}  {text[:170]}")  # two spaces at least: the seed's separator
+            rows, r = rows_of(best, tool, b)
+            if r >= 0:
+                counts[tool][[k for k, v in RANK.items() if v == r][0]] += 1
+            else:
+                counts[tool]["not reached"] += 1
+            for name, (_, lab, text) in rows:
+                print(f"#  {tool:<10} {name:<26} {lab:<{w}}  {text[:170]}")  # two spaces at least: the seed's separator
     print("#")
     for tool in TOOLS:
-        n = {k: 0 for k in RANK}
-        none = 0
-        for b in bins:
-            e = best.get((tool, b))
-            if e is None:
-                none += 1
-                continue
-            n[[k for k, v in RANK.items() if v == e[0]][0]] += 1
+        n = counts[tool]
         print(f"#  {tool:<10} {n['verdict']}/{len(bins)} with a verdict, {n['cut']} cut, {n['crashed']} crashed, "
-              f"{n['not reached'] + none} not reached")
+              f"{n['not reached']} not reached")
     return 0
 
 
