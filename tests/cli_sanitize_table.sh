@@ -70,7 +70,7 @@ check "a printed table read back as a seed gives the same table" cmp -s "$tmp/t1
 
 # Parts (binary@i/n, MEMOPT_TEST_PART): all parts of one n with a verdict stand in for the whole run; a part
 # missing or cut leaves the binary without one; a whole run's verdict stands alone; a part's crash seen in its
-# excerpt (the file names the part i-n) is no verdict
+# excerpt (the file names part i of n binary.partIofN) is no verdict
 cat >"$tmp/p1.log" <<'EOF2'
 == compute-sanitizer Version 2025.3.1.0; shard 1/1
 racecheck-all  gpu_a@1/2                   100s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 5 passed, 0 failed
@@ -82,7 +82,7 @@ memcheck       gpu_b@1/2                    20s exit   0: clean, test passed | =
 synccheck      gpu_b                         3s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
 synccheck      gpu_b@1/2                     3s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
 racecheck-all  gpu_b@1/2                     3s exit  99: SANITIZER ERRORS | ========= RACECHECK SUMMARY: 1 hazards displayed |
----- cs-racecheck-all-gpu_b@1-2.log
+---- cs-racecheck-all-gpu_b.part1of2.log
 ========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.
 EOF2
 python3 "$T" "p1 dddd H100=$tmp/p1.log" --binaries "gpu_a gpu_b" >"$tmp/out" 2>"$tmp/err"

@@ -163,6 +163,9 @@ runs=$(if [ -n "${SAN_RUNS:-}" ]; then echo "$SAN_RUNS" | tr ' ' '\n' | grep . |
        while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1n${SAN_ORDER_REV-r} -k2 -k3 |
        awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
 
+# a run's log name: binary@i/n as binary.partIofN (the device tool's file names take no "@" or "/")
+logname() { local b=$1; case $b in *@*) local p=${b#*@}; echo "${b%%@*}.part${p%/*}of${p#*/}";; *) echo "$b";; esac; }
+export -f logname
 one() {
   local tool=$1 bin=$2 opts now left t0 rc part=""
   # binary@i/n: part i of n of its cases
@@ -185,7 +188,7 @@ one() {
   now=$(date +%s); left=$((deadline - now))
   [ $left -gt "$SAN_TIMEOUT" ] && left=$SAN_TIMEOUT
   if [ $left -lt 5 ]; then printf '%-14s %-26s skipped: the stage budget is spent\n' "$tool" "$name"; return; fi
-  local log="$L/cs-$tool-${name//\//-}.log"
+  local log="$L/cs-$tool-$(logname "$name").log"
   t0=$(date +%s)
   # gpu_alloc_faults: every 150th fault under memcheck (the unwinding's memory errors and leaks), every
   # 500th under synccheck (a run of it was cut at 150 s under each tool in session 10's pass);
@@ -242,7 +245,7 @@ case "$run_tools" in *" initcheck "*)
 [ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-3}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
 # the errors themselves (first lines of each run of this shard that had any)
 echo "$runs" | while read -r t b; do
-  f="$L/cs-$t-${b//\//-}.log"
+  f="$L/cs-$t-$(logname "$b").log"
   [ -n "$t" ] && [ -f "$f" ] || continue
   if grep -qE '^========= (Invalid|Race|Uninitialized|Barrier|Leaked|Error|Program hit|Potential)' "$f"; then
     echo "---- $(basename "$f")"; grep -E '^=========' "$f" | grep -v 'Host Frame' | head -40
@@ -253,7 +256,7 @@ done | tee -a "$S"
 # (NCCL, cuBLAS's nvjet_* and cutlass kernels, cuDNN's libraries and generated kernels) is counted apart from ours; both are listed, never
 # dropped.
 echo "$runs" | while read -r t b; do
-  f="$L/cs-$t-${b//\//-}.log"
+  f="$L/cs-$t-$(logname "$b").log"
   [ -n "$t" ] && [ -f "$f" ] || continue
   awk -v f="$(basename "$f")" '
     /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning|Leaked)/ { if (rec != "") tally(); rec = $0; where = ""; next }

@@ -30,7 +30,7 @@ KINDS = {"racecheck-all": "racecheck", "racecheck-ours": "racecheck", "memcheck-
 BIN = r"gpu_\w+(?:@\d+/\d+)?"  # a binary, or part i of n of its cases
 RUN = re.compile(r"^(memcheck-noapi|memcheck|racecheck-all|racecheck-ours|racecheck|initcheck|synccheck)\s+(" + BIN +
                  r")\s+(.*)$")
-EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+(?:@\d+-\d+)?)\.log")  # the part's "/" is "-" in a file name
+EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+(?:\.part\d+of\d+)?)\.log")  # binary@i/n is binary.partIofN there
 SEEDED = re.compile(r"^#\s+(memcheck|racecheck|initcheck|synccheck)\s{2,}gpu_")
 RANK = {"verdict": 3, "cut": 2, "crashed": 1, "not reached": 0}
 LABEL_W = 52
@@ -69,7 +69,7 @@ def read_part(lines, label):
         m = EXCERPT.match(l)
         if m:
             t, b = m.groups()
-            cur = (t, re.sub(r"@(\d+)-(\d+)$", r"@\1/\2", b))
+            cur = (t, re.sub(r"\.part(\d+)of(\d+)$", r"@\1/\2", b))
         elif cur and "Internal Sanitizer Error" in l:
             crashed.add(cur)
     out = []
