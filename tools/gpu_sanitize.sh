@@ -149,6 +149,7 @@ ours_filter() {
   case $1 in
     gpu_attention_fused_mixed|gpu_ops_gemm_attn_mixed) echo kns=nvjet_;;
     gpu_attention_cudnn) echo kns=cudnn_generated;;
+    gpu_resnet_ops) echo kns=xmma_dgrad;; # session 16: cuDNN's sm90_xmma_dgrad_implicit_gemm_*_cudnn
   esac
 }
 export -f ours_filter
