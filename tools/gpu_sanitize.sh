@@ -217,9 +217,11 @@ one() {
               77) verdict="skipped by the test";; *) verdict="test exit $rc (sanitizer clean unless listed)";; esac
   # the tool failing inside a kernel it left unchecked is no verdict on the binary (session 13)
   grep -q "Internal Sanitizer Error" "$log" && verdict="SANITIZER CRASHED (Internal Sanitizer Error): no verdict"
-  # a cut run says how far it got: its test's last line of output (the sanitizer's own lines left out)
+  # a cut run says how far it got: its test's last line of output (the sanitizer's own lines left out);
+  # so does a run whose test failed or died (session 16's racecheck of gpu_gpt_split@2/3 ended in exit 9,
+  # "process didn't terminate successfully", with no FAIL line in its summary)
   local last=""
-  case $rc in 124|137) last=" | last line: $(grep -v '^=========' "$log" | grep . | tail -1 | cut -c1-110)";; esac
+  case $rc in 0|99|77) ;; *) last=" | last line: $(grep -v '^=========' "$log" | grep . | tail -1 | cut -c1-110)";; esac
   printf '%-14s %-26s %4ds exit %3d: %s | %s | %s%s\n' "$tool" "$name" $(( $(date +%s) - t0 )) $rc "$verdict" \
     "$(grep -hE '(ERROR|LEAK|RACECHECK|INITCHECK|SYNCCHECK) SUMMARY' "$log" | tr '\n' ' ')" \
     "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)" "$last"
