@@ -88,8 +88,14 @@ static _Atomic uint64_t g_injected; // faults injected
 static _Atomic uint64_t g_allocated, g_reserved, g_leaked, g_allocators;
 static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 
-// MEMOPT_FAIL_ALLOC is a knob of kernels/knobs.c (recorded in the CSV row).
+static int g_poison; // MEMOPT_POISON_ALLOC=1: every new block filled with 0xff bytes (alloc_poison)
+
+// MEMOPT_FAIL_ALLOC and MEMOPT_POISON_ALLOC are knobs of kernels/knobs.c (recorded in the CSV row).
 static void read_fail_env(void) {
+    const char *pz = getenv("MEMOPT_POISON_ALLOC");
+    g_poison = pz && !strcmp(pz, "1");
+    if (pz && *pz && strcmp(pz, "1") && strcmp(pz, "0"))
+        fprintf(stderr, "memopt: MEMOPT_POISON_ALLOC='%s' ignored (accepted: 1 or 0)\n", pz);
     const char *e = getenv("MEMOPT_FAIL_ALLOC");
     if (!e || !*e) return;
     char *end = NULL;
@@ -663,6 +669,26 @@ size_t mo_alloc_requested_bytes(const mo_allocator *a, const void *ptr) {
 
 static int is_async_pool(const mo_allocator *a) { return a->kind == MO_ALLOC_ASYNC && a->backend == MO_BACKEND_CUDA; }
 
+// MEMOPT_POISON_ALLOC=1: a new block's bytes all 0xff before the caller gets it: NaN in fp32, fp16 and
+// bf16, -1 in an int. A kernel that reads memory nothing wrote then changes a result (a loss, a
+// gradient, a token's row) where the tests compare it, on any tool or none: the check beside
+// compute-sanitizer initcheck, whose reports it can confirm or refute. Device blocks are filled with
+// the whole device idle (the block may have been another tensor's a moment ago on another stream);
+// pinned host blocks are left alone (an asynchronous copy may still read a freed one), cpu blocks memset.
+static mo_status alloc_poison(mo_allocator *a, uintptr_t p, size_t bytes) {
+    if (!bytes || a->backend == MO_BACKEND_DRY || a->host) return MO_OK;
+    if (a->backend == MO_BACKEND_CPU) {
+        memset((void *)p, 0xff, bytes);
+        return MO_OK;
+    }
+#ifdef MEMOPT_HAVE_CUDA
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemset((void *)p, 0xff, bytes));
+    CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+    return MO_OK;
+}
+
 mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {
     *ptr = NULL;
     if ((unsigned)cat >= MO_CAT_COUNT) return MO_FAIL(MO_ERR_INTERNAL, "bad memory category %d", (int)cat);
@@ -685,6 +711,7 @@ mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {
     else if (is_async_pool(a)) st = async_alloc(a, bytes, cat, &p);
 #endif
     else st = raw_alloc(a, bytes, cat, &p);
+    if (st == MO_OK && g_poison) st = alloc_poison(a, p, bytes);
     if (st == MO_OK) *ptr = (void *)p;
     if (st == MO_OK && a->trace) trace_event(a, 0, p, a->st.allocated_bytes - before, cat);
     return st;
