@@ -82,6 +82,8 @@ memcheck       gpu_b@1/2                    20s exit   0: clean, test passed | =
 synccheck      gpu_b                         3s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
 synccheck      gpu_b@1/2                     3s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
 racecheck-all  gpu_b@1/2                     3s exit  99: SANITIZER ERRORS | ========= RACECHECK SUMMARY: 1 hazards displayed |
+synccheck      gpu_a@1/2                   210s exit   9: test exit 9 (sanitizer clean unless listed) | ========= ERROR SUMMARY: 0 errors |  | last line: x
+synccheck      gpu_a@2/2                     5s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 4 passed, 0 failed
 ---- cs-racecheck-all-gpu_b.part1of2.log
 ========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.
 EOF2
@@ -98,6 +100,8 @@ check "parts: initcheck 0/2, gpu_a cut (its best: the cut whole run), gpu_b not 
   grep -qE "^#  initcheck +0/2 with a verdict, 1 cut, 0 crashed, 1 not reached" "$tmp/out"
 check "parts: memcheck gpu_b, one part of 2: not reached" \
   grep -qE "^#  memcheck +0/2 with a verdict, 0 cut, 0 crashed, 2 not reached" "$tmp/out"
+check "parts: a killed part (exit 9) is no verdict: synccheck 1/2 (gpu_b's whole run), 1 crashed" \
+  grep -qE "^#  synccheck +1/2 with a verdict, 0 cut, 1 crashed, 0 not reached" "$tmp/out"
 python3 "$T" seed="$tmp/out" >"$tmp/t3" 2>"$tmp/err"
 check "parts: the printed table read back as a seed gives the same table" cmp -s "$tmp/out" "$tmp/t3"
 

@@ -12,6 +12,7 @@
 #        SAN_JOBS (3: the runs share one GPU and slow one another far more than they gain; memcheck of
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
 #        results/h100-h200-sanitize-session12.log)
+#        SAN_HEAVY ("gpu_gpt_mixed": binaries whose racecheck runs one at a time, each taking 40-47 GB of host memory)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only; "tool:binary@i/n" runs
 #        part i of n of the binary's cases, MEMOPT_TEST_PART=i/n (tests/testlib.h), so that a test too long for
 #        one run under racecheck or initcheck is checked whole by n runs: its summary line names binary@i/n)
@@ -186,6 +187,11 @@ one() {
   # synccheck of cuDNN's SDPA at 3837bf5 (H100): "Detected overflow of tracked cuda::barrier structures ...
   # Try using --num-cuda-barriers", then a launch failure inside the sanitizer; more tracked barriers per CTA
   [ "$tool $bin" = "synccheck gpu_attention_cudnn" ] && opts="$opts --num-cuda-barriers 64"
+  # racecheck of a binary in SAN_HEAVY (default gpu_gpt_mixed) holds 40-47 GB of host memory a process (session
+  # 16: two of them among 9 runs were killed by the host's OOM killer, 128 GB): one such run at a time, the
+  # others waiting for it (their time limit counted from when they start)
+  case $tool in racecheck*) case " ${SAN_HEAVY-gpu_gpt_mixed} " in *" $bin "*)
+    exec 8>"$L/.heavy-racecheck.lock"; flock 8;; esac;; esac
   now=$(date +%s); left=$((deadline - now))
   [ $left -gt "$SAN_TIMEOUT" ] && left=$SAN_TIMEOUT
   if [ $left -lt 5 ]; then printf '%-14s %-26s skipped: the stage budget is spent\n' "$tool" "$name"; return; fi
@@ -213,7 +219,9 @@ one() {
      timeout "$left" "${run[@]}" "./$bin") >"$log" 2>&1
   rc=$?
   local verdict
-  case $rc in 0) verdict="clean, test passed"; [ "$tool" = none ] && verdict="test passed (no sanitizer)";; 99) verdict="SANITIZER ERRORS";; 124|137) verdict="cut at ${left}s (errors so far below)";;
+  # exit 9: the test died of SIGKILL (compute-sanitizer returns the signal's number): in session 16 the host's
+  # OOM killer, racecheck of gpu_gpt_mixed holding 40-47 GB a process (dmesg, printed at the end)
+  case $rc in 9) verdict="KILLED (exit 9, SIGKILL: the host out of memory?): no verdict";; 0) verdict="clean, test passed"; [ "$tool" = none ] && verdict="test passed (no sanitizer)";; 99) verdict="SANITIZER ERRORS";; 124|137) verdict="cut at ${left}s (errors so far below)";;
               77) verdict="skipped by the test";; *) verdict="test exit $rc (sanitizer clean unless listed)";; esac
   # the tool failing inside a kernel it left unchecked is no verdict on the binary (session 13)
   grep -q "Internal Sanitizer Error" "$log" && verdict="SANITIZER CRASHED (Internal Sanitizer Error): no verdict"
@@ -267,3 +275,6 @@ echo "$runs" | while read -r t b; do
     function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|libcublas|libcudnn|nvjet|cutlass|xmma|cudnn_generated|cudnn::|cublasLt::/) lib++; else own++; rec = "" }
     END { if (rec != "") tally(); if (lib + own) printf "owners    %-40s %d in library code (NCCL, cuBLAS, cuDNN), %d in ours\n", f, lib, own }' "$f"
 done | tee -a "$S"
+# a test killed by the host's OOM killer (exit 9 above) is named in the kernel's log, when it can be read
+dmesg 2>/dev/null | grep -E "Out of memory: Killed process" | tail -10 | sed 's/^/oom-kill  /' | tee -a "$S"
+exit 0

@@ -30,14 +30,19 @@ KINDS = {"racecheck-all": "racecheck", "racecheck-ours": "racecheck", "memcheck-
 BIN = r"gpu_\w+(?:@\d+/\d+)?"  # a binary, or part i of n of its cases
 RUN = re.compile(r"^(memcheck-noapi|memcheck|racecheck-all|racecheck-ours|racecheck|initcheck|synccheck)\s+(" + BIN +
                  r")\s+(.*)$")
-EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+(?:\.part\d+of\d+)?)\.log")  # binary@i/n is binary.partIofN there
+# binary@i/n is binary.partIofN there (binary@i-n in session 16's first call)
+EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+(?:\.part\d+of\d+|@\d+-\d+)?)\.log")
 SEEDED = re.compile(r"^#\s+(memcheck|racecheck|initcheck|synccheck)\s{2,}gpu_")
 RANK = {"verdict": 3, "cut": 2, "crashed": 1, "not reached": 0}
 LABEL_W = 52
 
 
 def kind(text):
-    if "Internal Sanitizer Error" in text or "SANITIZER CRASHED" in text:
+    # the tool's own failure, or the test killed (exit 9: SIGKILL, in session 16 the host's OOM killer:
+    # dmesg named the racecheck processes, 40-47 GB each): no verdict either way
+    if "Internal Sanitizer Error" in text or "SANITIZER CRASHED" in text or "KILLED" in text:
+        return "crashed"
+    if re.search(r"exit\s+9: test exit 9\b", text):
         return "crashed"
     if "skipped: the stage budget" in text or "not reached" in text or "skipped by the test" in text:
         return "not reached"
@@ -69,7 +74,7 @@ def read_part(lines, label):
         m = EXCERPT.match(l)
         if m:
             t, b = m.groups()
-            cur = (t, re.sub(r"\.part(\d+)of(\d+)$", r"@\1/\2", b))
+            cur = (t, re.sub(r"(?:\.part|@)(\d+)(?:of|-)(\d+)$", r"@\1/\2", b))
         elif cur and "Internal Sanitizer Error" in l:
             crashed.add(cur)
     out = []
