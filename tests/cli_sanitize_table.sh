@@ -105,6 +105,23 @@ check "parts: a killed part (exit 9) is no verdict: synccheck 1/2 (gpu_b's whole
 python3 "$T" seed="$tmp/out" >"$tmp/t3" 2>"$tmp/err"
 check "parts: the printed table read back as a seed gives the same table" cmp -s "$tmp/out" "$tmp/t3"
 
+# Newer parts replace an older whole run's verdict; a newer whole verdict stands over older parts
+cat >"$tmp/q0.log" <<'EOF2'
+initcheck      gpu_c                       141s exit  99: SANITIZER ERRORS | ========= ERROR SUMMARY: 9 errors | 5 passed, 0 failed
+initcheck      gpu_d@1/2                    50s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 2 passed, 0 failed
+initcheck      gpu_d@2/2                    50s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 2 passed, 0 failed
+EOF2
+cat >"$tmp/q1.log" <<'EOF2'
+initcheck      gpu_c@1/2                    90s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 3 passed, 0 failed
+initcheck      gpu_c@2/2                    80s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 2 passed, 0 failed
+initcheck      gpu_d                        99s exit  99: SANITIZER ERRORS | ========= ERROR SUMMARY: 1 errors | 4 passed, 0 failed
+EOF2
+python3 "$T" "q0 x H100=$tmp/q0.log" "q1 y H100=$tmp/q1.log" >"$tmp/out" 2>"$tmp/err"
+check "newer parts replace the older whole verdict (gpu_c: two part rows, no whole row)" \
+  test "$(grep -cE "^#  initcheck +gpu_c@[12]/2 +q1 y H100 .*clean" "$tmp/out")" -eq 2 -a "$(grep -cE "^#  initcheck +gpu_c " "$tmp/out")" -eq 0
+check "a newer whole verdict stands over older parts (gpu_d: the whole row alone)" \
+  test "$(grep -cE "^#  initcheck +gpu_d " "$tmp/out")" -eq 1 -a "$(grep -cE "^#  initcheck +gpu_d@" "$tmp/out")" -eq 0
+
 # Usage errors: no log (2, the usage), an argument without LABEL= (2), a missing file (1, its path)
 python3 "$T" >"$tmp/out" 2>"$tmp/err"
 check "no arguments: exit 2 (rc $?)" test $? -eq 2

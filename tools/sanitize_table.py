@@ -11,7 +11,7 @@ table (the "#  TOOL  BINARY  LABEL  ..." lines of an earlier log) can seed it.
 
 A run of part i of n of a binary's cases ("BINARY@i/n", MEMOPT_TEST_PART) is a row of its own; the binary
 has a verdict under a tool when a whole run has one, or when parts 1..n of one n all have one (the parts
-then stand in the table in its place).
+then stand in the table in its place, and replace a whole run's verdict when they are all newer).
 
 Runs of racecheck-all, racecheck-ours and memcheck-noapi count as racecheck and memcheck, their kind in
 the label; so do "[libraries excluded]" for racecheck and synccheck, and "[marked]" for initcheck, when the
@@ -122,12 +122,15 @@ def rows_of(best, tool, b):
             parts.setdefault(int(m.group(2)), {})[int(m.group(1))] = e
     def name(n, i):
         return f"{b}@{i}/{n}"
-    if whole and whole[0] == RANK["verdict"]:
-        return [(b, whole)], whole[0]
+    # a complete set of parts, all with a verdict and all newer than the whole run's verdict, replaces it
     for n in sorted(parts):
         if all(parts[n].get(i, (-1,))[0] == RANK["verdict"] for i in range(1, n + 1)):
+            if whole and whole[0] == RANK["verdict"] and min(e[3] for e in parts[n].values()) < whole[3]:
+                continue
             return [(name(n, i), parts[n][i]) for i in range(1, n + 1)], RANK["verdict"]
-    rows = [(b, whole or (-1, "-", "no run"))] if whole or not parts else []
+    if whole and whole[0] == RANK["verdict"]:
+        return [(b, whole)], whole[0]
+    rows = [(b, whole or (-1, "-", "no run", 0))] if whole or not parts else []
     rank = whole[0] if whole else -1
     if parts:
         n = max(parts, key=lambda n: (len(parts[n]), n))
@@ -156,7 +159,8 @@ def main(argv):
     if not args:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    best = {}  # (tool, bin) -> (rank, label, text); later entries of equal rank replace earlier ones
+    best = {}  # (tool, bin) -> (rank, label, text, seq); later entries of equal rank replace earlier ones
+    seq = 0  # the order runs were read in: a later log's runs are newer
     seen_bins = set()
     for a in args:
         if "=" not in a:
@@ -180,8 +184,9 @@ def main(argv):
             seen_bins.add(b)
             r = RANK[k]
             old = best.get((tool, b))
+            seq += 1
             if old is None or r >= old[0]:
-                best[(tool, b)] = (r, lab, " ".join(text.split()))
+                best[(tool, b)] = (r, lab, " ".join(text.split()), seq)
     bins = bins or sorted({b.split("@")[0] for b in seen_bins})
     w = max([LABEL_W] + [len(v[1]) for v in best.values()])
     counts = {t: {k: 0 for k in RANK} for t in TOOLS}
@@ -192,7 +197,7 @@ def main(argv):
                 counts[tool][[k for k, v in RANK.items() if v == r][0]] += 1
             else:
                 counts[tool]["not reached"] += 1
-            for name, (_, lab, text) in rows:
+            for name, (_, lab, text, _) in rows:
                 print(f"#  {tool:<10} {name:<26} {lab:<{w}}  {text[:170]}")  # two spaces at least: the seed's separator
     print("#")
     for tool in TOOLS:
