@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, GPU tests, benchmarks, the PyTorch peer side by side.
 # Usage: tools/gpu_session.sh OUTDIR [stages...]
-#   stages: build test alloc gpt split peer claims sweep (default: all); "gpusome" the GPU test binaries
+#   stages: build test alloc gpt split peer claims sweep (default: all); "poison" every GPU test binary with
+#   MEMOPT_POISON_ALLOC=1, reduced, four at a time (POISON_TESTS a subset); "gpusome" the GPU test binaries
 #   named in GPU_TESTS, at once; "attnab" the attention GEMM forms
 #   in the whole step; "gputest" runs only the GPU tests
 #   of the model, the split and the attention kernels (their timing lines kept in gputest.log); "gpu" runs
@@ -100,6 +101,19 @@ if has gpusome; then
   done
   echo "gpu tests ($GPU_TESTS): $(( $(date +%s) - t0 )) s"
   grep -hE "^(FAIL|  FAIL)|FAILED|SKIP" $R/gpu_*.log | head -30
+fi
+if has poison; then
+  # every gpu_* test binary with MEMOPT_POISON_ALLOC=1 (strategies/alloc.c: each new block 0xff, NaN and -1),
+  # natively, at MEMOPT_TEST_REDUCED=1 (no timing loops, which the per-block fill would distort): a kernel
+  # reading memory nothing wrote changes a result the test compares. The check of initcheck's reports on no
+  # tool; POISON_TESTS names a subset. Four at a time, with the device-wide memory checks left out
+  # (MEMOPT_TEST_UNDER_SANITIZER=1: the runs beside one another move cudaMemGetInfo).
+  t0=$(date +%s)
+  pt=${POISON_TESTS:-$(cd $B && ls gpu_* | grep -v '\.')}
+  printf '%s\n' $pt | xargs -P 4 -I{} bash -c "cd $B && MEMOPT_POISON_ALLOC=1 MEMOPT_TEST_REDUCED=1 MEMOPT_TEST_UNDER_SANITIZER=1 \
+    timeout ${POISON_TIMEOUT:-400} ./{} >$R/poison-{}.log 2>&1; echo \"poison {} exit \$?: \$(tail -1 $R/poison-{}.log)\""
+  echo "poison ($(echo $pt | wc -w) binaries): $(( $(date +%s) - t0 )) s"
+  grep -hE "^(FAIL|  FAIL)" $R/poison-gpu_*.log | head -20
 fi
 if has gpu1; then
   # the tests that must run alone: device-wide memory, and the chunk timings
