@@ -122,6 +122,16 @@ check "newer parts replace the older whole verdict (gpu_c: two part rows, no who
 check "a newer whole verdict stands over older parts (gpu_d: the whole row alone)" \
   test "$(grep -cE "^#  initcheck +gpu_d " "$tmp/out")" -eq 1 -a "$(grep -cE "^#  initcheck +gpu_d@" "$tmp/out")" -eq 0
 
+# --todo: the runs that would give each pair without a verdict one (p1.log above, binaries gpu_a and gpu_b)
+python3 "$T" "p1 dddd H100=$tmp/p1.log" --binaries "gpu_a gpu_b" --todo >"$tmp/todo" 2>"$tmp/err"
+check "--todo: exit 0 (rc $?)" test $? -eq 0
+check "--todo: gpu_a's initcheck, the missing and cut parts of 3 (2/3 and 3/3), not 1/3" \
+  test "$(grep -c "^initcheck:gpu_a@" "$tmp/todo")" -eq 2 -a "$(grep -c "^initcheck:gpu_a@1/3" "$tmp/todo")" -eq 0
+check "--todo: gpu_b's racecheck as racecheck-all, its crashed part 1/2 and missing 2/2" \
+  test "$(grep -cE "^racecheck-all:gpu_b@[12]/2$" "$tmp/todo")" -eq 2
+check "--todo: a binary with no run, whole (initcheck:gpu_b), and none with a verdict (racecheck gpu_a, synccheck gpu_b)" \
+  test "$(grep -cx "initcheck:gpu_b" "$tmp/todo")" -eq 1 -a "$(grep -cE "^racecheck-all:gpu_a|^synccheck:gpu_b" "$tmp/todo")" -eq 0
+
 # Usage errors: no log (2, the usage), an argument without LABEL= (2), a missing file (1, its path)
 python3 "$T" >"$tmp/out" 2>"$tmp/err"
 check "no arguments: exit 2 (rc $?)" test $? -eq 2

@@ -17,7 +17,9 @@ Runs of racecheck-all, racecheck-ours and memcheck-noapi count as racecheck and 
 the label; so do "[libraries excluded]" for racecheck and synccheck, and "[marked]" for initcheck, when the
 log's header says the run was made so.
 
-Usage: tools/sanitize_table.py LABEL=LOG [LABEL=LOG ...] [--binaries "gpu_a gpu_b ..."]
+Usage: tools/sanitize_table.py LABEL=LOG [LABEL=LOG ...] [--binaries "gpu_a gpu_b ..."] [--todo]
+  --todo prints instead, one a line, the runs that would give each pair without a verdict one (its missing
+  or unfinished parts, else the whole binary; racecheck as racecheck-all): SAN_RUNS="$(... --todo)".
   LABEL names the call (session, revision, card: "s15c2 d3e6bd0 H100"; no two spaces in a row); a LOG
   that is itself a table (lines starting "#  TOOL  gpu_") is read with each line's own label and LABEL is
   ignored. Prints the table, then the counts per tool. Exit 2 on bad arguments, 1 on an unreadable log.
@@ -141,11 +143,35 @@ def rows_of(best, tool, b):
     return rows, rank
 
 
+def todo_runs(best, tool, b):
+    """The runs (SAN_RUNS's "tool:binary[@i/n]") that would give binary b a verdict under tool: none if it has
+    one; else the parts of its most complete set of parts that lack one; else the whole run. racecheck is
+    named racecheck-all (every kernel: the exclusion of the libraries' kernels crashes the tool)."""
+    rows, r = rows_of(best, tool, b)
+    if r == RANK["verdict"]:
+        return []
+    name = "racecheck-all" if tool == "racecheck" else tool
+    parts = {}
+    for (t, key), e in best.items():
+        m = re.match(re.escape(b) + r"@(\d+)/(\d+)$", key)
+        if t == tool and m:
+            parts.setdefault(int(m.group(2)), {})[int(m.group(1))] = e
+    if not parts:
+        return [f"{name}:{b}"]
+    n = max(parts, key=lambda n: (len(parts[n]), n))
+    return [f"{name}:{b}@{i}/{n}" for i in range(1, n + 1) if parts[n].get(i, (-1,))[0] != RANK["verdict"]]
+
+
 def main(argv):
     bins = None
+    todo = False
     args = []
     i = 0
     while i < len(argv):
+        if argv[i] == "--todo":
+            todo = True
+            i += 1
+            continue
         if argv[i] == "--binaries":
             if i + 1 >= len(argv) or not argv[i + 1].split():
                 print("sanitize_table.py: --binaries: expected a list of binaries, e.g. --binaries \"gpu_a gpu_b\"",
@@ -189,6 +215,12 @@ def main(argv):
                 best[(tool, b)] = (r, lab, " ".join(text.split()), seq)
     bins = bins or sorted({b.split("@")[0] for b in seen_bins})
     w = max([LABEL_W] + [len(v[1]) for v in best.values()])
+    if todo:
+        for tool in TOOLS:
+            for b in bins:
+                for r in todo_runs(best, tool, b):
+                    print(r)
+        return 0
     counts = {t: {k: 0 for k in RANK} for t in TOOLS}
     for tool in TOOLS:
         for b in bins:
