@@ -73,10 +73,7 @@ static int fault_case_wanted(const char *name) {
 
 // Seconds a run with an injected fault may take before it counts as a hang: 60, or 900 under
 // compute-sanitizer (MEMOPT_TEST_UNDER_SANITIZER), where racecheck makes a tiny run take minutes.
-static unsigned fault_alarm_s(void) {
-    const char *e = getenv("MEMOPT_TEST_UNDER_SANITIZER");
-    return e && *e && strcmp(e, "0") != 0 ? 900u : 60u;
-}
+static unsigned fault_alarm_s(void) { return test_under_sanitizer() ? 900u : 60u; }
 
 static void fault_alarm(int sig) {
     (void)sig;

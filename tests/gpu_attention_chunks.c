@@ -413,7 +413,11 @@ static void encoder_async(mo_dtype dt) {
         d_dwte[k] = dup_dev(dwte0, VC * sizeof(float));
         d_dwpe[k] = dup_dev(dwpe0, TC * sizeof(float));
     }
-    const int n = 4096;
+    // Under compute-sanitizer the queued work is four 256^3 GEMMs, not 4096^3: racecheck of every kernel
+    // spent whole runs of 490 s in the big ones (session 16, parts 1, 2 and 4 of 4 cut here), and the
+    // tool runs the calls in turn anyway, so the check that the backward returns before the queued work
+    // is done is left out there (the restaging and every result check stay)
+    const int san = test_under_sanitizer(), n = san ? 256 : 4096;
     float *d_a = dnew((size_t)n * n * 4), *d_b = dnew((size_t)n * n * 4), *d_c = dnew((size_t)n * n * 4);
     CHECK_OK(mo_memset_zero(gc, d_a, (size_t)n * n * 4));
     CHECK_OK(mo_memset_zero(gc, d_b, (size_t)n * n * 4));
@@ -430,7 +434,8 @@ static void encoder_async(mo_dtype dt) {
 #ifdef MEMOPT_HAVE_CUDA
     cudaError_t q = cudaEventQuery((cudaEvent_t)t.ev_stop);
     (void)cudaGetLastError(); // "not ready" is no error: leave nothing behind for the next launch check
-    CHECK_MSG(q == cudaErrorNotReady, "encoder backward returned only after the queued work had finished (%s): a "
+    if (san) printf("  MEMOPT_TEST_UNDER_SANITIZER: the backward's return before the queued work is not checked\n");
+    else CHECK_MSG(q == cudaErrorNotReady, "encoder backward returned only after the queued work had finished (%s): a "
               "stream synchronization?", cudaGetErrorName(q));
 #endif
     // the second call restages the grouping: it must wait for the first upload, not overwrite it

@@ -159,9 +159,13 @@ int test_reduced_level(void) {
 
 int test_reduced_batch(int B) { return test_is_reduced() ? 1 : B; }
 
-int test_device_wide_skip(const char *what) {
+int test_under_sanitizer(void) {
     const char *e = getenv("MEMOPT_TEST_UNDER_SANITIZER");
-    if (!e || !*e || strcmp(e, "0") == 0) return 0;
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+int test_device_wide_skip(const char *what) {
+    if (!test_under_sanitizer()) return 0;
     static const char *said[16];
     static int nsaid;
     for (int i = 0; i < nsaid; i++)

@@ -57,6 +57,8 @@ int test_reduced_batch(int B);
 // figures) says nothing about the suite there. Returns 1 and prints, once per caller's what, that such a
 // check is not made; 0 (check) otherwise.
 int test_device_wide_skip(const char *what);
+// The same switch (MEMOPT_TEST_UNDER_SANITIZER), asked without printing: 1 under compute-sanitizer.
+int test_under_sanitizer(void);
 // MEMOPT_TEST_PART=i/n (1 <= i <= n <= 64): a long GPU test split over n processes, so that each compute-sanitizer
 // run of it fits a device call (tools/gpu_sanitize.sh, runs named TOOL:BINARY@i/n). A test calls this once per
 // case, in the same order in every process: the k-th call (k from 0) returns 1 in part k % n + 1 only, so the n
