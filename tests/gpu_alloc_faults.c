@@ -66,6 +66,7 @@ int main(void) {
     // The run engine (memopt run) on cuda, plain and with --offload activations (pinned host blocks,
     // copies on the copy stream in flight when the fault comes): every 4th allocation failed
     fault_rebase = rebase;
+    fault_after = device_back; // also when MEMOPT_TEST_PART gave this process none of the cases above
     if (test_part_take("engine")) test_engine(MO_BACKEND_CUDA, 1, 0, 4, &tot);
     if (test_part_take("engine, offload activations")) test_engine(MO_BACKEND_CUDA, 1, 1, 4, &tot);
     if (test_part_take("engine, resnet offload activations")) test_engine(MO_BACKEND_CUDA, 1, 2, 4, &tot);
