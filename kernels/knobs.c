@@ -26,7 +26,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_MARK_LIB_WRITES", "1: what cuBLAS, cuBLASLt and cuDNN write is cleared first (for compute-sanitizer initcheck)"},
     {"MEMOPT_OFFLOAD_CHUNK", "N: --offload optimizer's update in chunks of N parameters, pipelined on the copy stream"},
     {"MEMOPT_OFFLOAD_THREADS", "T: --offload optimizer's host AdamW and cast over T threads (default 8)"},
-    {"MEMOPT_POISON_ALLOC", "1: every new block filled with 0xff bytes (NaN, -1): a read of unwritten memory changes results"},
+    {"MEMOPT_POISON_ALLOC", "1: every new block but cuda's pinned host ones filled with 0xff bytes (NaN, -1): a read of unwritten memory changes results"},
 };
 
 const mo_knob *mo_knobs(size_t *n) {

@@ -672,11 +672,13 @@ static int is_async_pool(const mo_allocator *a) { return a->kind == MO_ALLOC_ASY
 // MEMOPT_POISON_ALLOC=1: a new block's bytes all 0xff before the caller gets it: NaN in fp32, fp16 and
 // bf16, -1 in an int. A kernel that reads memory nothing wrote then changes a result (a loss, a
 // gradient, a token's row) where the tests compare it, on any tool or none: the check beside
-// compute-sanitizer initcheck, whose reports it can confirm or refute. Device blocks are filled with
-// the whole device idle (the block may have been another tensor's a moment ago on another stream);
-// pinned host blocks are left alone (an asynchronous copy may still read a freed one), cpu blocks memset.
+// compute-sanitizer initcheck, whose reports it can confirm or refute. The requested bytes are filled
+// (not the rounding past them). Device blocks are filled between two device synchronizations, so no
+// kernel of this thread's queues still uses the block (it may have been another tensor's a moment ago on
+// another stream); cuda's pinned host blocks are left alone (an asynchronous copy may still read a freed
+// one); the cpu backend's blocks, host ones included, are memset.
 static mo_status alloc_poison(mo_allocator *a, uintptr_t p, size_t bytes) {
-    if (!bytes || a->backend == MO_BACKEND_DRY || a->host) return MO_OK;
+    if (!bytes || a->backend == MO_BACKEND_DRY || (a->host && a->backend == MO_BACKEND_CUDA)) return MO_OK;
     if (a->backend == MO_BACKEND_CPU) {
         memset((void *)p, 0xff, bytes);
         return MO_OK;
@@ -711,7 +713,13 @@ mo_status mo_alloc(mo_allocator *a, size_t bytes, mo_category cat, void **ptr) {
     else if (is_async_pool(a)) st = async_alloc(a, bytes, cat, &p);
 #endif
     else st = raw_alloc(a, bytes, cat, &p);
-    if (st == MO_OK && g_poison) st = alloc_poison(a, p, bytes);
+    if (st == MO_OK && g_poison) {
+        st = alloc_poison(a, p, bytes);
+        if (st != MO_OK) { // the block back, as if never handed out
+            block *b = map_take(&a->live, p);
+            if (b) (void)free_block(a, b, (void *)p);
+        }
+    }
     if (st == MO_OK) *ptr = (void *)p;
     if (st == MO_OK && a->trace) trace_event(a, 0, p, a->st.allocated_bytes - before, cat);
     return st;

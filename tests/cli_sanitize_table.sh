@@ -132,6 +132,28 @@ check "--todo: gpu_b's racecheck as racecheck-all, its crashed part 1/2 and miss
 check "--todo: a binary with no run, whole (initcheck:gpu_b), and none with a verdict (racecheck gpu_a, synccheck gpu_b)" \
   test "$(grep -cx "initcheck:gpu_b" "$tmp/todo")" -eq 1 -a "$(grep -cE "^racecheck-all:gpu_a|^synccheck:gpu_b" "$tmp/todo")" -eq 0
 
+# A long binary@i/n keeps two spaces before its label (the table reads back); KILLED is no verdict; the
+# set of parts nearest a verdict is the one with the most verdicts, then cut runs, not the one with the most
+# skipped parts
+cat >"$tmp/r.log" <<'EOF2'
+racecheck-all  gpu_ops_gemm_attn_mixed@10/12  5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+memcheck       gpu_e                         3s exit   9: KILLED (exit 9, SIGKILL: the host out of memory?): no verdict |  |
+synccheck      gpu_f@1/2                     5s exit   0: clean, test passed | ========= ERROR SUMMARY: 0 errors | 2 passed, 0 failed
+synccheck      gpu_f@2/2                    90s exit 124: cut at 90s (errors so far below) |  |  | last line: y
+synccheck      gpu_f@1/4                  skipped: the stage budget is spent
+synccheck      gpu_f@2/4                  skipped: the stage budget is spent
+synccheck      gpu_f@3/4                  skipped: the stage budget is spent
+EOF2
+python3 "$T" "r x H100=$tmp/r.log" >"$tmp/out" 2>"$tmp/err"
+python3 "$T" seed="$tmp/out" >"$tmp/t4" 2>"$tmp/err"
+check "a long binary@i/n: the table reads back the same" cmp -s "$tmp/out" "$tmp/t4"
+check "a long binary@i/n: its row kept" grep -qE "^#  racecheck +gpu_ops_gemm_attn_mixed@10/12 +r x H100" "$tmp/t4"
+check "KILLED is no verdict (memcheck gpu_e: crashed)" grep -qE "^#  memcheck +0/[0-9]+ with a verdict, 0 cut, 1 crashed" "$tmp/out"
+check "parts nearest a verdict: gpu_f's set of 2 (one clean, one cut), so cut, not not reached" \
+  grep -qE "^#  synccheck +0/[0-9]+ with a verdict, 1 cut" "$tmp/out"
+python3 "$T" "r x H100=$tmp/r.log" --todo >"$tmp/todo2" 2>"$tmp/err"
+check "--todo: gpu_f's cut part 2/2 only" test "$(grep -c "^synccheck:gpu_f" "$tmp/todo2")" -eq 1 -a "$(grep -cx "synccheck:gpu_f@2/2" "$tmp/todo2")" -eq 1
+
 # Usage errors: no log (2, the usage), an argument without LABEL= (2), a missing file (1, its path)
 python3 "$T" >"$tmp/out" 2>"$tmp/err"
 check "no arguments: exit 2 (rc $?)" test $? -eq 2

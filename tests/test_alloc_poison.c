@@ -1,5 +1,6 @@
 // MEMOPT_POISON_ALLOC=1 (strategies/alloc.c): every block mo_alloc hands out is all 0xff bytes, the first
-// time and again when a freed block is reused, under the caching and the raw allocator; the dry backend
+// time and again when a freed block is reused, under the caching and the raw allocator, the cpu backend's
+// host (offload) allocators too; the dry backend
 // hands out addresses only. (The knob is read once per process: this test sets it before any allocator.)
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +13,11 @@ static int all_ff(const unsigned char *p, size_t n) {
     return 1;
 }
 
-static void poisoned(mo_alloc_kind kind, const char *what) {
+static void poisoned(mo_alloc_kind kind, int host, const char *what) {
     mo_allocator *a = NULL;
-    if (!CHECK_OK(mo_allocator_create(&a, kind, MO_BACKEND_CPU, 0, NULL))) return;
+    if (!CHECK_OK(host ? mo_allocator_create_host_kind(&a, kind, MO_BACKEND_CPU)
+                       : mo_allocator_create(&a, kind, MO_BACKEND_CPU, 0, NULL)))
+        return;
     const size_t sizes[] = {1, 7, 512, 4096, 3 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         void *p = NULL;
@@ -33,8 +36,10 @@ static void poisoned(mo_alloc_kind kind, const char *what) {
 
 int main(void) {
     setenv("MEMOPT_POISON_ALLOC", "1", 1);
-    poisoned(MO_ALLOC_CACHING, "caching");
-    poisoned(MO_ALLOC_RAW, "raw");
+    poisoned(MO_ALLOC_CACHING, 0, "caching");
+    poisoned(MO_ALLOC_RAW, 0, "raw");
+    poisoned(MO_ALLOC_CACHING, 1, "cpu host (offload's) caching"); // cuda's pinned host blocks are not filled
+    poisoned(MO_ALLOC_RAW, 1, "cpu host raw");
     mo_allocator *d = NULL;
     void *p = NULL;
     CHECK_OK(mo_allocator_create(&d, MO_ALLOC_CACHING, MO_BACKEND_DRY, 0, NULL));

@@ -15,7 +15,9 @@
 #        SAN_HEAVY ("gpu_gpt_mixed": binaries whose racecheck runs one at a time, each taking 40-47 GB of host memory)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only; "tool:binary@i/n" runs
 #        part i of n of the binary's cases, MEMOPT_TEST_PART=i/n (tests/testlib.h), so that a test too long for
-#        one run under racecheck or initcheck is checked whole by n runs: its summary line names binary@i/n)
+#        one run under racecheck or initcheck is checked whole by n runs: its summary line names binary@i/n;
+#        a test that takes no MEMOPT_TEST_PART runs whole in every part, and sanitize_table.py trusts a set of
+#        parts made at different revisions: name parts of the tests that call test_part_take, in one pass)
 #        SAN_SKIP ("tool:binary ...": not these, e.g. runs an earlier call of the pass gave a verdict)
 #        (the tests' own MEMOPT_TEST_* settings pass through, e.g. MEMOPT_TEST_FAULT_CASES='split tp 2' for
 #        gpu_alloc_faults' split cases alone: tests/alloc_faults.h)
@@ -113,6 +115,7 @@ if [ -n "${SAN_SHARD:-}" ]; then
   shard_i=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]}
 fi
 deadline=$(( $(date +%s) + ${SAN_BUDGET:-220} ))
+dmesg0=$(dmesg 2>/dev/null | wc -l) # the kernel log's lines before this pass (its OOM kills are printed at the end)
 if [ "$SAN_LIB" = exclude ]; then
   # a program with no CUDA call: the sanitizer parses the options, then says it saw no instrumented call
   # (exit 255, "Target application terminated before first instrumented API call"); a refused option is
@@ -189,7 +192,8 @@ one() {
   [ "$tool $bin" = "synccheck gpu_attention_cudnn" ] && opts="$opts --num-cuda-barriers 64"
   # racecheck of a binary in SAN_HEAVY (default gpu_gpt_mixed) holds 40-47 GB of host memory a process (session
   # 16: two of them among 9 runs were killed by the host's OOM killer, 128 GB): one such run at a time, the
-  # others waiting for it (their time limit counted from when they start)
+  # others waiting for it (their time limit counted from when they start; a waiting run holds its SAN_JOBS slot,
+  # so name fewer of these than there are slots)
   case $tool in racecheck*) case " ${SAN_HEAVY-gpu_gpt_mixed} " in *" $bin "*)
     exec 8>"$L/.heavy-racecheck.lock"; flock 8;; esac;; esac
   now=$(date +%s); left=$((deadline - now))
@@ -221,7 +225,8 @@ one() {
   local verdict
   # exit 9: the test died of SIGKILL (compute-sanitizer returns the signal's number): in session 16 the host's
   # OOM killer, racecheck of gpu_gpt_mixed holding 40-47 GB a process (dmesg, printed at the end)
-  case $rc in 9) verdict="KILLED (exit 9, SIGKILL: the host out of memory?): no verdict";; 0) verdict="clean, test passed"; [ "$tool" = none ] && verdict="test passed (no sanitizer)";; 99) verdict="SANITIZER ERRORS";; 124|137) verdict="cut at ${left}s (errors so far below)";;
+  # (137: SIGKILL from outside, since timeout itself sends SIGTERM and returns 124)
+  case $rc in 9|137) verdict="KILLED (exit $rc, SIGKILL: the host out of memory?): no verdict";; 0) verdict="clean, test passed"; [ "$tool" = none ] && verdict="test passed (no sanitizer)";; 99) verdict="SANITIZER ERRORS";; 124) verdict="cut at ${left}s (errors so far below)";;
               77) verdict="skipped by the test";; *) verdict="test exit $rc (sanitizer clean unless listed)";; esac
   # the tool failing inside a kernel it left unchecked is no verdict on the binary (session 13)
   grep -q "Internal Sanitizer Error" "$log" && verdict="SANITIZER CRASHED (Internal Sanitizer Error): no verdict"
@@ -275,6 +280,7 @@ echo "$runs" | while read -r t b; do
     function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|libcublas|libcudnn|nvjet|cutlass|xmma|cudnn_generated|cudnn::|cublasLt::/) lib++; else own++; rec = "" }
     END { if (rec != "") tally(); if (lib + own) printf "owners    %-40s %d in library code (NCCL, cuBLAS, cuDNN), %d in ours\n", f, lib, own }' "$f"
 done | tee -a "$S"
-# a test killed by the host's OOM killer (exit 9 above) is named in the kernel's log, when it can be read
-dmesg 2>/dev/null | grep -E "Out of memory: Killed process" | tail -10 | sed 's/^/oom-kill  /' | tee -a "$S"
+# a test killed by the host's OOM killer (exit 9 above) is named in the kernel's log, when it can be read:
+# its lines since this pass began (a machine kept warm keeps an earlier call's)
+dmesg 2>/dev/null | tail -n +$((dmesg0 + 1)) | grep -E "Out of memory: Killed process" | tail -10 | sed 's/^/oom-kill  /' | tee -a "$S"
 exit 0

@@ -106,8 +106,9 @@ if has poison; then
   # every gpu_* test binary with MEMOPT_POISON_ALLOC=1 (strategies/alloc.c: each new block 0xff, NaN and -1),
   # natively, at MEMOPT_TEST_REDUCED=1 (no timing loops, which the per-block fill would distort): a kernel
   # reading memory nothing wrote changes a result the test compares. The check of initcheck's reports on no
-  # tool; POISON_TESTS names a subset. Four at a time, with the device-wide memory checks left out
-  # (MEMOPT_TEST_UNDER_SANITIZER=1: the runs beside one another move cudaMemGetInfo).
+  # tool; POISON_TESTS names a subset. Four at a time, under MEMOPT_TEST_UNDER_SANITIZER=1 as a sanitizer run
+  # is: the device-wide memory checks left out (the runs beside one another move cudaMemGetInfo), and with
+  # them the timing-only checks and small sizes it sets (testlib.h test_under_sanitizer).
   t0=$(date +%s)
   pt=${POISON_TESTS:-$(cd $B && ls gpu_* | grep -v '\.')}
   printf '%s\n' $pt | xargs -P 4 -I{} bash -c "cd $B && MEMOPT_POISON_ALLOC=1 MEMOPT_TEST_REDUCED=1 MEMOPT_TEST_UNDER_SANITIZER=1 \

@@ -111,6 +111,15 @@ def read_table(lines):
     return out
 
 
+def most_complete(parts):
+    """Of a binary's sets of parts (n -> {i: entry}), the one nearest a verdict: the most parts with a
+    verdict, then the most cut or better (a skipped or crashed part counts for nothing), then the larger n."""
+    def key(n):
+        ranks = [e[0] for e in parts[n].values()]
+        return (sum(r == RANK["verdict"] for r in ranks), sum(r >= RANK["cut"] for r in ranks), n)
+    return max(parts, key=key)
+
+
 def rows_of(best, tool, b):
     """The table's rows for binary b under tool, and its rank (-1: no run). A whole run with a verdict
     stands alone; else parts 1..n of one n, all with a verdict, stand in its place; else the whole run
@@ -135,7 +144,7 @@ def rows_of(best, tool, b):
     rows = [(b, whole or (-1, "-", "no run", 0))] if whole or not parts else []
     rank = whole[0] if whole else -1
     if parts:
-        n = max(parts, key=lambda n: (len(parts[n]), n))
+        n = most_complete(parts)
         worst = min(parts[n].get(i, (RANK["not reached"],))[0] for i in range(1, n + 1))
         rank = max(rank, worst)
         for m in sorted(parts):
@@ -158,7 +167,7 @@ def todo_runs(best, tool, b):
             parts.setdefault(int(m.group(2)), {})[int(m.group(1))] = e
     if not parts:
         return [f"{name}:{b}"]
-    n = max(parts, key=lambda n: (len(parts[n]), n))
+    n = most_complete(parts)
     return [f"{name}:{b}@{i}/{n}" for i in range(1, n + 1) if parts[n].get(i, (-1,))[0] != RANK["verdict"]]
 
 
@@ -222,6 +231,7 @@ def main(argv):
                     print(r)
         return 0
     counts = {t: {k: 0 for k in RANK} for t in TOOLS}
+    table = []
     for tool in TOOLS:
         for b in bins:
             rows, r = rows_of(best, tool, b)
@@ -229,8 +239,10 @@ def main(argv):
                 counts[tool][[k for k, v in RANK.items() if v == r][0]] += 1
             else:
                 counts[tool]["not reached"] += 1
-            for name, (_, lab, text, _) in rows:
-                print(f"#  {tool:<10} {name:<26} {lab:<{w}}  {text[:170]}")  # two spaces at least: the seed's separator
+            table += [(tool, name, lab, text) for name, (_, lab, text, _) in rows]
+    bw = max([26] + [len(t[1]) + 1 for t in table])  # a long binary@i/n still two spaces from its label
+    for tool, name, lab, text in table:
+        print(f"#  {tool:<10} {name:<{bw}} {lab:<{w}}  {text[:170]}")  # two spaces at least: the seed's separator
     print("#")
     for tool in TOOLS:
         n = counts[tool]
