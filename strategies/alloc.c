@@ -91,7 +91,7 @@ static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 static int g_poison; // MEMOPT_POISON_ALLOC=1: every new block filled with 0xff bytes (alloc_poison)
 
 // MEMOPT_FAIL_ALLOC and MEMOPT_POISON_ALLOC are knobs of kernels/knobs.c (recorded in the CSV row).
-static void read_fail_env(void) {
+static void read_alloc_env(void) {
     const char *pz = getenv("MEMOPT_POISON_ALLOC");
     g_poison = pz && !strcmp(pz, "1");
     if (pz && *pz && strcmp(pz, "1") && strcmp(pz, "0"))
@@ -607,7 +607,7 @@ static mo_status async_alloc(mo_allocator *a, uint64_t req, int cat, uintptr_t *
 mo_status mo_allocator_create(mo_allocator **out, mo_alloc_kind kind, mo_backend_kind backend, uint64_t cap_bytes,
                               void *stream) {
     *out = NULL;
-    pthread_once(&g_env_once, read_fail_env);
+    pthread_once(&g_env_once, read_alloc_env);
 #ifndef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA) return MO_FAIL(MO_ERR_UNSUPPORTED, "--backend cuda: this build has no CUDA (MEMOPT_CUDA=OFF)");
 #endif

@@ -111,6 +111,16 @@ def read_table(lines):
     return out
 
 
+def parts_of(best, tool, b):
+    """Binary b's runs in parts under tool: n -> {i: entry} for each binary@i/n read."""
+    parts = {}
+    for (t, key), e in best.items():
+        m = re.match(re.escape(b) + r"@(\d+)/(\d+)$", key)
+        if t == tool and m:
+            parts.setdefault(int(m.group(2)), {})[int(m.group(1))] = e
+    return parts
+
+
 def most_complete(parts):
     """Of a binary's sets of parts (n -> {i: entry}), the one nearest a verdict: the most parts with a
     verdict, then the most cut or better (a skipped or crashed part counts for nothing), then the larger n."""
@@ -126,11 +136,7 @@ def rows_of(best, tool, b):
     (or "no run") and whatever parts there are, the rank the better of the whole run's and the worst part's
     of the most complete n (a missing part: not reached)."""
     whole = best.get((tool, b))
-    parts = {}  # n -> {i: entry}
-    for (t, key), e in best.items():
-        m = re.match(re.escape(b) + r"@(\d+)/(\d+)$", key)
-        if t == tool and m:
-            parts.setdefault(int(m.group(2)), {})[int(m.group(1))] = e
+    parts = parts_of(best, tool, b)
     def name(n, i):
         return f"{b}@{i}/{n}"
     # a complete set of parts, all with a verdict and all newer than the whole run's verdict, replaces it
@@ -156,15 +162,11 @@ def todo_runs(best, tool, b):
     """The runs (SAN_RUNS's "tool:binary[@i/n]") that would give binary b a verdict under tool: none if it has
     one; else the parts of its most complete set of parts that lack one; else the whole run. racecheck is
     named racecheck-all (every kernel: the exclusion of the libraries' kernels crashes the tool)."""
-    rows, r = rows_of(best, tool, b)
+    _, r = rows_of(best, tool, b)
     if r == RANK["verdict"]:
         return []
     name = "racecheck-all" if tool == "racecheck" else tool
-    parts = {}
-    for (t, key), e in best.items():
-        m = re.match(re.escape(b) + r"@(\d+)/(\d+)$", key)
-        if t == tool and m:
-            parts.setdefault(int(m.group(2)), {})[int(m.group(1))] = e
+    parts = parts_of(best, tool, b)
     if not parts:
         return [f"{name}:{b}"]
     n = most_complete(parts)
