@@ -277,13 +277,14 @@ static int next_record(reader *rd, char **fields, int max, int *complete) {
     *complete = 0;
     char *w = rd->p; // write cursor: unquoting shrinks fields in place
     char *field = w;
+    char *lit = w; // the field's bytes before lit came from inside quotes: a CR there is data, not a CRLF's
     int in_quotes = 0;
     while (rd->p < rd->end) {
         char ch = *rd->p++;
         if (in_quotes) {
             if (ch == '"') {
                 if (rd->p < rd->end && *rd->p == '"') { *w++ = '"'; rd->p++; }
-                else in_quotes = 0;
+                else { in_quotes = 0; lit = w; }
             } else {
                 if (ch == '\n') rd->next_line++;
                 *w++ = ch;
@@ -293,12 +294,12 @@ static int next_record(reader *rd, char **fields, int max, int *complete) {
         if (ch == '"') { in_quotes = 1; continue; }
         if (ch == ',' || ch == '\n') {
             char *fend = w;
-            if (ch == '\n' && fend > field && fend[-1] == '\r') fend--;
+            if (ch == '\n' && fend > lit && fend[-1] == '\r') fend--; // CRLF: an unquoted CR before the LF
             *fend = '\0';
             if (nf < max) fields[nf] = field;
             nf++;
             w = rd->p; // the next field starts after the separator
-            field = w;
+            field = lit = w;
             if (ch == '\n') {
                 rd->next_line++;
                 *complete = 1;
