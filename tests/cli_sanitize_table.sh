@@ -125,8 +125,9 @@ check "a newer whole verdict stands over older parts (gpu_d: the whole row alone
 # --todo: the runs that would give each pair without a verdict one (p1.log above, binaries gpu_a and gpu_b)
 python3 "$T" "p1 dddd H100=$tmp/p1.log" --binaries "gpu_a gpu_b" --todo >"$tmp/todo" 2>"$tmp/err"
 check "--todo: exit 0 (rc $?)" test $? -eq 0
-check "--todo: gpu_a's initcheck, the missing and cut parts of 3 (2/3 and 3/3), not 1/3" \
-  test "$(grep -c "^initcheck:gpu_a@" "$tmp/todo")" -eq 2 -a "$(grep -c "^initcheck:gpu_a@1/3" "$tmp/todo")" -eq 0
+check "--todo: gpu_a's initcheck, its missing part 2/3 and its part 3/3 (cut at 300 s) as halves 3/6 and 6/6, not 1/3" \
+  test "$(grep -c "^initcheck:gpu_a@" "$tmp/todo")" -eq 3 -a "$(grep -c "^initcheck:gpu_a@1/3" "$tmp/todo")" -eq 0 \
+    -a "$(grep -cxE "initcheck:gpu_a@(2/3|3/6|6/6)" "$tmp/todo")" -eq 3
 check "--todo: gpu_b's racecheck as racecheck-all, its crashed part 1/2 and missing 2/2" \
   test "$(grep -cE "^racecheck-all:gpu_b@[12]/2$" "$tmp/todo")" -eq 2
 check "--todo: a binary with no run, whole (initcheck:gpu_b), and none with a verdict (racecheck gpu_a, synccheck gpu_b)" \
@@ -152,7 +153,35 @@ check "KILLED is no verdict (memcheck gpu_e: crashed)" grep -qE "^#  memcheck +0
 check "parts nearest a verdict: gpu_f's set of 2 (one clean, one cut), so cut, not not reached" \
   grep -qE "^#  synccheck +0/[0-9]+ with a verdict, 1 cut" "$tmp/out"
 python3 "$T" "r x H100=$tmp/r.log" --todo >"$tmp/todo2" 2>"$tmp/err"
-check "--todo: gpu_f's cut part 2/2 only" test "$(grep -c "^synccheck:gpu_f" "$tmp/todo2")" -eq 1 -a "$(grep -cx "synccheck:gpu_f@2/2" "$tmp/todo2")" -eq 1
+check "--todo: gpu_f's part 2/2 only, cut at 90 s (under LONG_CUT: again whole, not halved)" test "$(grep -c "^synccheck:gpu_f" "$tmp/todo2")" -eq 1 -a "$(grep -cx "synccheck:gpu_f@2/2" "$tmp/todo2")" -eq 1
+
+# Parts of different n: part 2 of 2 is parts 2 and 4 of 4 (case k is in part k % n + 1); gpu_g is whole in
+# 1/2, 2/4 and 4/4; gpu_h's 4/4 was cut at 400 s, so --todo names its halves 4/8 and 8/8, and once those have
+# a verdict gpu_h is whole too
+cat >"$tmp/m.log" <<'EOF2'
+racecheck-all  gpu_g@1/2                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+racecheck-all  gpu_g@2/4                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+racecheck-all  gpu_g@4/4                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+racecheck-all  gpu_h@1/2                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+racecheck-all  gpu_h@2/4                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+racecheck-all  gpu_h@4/4                  400s exit 124: cut at 400s (errors so far below) |  |  | last line: y
+EOF2
+python3 "$T" "m x H100=$tmp/m.log" >"$tmp/out" 2>"$tmp/err"
+check "parts of different n running every case are a verdict (gpu_g: 1/2, 2/4, 4/4), a gap is not (gpu_h)" \
+  grep -qE "^#  racecheck +1/2 with a verdict, 1 cut" "$tmp/out"
+python3 "$T" "m x H100=$tmp/m.log" --todo >"$tmp/todo3" 2>"$tmp/err"
+check "--todo: gpu_h's 4/4, cut at 400 s, as its halves 4/8 and 8/8, nothing for gpu_g" \
+  test "$(grep ^racecheck "$tmp/todo3" | tr '\n' ' ')" = "racecheck-all:gpu_h@4/8 racecheck-all:gpu_h@8/8 "
+cat >>"$tmp/m.log" <<'EOF2'
+racecheck-all  gpu_h@4/8                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+racecheck-all  gpu_h@8/8                    5s exit  99: SANITIZER ERRORS | ========= RACECHECK SUMMARY: 1 hazards displayed | 2 passed, 0 failed
+EOF2
+python3 "$T" "m x H100=$tmp/m.log" >"$tmp/out" 2>"$tmp/err"
+check "gpu_h's halves 4/8 and 8/8 complete it: 2/2 with a verdict, its five parts listed" \
+  test "$(grep -cE "^#  racecheck +2/2 with a verdict" "$tmp/out")" -eq 1 -a "$(grep -cE "^#  racecheck +gpu_h@" "$tmp/out")" -eq 4
+python3 "$T" "m x H100=$tmp/m.log" --todo >"$tmp/todo3" 2>"$tmp/err"
+check "--todo: no racecheck run left (the other tools: whole runs, none made)" \
+  test "$(grep -c ^racecheck "$tmp/todo3")" -eq 0 -a "$(grep -cxE "(memcheck|initcheck|synccheck):gpu_[gh]" "$tmp/todo3")" -eq 6
 
 # Usage errors: no log (2, the usage), an argument without LABEL= (2), a missing file (1, its path)
 python3 "$T" >"$tmp/out" 2>"$tmp/err"

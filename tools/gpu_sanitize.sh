@@ -13,6 +13,7 @@
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
 #        results/h100-h200-sanitize-session12.log)
 #        SAN_HEAVY ("gpu_gpt_mixed": binaries whose racecheck runs one at a time, each taking 40-47 GB of host memory)
+#        SAN_HEAVY_SLOTS (1: how many of those racecheck runs at once)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only; "tool:binary@i/n" runs
 #        part i of n of the binary's cases, MEMOPT_TEST_PART=i/n (tests/testlib.h), so that a test too long for
 #        one run under racecheck or initcheck is checked whole by n runs: its summary line names binary@i/n;
@@ -128,9 +129,10 @@ if [ "$SAN_LIB" = exclude ]; then
   fi
 fi
 case ${SAN_MARK:=1} in 0|1) ;; *) echo "sanitize: SAN_MARK: '$SAN_MARK' is not 0 or 1" >&2; exit 2;; esac
+[[ ${SAN_HEAVY_SLOTS:=1} =~ ^[1-9][0-9]?$ ]] || { echo "sanitize: SAN_HEAVY_SLOTS: '$SAN_HEAVY_SLOTS' is not a count 1-99" >&2; exit 2; }
 case ${SAN_ORDER:=long} in long) SAN_ORDER_REV=r;; short) SAN_ORDER_REV=;;
   *) echo "sanitize: SAN_ORDER: '$SAN_ORDER' is not long or short" >&2; exit 2;; esac
-export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS SAN_RACE_OPTS SAN_MARK
+export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS SAN_RACE_OPTS SAN_MARK SAN_HEAVY_SLOTS
 
 # Expected seconds of a run, to start the longest first (a long run started last is the one the budget
 # cuts): the memcheck times of results/h200-sanitize-2a5f4f8.log (full shapes; racecheck about 1.5x),
@@ -194,8 +196,16 @@ one() {
   # 16: two of them among 9 runs were killed by the host's OOM killer, 128 GB): one such run at a time, the
   # others waiting for it (their time limit counted from when they start; a waiting run holds its SAN_JOBS slot,
   # so name fewer of these than there are slots)
+  # SAN_HEAVY_SLOTS (1) of them at once: the first free of that many locks, tried every 3 s
   case $tool in racecheck*) case " ${SAN_HEAVY-gpu_gpt_mixed} " in *" $bin "*)
-    exec 8>"$L/.heavy-racecheck.lock"; flock 8;; esac;; esac
+    local slot got=""
+    while [ -z "$got" ]; do
+      for slot in $(seq 1 "${SAN_HEAVY_SLOTS:-1}"); do
+        exec 8>"$L/.heavy-racecheck.$slot.lock"
+        flock -n 8 && { got=$slot; break; }
+      done
+      [ -n "$got" ] || sleep 3
+    done;; esac;; esac
   now=$(date +%s); left=$((deadline - now))
   [ $left -gt "$SAN_TIMEOUT" ] && left=$SAN_TIMEOUT
   if [ $left -lt 5 ]; then printf '%-14s %-26s skipped: the stage budget is spent\n' "$tool" "$name"; return; fi

@@ -24,6 +24,7 @@ Usage: tools/sanitize_table.py LABEL=LOG [LABEL=LOG ...] [--binaries "gpu_a gpu_
   that is itself a table (lines starting "#  TOOL  gpu_") is read with each line's own label and LABEL is
   ignored. Prints the table, then the counts per tool. Exit 2 on bad arguments, 1 on an unreadable log.
 """
+import math
 import re
 import sys
 
@@ -37,6 +38,7 @@ EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+(?:\.part\d+of\d+|@\d+-\d+)?)\
 SEEDED = re.compile(r"^#\s+(memcheck|racecheck|initcheck|synccheck)\s{2,}gpu_")
 RANK = {"verdict": 3, "cut": 2, "crashed": 1, "not reached": 0}
 LABEL_W = 52
+LONG_CUT = 120  # seconds: a part cut this late is run again as its two halves (--todo)
 
 
 def kind(text):
@@ -130,28 +132,51 @@ def most_complete(parts):
     return max(parts, key=key)
 
 
+def covered(have, i, n):
+    """Whether part i of n's cases are all run by the parts in have ({(i, n)}): case k is in part k % n + 1,
+    so part i of n is part i or i + n of 2n, and so on; the parts need not share one n (a part cut for time
+    is run again as its two halves)."""
+    ns = {m for _, m in have} | {n}
+    l = 1
+    for m in ns:
+        l = l * m // math.gcd(l, m)
+    if l > 4096:
+        return (i, n) in have
+    return all(any(r % m == j - 1 for j, m in have) for r in range(i - 1, l, n))
+
+
+def verdict_parts(best, tool, b, after=0):
+    """The parts of binary b with a verdict under tool, read after entry number after: {(i, n): entry}."""
+    return {(i, n): e for n, ps in parts_of(best, tool, b).items() for i, e in ps.items()
+            if e[0] == RANK["verdict"] and e[3] > after}
+
+
 def rows_of(best, tool, b):
     """The table's rows for binary b under tool, and its rank (-1: no run). A whole run with a verdict
-    stands alone; else parts 1..n of one n, all with a verdict, stand in its place; else the whole run
-    (or "no run") and whatever parts there are, the rank the better of the whole run's and the worst part's
-    of the most complete n (a missing part: not reached)."""
+    stands alone; else parts that together run every case, all with a verdict, stand in its place (of any
+    n: part i of n is covered by parts i and i + n of 2n); else the whole run (or "no run") and whatever
+    parts there are, the rank the better of the whole run's and the worst part's of the most complete n (a
+    missing part: not reached, a part covered by finer parts: a verdict)."""
     whole = best.get((tool, b))
     parts = parts_of(best, tool, b)
     def name(n, i):
         return f"{b}@{i}/{n}"
-    # a complete set of parts, all with a verdict and all newer than the whole run's verdict, replaces it
-    for n in sorted(parts):
-        if all(parts[n].get(i, (-1,))[0] == RANK["verdict"] for i in range(1, n + 1)):
-            if whole and whole[0] == RANK["verdict"] and min(e[3] for e in parts[n].values()) < whole[3]:
-                continue
-            return [(name(n, i), parts[n][i]) for i in range(1, n + 1)], RANK["verdict"]
+    def order(k):
+        return (k[1], k[0])
+    # parts with a verdict that run every case, all newer than the whole run's verdict, replace it
+    after = whole[3] if whole and whole[0] == RANK["verdict"] else 0
+    have = verdict_parts(best, tool, b, after)
+    if have and covered(set(have), 1, 1):
+        return [(name(n, i), have[(i, n)]) for i, n in sorted(have, key=order)], RANK["verdict"]
     if whole and whole[0] == RANK["verdict"]:
         return [(b, whole)], whole[0]
     rows = [(b, whole or (-1, "-", "no run", 0))] if whole or not parts else []
     rank = whole[0] if whole else -1
     if parts:
         n = most_complete(parts)
-        worst = min(parts[n].get(i, (RANK["not reached"],))[0] for i in range(1, n + 1))
+        have = set(verdict_parts(best, tool, b))
+        worst = min(RANK["verdict"] if covered(have, i, n) else parts[n].get(i, (RANK["not reached"],))[0]
+                    for i in range(1, n + 1))
         rank = max(rank, worst)
         for m in sorted(parts):
             rows += [(name(m, i), parts[m][i]) for i in sorted(parts[m])]
@@ -160,8 +185,9 @@ def rows_of(best, tool, b):
 
 def todo_runs(best, tool, b):
     """The runs (SAN_RUNS's "tool:binary[@i/n]") that would give binary b a verdict under tool: none if it has
-    one; else the parts of its most complete set of parts that lack one; else the whole run. racecheck is
-    named racecheck-all (every kernel: the exclusion of the libraries' kernels crashes the tool)."""
+    one; else, for each part of its most complete set of parts that no verdict covers, that part again, or
+    its two halves (i and i + n of 2n) when it was cut after LONG_CUT seconds or its halves were run; else the whole run. racecheck
+    is named racecheck-all (every kernel: the exclusion of the libraries' kernels crashes the tool)."""
     _, r = rows_of(best, tool, b)
     if r == RANK["verdict"]:
         return []
@@ -169,8 +195,21 @@ def todo_runs(best, tool, b):
     parts = parts_of(best, tool, b)
     if not parts:
         return [f"{name}:{b}"]
+    have = set(verdict_parts(best, tool, b))
+    def need(i, n):
+        if covered(have, i, n):
+            return []
+        halves = [(i, 2 * n), (i + n, 2 * n)]
+        # cut by its own time limit, not by the stage's budget running out (a budget cut comes within
+        # seconds of its start): too long for one run
+        e = parts.get(n, {}).get(i, (-1, "", ""))
+        m = re.search(r"cut at (\d+)s", e[2]) if e[0] == RANK["cut"] else None
+        cut = m is not None and int(m.group(1)) >= LONG_CUT
+        if n <= 32 and (cut or any(parts.get(2 * n, {}).get(j, (-1,))[0] >= RANK["cut"] for j in (i, i + n))):
+            return need(i, 2 * n) + need(i + n, 2 * n)
+        return [(i, n)]
     n = most_complete(parts)
-    return [f"{name}:{b}@{i}/{n}" for i in range(1, n + 1) if parts[n].get(i, (-1,))[0] != RANK["verdict"]]
+    return [f"{name}:{b}@{i}/{m}" for j in range(1, n + 1) for i, m in need(j, n)]
 
 
 def main(argv):
