@@ -13,7 +13,7 @@
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
 #        results/h100-h200-sanitize-session12.log)
 #        SAN_HEAVY ("gpu_gpt_mixed": binaries whose racecheck runs one at a time, each taking 40-47 GB of host memory)
-#        SAN_HEAVY_SLOTS (1: how many of those racecheck runs at once)
+#        SAN_HEAVY_SLOTS (1: how many of those racecheck runs at once, in a lane of their own: below)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only; "tool:binary@i/n" runs
 #        part i of n of the binary's cases, MEMOPT_TEST_PART=i/n (tests/testlib.h), so that a test too long for
 #        one run under racecheck or initcheck is checked whole by n runs: its summary line names binary@i/n;
@@ -192,20 +192,6 @@ one() {
   # synccheck of cuDNN's SDPA at 3837bf5 (H100): "Detected overflow of tracked cuda::barrier structures ...
   # Try using --num-cuda-barriers", then a launch failure inside the sanitizer; more tracked barriers per CTA
   [ "$tool $bin" = "synccheck gpu_attention_cudnn" ] && opts="$opts --num-cuda-barriers 64"
-  # racecheck of a binary in SAN_HEAVY (default gpu_gpt_mixed) holds 40-47 GB of host memory a process (session
-  # 16: two of them among 9 runs were killed by the host's OOM killer, 128 GB): one such run at a time, the
-  # others waiting for it (their time limit counted from when they start; a waiting run holds its SAN_JOBS slot,
-  # so name fewer of these than there are slots)
-  # SAN_HEAVY_SLOTS (1) of them at once: the first free of that many locks, tried every 3 s
-  case $tool in racecheck*) case " ${SAN_HEAVY-gpu_gpt_mixed} " in *" $bin "*)
-    local slot got=""
-    while [ -z "$got" ]; do
-      for slot in $(seq 1 "${SAN_HEAVY_SLOTS:-1}"); do
-        exec 8>"$L/.heavy-racecheck.$slot.lock"
-        flock -n 8 && { got=$slot; break; }
-      done
-      [ -n "$got" ] || sleep 3
-    done;; esac;; esac
   now=$(date +%s); left=$((deadline - now))
   [ $left -gt "$SAN_TIMEOUT" ] && left=$SAN_TIMEOUT
   if [ $left -lt 5 ]; then printf '%-14s %-26s skipped: the stage budget is spent\n' "$tool" "$name"; return; fi
@@ -268,12 +254,28 @@ case "$run_tools" in *" initcheck "*)
   echo "== initcheck with MEMOPT_MARK_LIB_WRITES=${SAN_MARK:-1} (kernels/lib_writes.h)" | tee -a "$S";; esac
 [ "$SAN_LIB" = exclude ] && case "$run_tools" in *" racecheck "*|*" synccheck "*)
   echo "== racecheck and synccheck check the suite's kernels: --kernel-name-exclude regex=$LIB_KERNELS" | tee -a "$S";; esac
-[ "$nruns" -gt 0 ] && echo "$runs" | xargs -P "${SAN_JOBS:-3}" -L 1 bash -c 'one "$@"' _ | sort | tee -a "$S"
+# racecheck of a binary in SAN_HEAVY (default gpu_gpt_mixed) holds tens of GB of host memory a process (session
+# 16: 40-47 GB, two of them among 9 runs killed by the host's OOM killer on 128 GB; session 17: 73 GB for
+# gpu_gpt_mixed, 104 GB for gpu_offload_act): those runs go in a lane of their own, SAN_HEAVY_SLOTS at once,
+# in their listed order, beside the others' lane of SAN_JOBS - SAN_HEAVY_SLOTS (at least 1)
+is_heavy='{ b = $2; sub(/@.*/, "", b) } ($1 ~ /^racecheck/ && index(h, " " b " ") > 0) == want'
+heavy=$(echo "$runs" | awk -v h=" ${SAN_HEAVY-gpu_gpt_mixed} " -v want=1 "$is_heavy")
+light=$(echo "$runs" | awk -v h=" ${SAN_HEAVY-gpu_gpt_mixed} " -v want=0 "$is_heavy")
+lanes=$(( ${SAN_JOBS:-3} - (${#heavy} > 0 ? SAN_HEAVY_SLOTS : 0) ))
+[ $lanes -ge 1 ] || lanes=1
+[ "$nruns" -gt 0 ] && {
+  [ -n "$heavy" ] && echo "$heavy" | xargs -P "$SAN_HEAVY_SLOTS" -L 1 bash -c 'one "$@"' _ &
+  [ -n "$light" ] && echo "$light" | xargs -P "$lanes" -L 1 bash -c 'one "$@"' _
+  wait
+} | sort | tee -a "$S"
+# the tool's own lines that a test failed or died ("Error: process didn't terminate successfully", then "Target
+# application returned an error"): no finding (session 17 counted racecheck gpu_gpt_mixed@3/4's as one of ours)
+NOT_FINDING="process didn't terminate successfully|Target application returned an error"
 # the errors themselves (first lines of each run of this shard that had any)
 echo "$runs" | while read -r t b; do
   f="$L/cs-$t-$(logname "$b").log"
   [ -n "$t" ] && [ -f "$f" ] || continue
-  if grep -qE '^========= (Invalid|Race|Uninitialized|Barrier|Leaked|Error|Program hit|Potential)' "$f"; then
+  if grep -E '^========= (Invalid|Race|Uninitialized|Barrier|Leaked|Error|Program hit|Potential)' "$f" | grep -qvE "$NOT_FINDING"; then
     echo "---- $(basename "$f")"; grep -E '^=========' "$f" | grep -v 'Host Frame' | head -40
   fi
 done | tee -a "$S"
@@ -284,7 +286,8 @@ done | tee -a "$S"
 echo "$runs" | while read -r t b; do
   f="$L/cs-$t-$(logname "$b").log"
   [ -n "$t" ] && [ -f "$f" ] || continue
-  awk -v f="$(basename "$f")" '
+  awk -v f="$(basename "$f")" -v nf="$NOT_FINDING" '
+    $0 ~ nf { next }
     /^========= (Invalid|Race|Uninitialized|Barrier|Error|Program hit|Potential|Warning|Leaked)/ { if (rec != "") tally(); rec = $0; where = ""; next }
     /^=========/ { if (rec != "" && where == "" && ($0 ~ /^=========     at / || ($0 ~ /Host Frame/ && $0 !~ /libcuda\.so|libcudart/))) where = $0; next }
     function tally() { w = where != "" ? where : rec; if (w ~ /libnccl|libcublas|libcudnn|nvjet|cutlass|xmma|cudnn_generated|cudnn::|cublasLt::/) lib++; else own++; rec = "" }
