@@ -226,11 +226,19 @@ one() {
               77) verdict="skipped by the test";; *) verdict="test exit $rc (sanitizer clean unless listed)";; esac
   # the tool failing inside a kernel it left unchecked is no verdict on the binary (session 13)
   grep -q "Internal Sanitizer Error" "$log" && verdict="SANITIZER CRASHED (Internal Sanitizer Error): no verdict"
+  # hazards found, then the test killed before its end (session 17: racecheck of gpu_resnet@2/4, exit 99 for its
+  # 30 hazards in cuDNN, the test killed by the host's OOM killer): the sanitizer's exit code hides the kill; a
+  # test that ran to its end prints "N passed, M failed", even when a check failed
+  local finished=0
+  grep -qE '^[0-9]+ passed, [0-9]+ failed' "$log" && finished=1
+  if [ $rc = 99 ] && [ $finished = 0 ] && grep -q "process didn't terminate successfully" "$log"; then
+    verdict="SANITIZER ERRORS, but the test did not finish (killed?): no verdict"
+  fi
   # a cut run says how far it got: its test's last line of output (the sanitizer's own lines left out);
   # so does a run whose test failed or died (session 16's racecheck of gpu_gpt_split@2/3 ended in exit 9,
   # "process didn't terminate successfully", with no FAIL line in its summary)
-  local last=""
-  case $rc in 0|99|77) ;; *) last=" | last line: $(grep -v '^=========' "$log" | grep . | tail -1 | cut -c1-110)";; esac
+  local last=" | last line: $(grep -v '^=========' "$log" | grep . | tail -1 | cut -c1-110)"
+  case $rc in 0|77) last="";; 99) [ $finished = 1 ] && last="";; esac
   printf '%-14s %-26s %4ds exit %3d: %s | %s | %s%s\n' "$tool" "$name" $(( $(date +%s) - t0 )) $rc "$verdict" \
     "$(grep -hE '(ERROR|LEAK|RACECHECK|INITCHECK|SYNCCHECK) SUMMARY' "$log" | tr '\n' ' ')" \
     "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)" "$last"

@@ -44,7 +44,8 @@ LONG_CUT = 120  # seconds: a part cut this late is run again as its two halves (
 def kind(text):
     # the tool's own failure, or the test killed (exit 9: SIGKILL, in session 16 the host's OOM killer:
     # dmesg named the racecheck processes, 40-47 GB each): no verdict either way
-    if "Internal Sanitizer Error" in text or "SANITIZER CRASHED" in text or "KILLED" in text:
+    if ("Internal Sanitizer Error" in text or "SANITIZER CRASHED" in text or "KILLED" in text or
+            "test did not finish" in text):
         return "crashed"
     if re.search(r"exit\s+9: test exit 9\b", text):
         return "crashed"
