@@ -12,7 +12,8 @@
 #        SAN_JOBS (3: the runs share one GPU and slow one another far more than they gain; memcheck of
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
 #        results/h100-h200-sanitize-session12.log)
-#        SAN_HEAVY ("gpu_gpt_mixed": binaries whose racecheck runs one at a time, each taking 40-47 GB of host memory)
+#        SAN_HEAVY ("gpu_gpt_mixed gpu_gpt_split gpu_offload_act gpu_resnet": binaries whose racecheck takes 40-104 GB
+#        of host memory a process, sampled in sessions 16 and 17; they run in a lane of their own, below)
 #        SAN_HEAVY_SLOTS (1: how many of those racecheck runs at once, in a lane of their own: below)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only; "tool:binary@i/n" runs
 #        part i of n of the binary's cases, MEMOPT_TEST_PART=i/n (tests/testlib.h), so that a test too long for
@@ -262,13 +263,15 @@ case "$run_tools" in *" initcheck "*)
   echo "== initcheck with MEMOPT_MARK_LIB_WRITES=${SAN_MARK:-1} (kernels/lib_writes.h)" | tee -a "$S";; esac
 [ "$SAN_LIB" = exclude ] && case "$run_tools" in *" racecheck "*|*" synccheck "*)
   echo "== racecheck and synccheck check the suite's kernels: --kernel-name-exclude regex=$LIB_KERNELS" | tee -a "$S";; esac
-# racecheck of a binary in SAN_HEAVY (default gpu_gpt_mixed) holds tens of GB of host memory a process (session
-# 16: 40-47 GB, two of them among 9 runs killed by the host's OOM killer on 128 GB; session 17: 73 GB for
-# gpu_gpt_mixed, 104 GB for gpu_offload_act): those runs go in a lane of their own, SAN_HEAVY_SLOTS at once,
+# racecheck of a binary in SAN_HEAVY holds tens of GB of host memory a process (session 16: gpu_gpt_mixed 40-47 GB,
+# two of them among 9 runs killed by the host's OOM killer on 128 GB; session 17, the top processes sampled every
+# 10 s: gpu_offload_act 102 GiB, gpu_resnet 78, gpu_gpt_mixed 72, gpu_gpt_split 70, and three runs OOM-killed,
+# the others below 7): those runs go in a lane of their own, SAN_HEAVY_SLOTS at once,
 # in their listed order, beside the others' lane of SAN_JOBS - SAN_HEAVY_SLOTS (at least 1)
+HEAVY_DEFAULT="gpu_gpt_mixed gpu_gpt_split gpu_offload_act gpu_resnet"
 is_heavy='{ b = $2; sub(/@.*/, "", b) } ($1 ~ /^racecheck/ && index(h, " " b " ") > 0) == want'
-heavy=$(echo "$runs" | awk -v h=" ${SAN_HEAVY-gpu_gpt_mixed} " -v want=1 "$is_heavy")
-light=$(echo "$runs" | awk -v h=" ${SAN_HEAVY-gpu_gpt_mixed} " -v want=0 "$is_heavy")
+heavy=$(echo "$runs" | awk -v h=" ${SAN_HEAVY-$HEAVY_DEFAULT} " -v want=1 "$is_heavy")
+light=$(echo "$runs" | awk -v h=" ${SAN_HEAVY-$HEAVY_DEFAULT} " -v want=0 "$is_heavy")
 lanes=$(( ${SAN_JOBS:-3} - (${#heavy} > 0 ? SAN_HEAVY_SLOTS : 0) ))
 [ $lanes -ge 1 ] || lanes=1
 [ "$nruns" -gt 0 ] && {
