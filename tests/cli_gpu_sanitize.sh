@@ -33,8 +33,11 @@ echo "$(date +%s.%N) start ${prog#./} ${MEMOPT_TEST_PART:-whole}" >>"$FAKE_TRACE
 echo "$(date +%s.%N) end ${prog#./} ${MEMOPT_TEST_PART:-whole}" >>"$FAKE_TRACE"
 case ${prog#./} in
   gpu_hz|gpu_hzkill)
-    echo "========= Error: Race reported between Write access at nvjet_sm90_fake+0x10"
-    echo "=========     and Read access at nvjet_sm90_fake+0x20 [4 hazards]"
+    # a long report (1 MB): a reader that quits at the first line must not lose the excerpt (SIGPIPE)
+    for k in $(seq 1 ${FAKE_HAZARDS:-1}); do
+      echo "========= Error: Race reported between Write access at nvjet_sm90_fake+0x10"
+      echo "=========     and Read access at nvjet_sm90_fake+0x20 [4 hazards]"
+    done
     [ $rc -ne 0 ] && { echo "========= Error: process didn't terminate successfully"; echo "========= Target application returned an error"; }
     echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit 99;;
   gpu_toolkilled) exit 9;;
@@ -53,13 +56,14 @@ fake_test gpu_hz 'echo "4 passed, 0 failed"'
 fake_test gpu_hzkill 'echo "case 1"; exit 137' # the test killed before test_finish: no "N passed" line
 fake_test gpu_toolkilled 'echo "1 passed, 0 failed"'
 fake_test gpu_slow 'echo "case 1"; sleep 30; echo "1 passed, 0 failed"'
+fake_test gpu_slowpart 'echo "MEMOPT_TEST_PART=$MEMOPT_TEST_PART: case 0 (a) runs here"; sleep 30'
 fake_test gpu_failed 'echo "FAIL: x"; echo "1 passed, 1 failed"; exit 1'
 export FAKE_TRACE="$tmp/trace"
 
 runs="racecheck-all:gpu_heavy@1/3 racecheck-all:gpu_heavy@2/3 racecheck-all:gpu_heavy@3/3 racecheck-all:gpu_ok@2/2"
 runs="$runs racecheck-all:gpu_hz racecheck-all:gpu_hzkill racecheck-all:gpu_toolkilled racecheck-all:gpu_slow"
-runs="$runs racecheck-all:gpu_failed"
-PATH="$tmp/bin:$PATH" SAN_RUNS="$runs" SAN_HEAVY="gpu_heavy" SAN_HEAVY_SLOTS=1 SAN_JOBS=4 SAN_TIMEOUT=5 SAN_BUDGET=60 \
+runs="$runs racecheck-all:gpu_failed racecheck-all:gpu_slowpart@1/2"
+FAKE_HAZARDS=8000 PATH="$tmp/bin:$PATH" SAN_RUNS="$runs" SAN_HEAVY="gpu_heavy" SAN_HEAVY_SLOTS=1 SAN_JOBS=4 SAN_TIMEOUT=5 SAN_BUDGET=60 \
   bash "$S" "$tmp/b" "$tmp/logs" "$tmp/sum.log" >"$tmp/out" 2>"$tmp/err"
 check "a pass: exit 0 (rc $?)" test $? -eq 0
 line() { grep -E "^$1 +$2 " "$tmp/sum.log"; }
@@ -70,8 +74,11 @@ check "hazards, then the test killed: no verdict, its last line kept" \
   grep -qE "exit  99: SANITIZER ERRORS, but the test did not finish \(killed\?\): no verdict.*last line: case 1" \
   <(line racecheck-all gpu_hzkill)
 check "the tool killed (exit 9): KILLED" grep -q "exit   9: KILLED" <(line racecheck-all gpu_toolkilled)
-check "too slow: cut at SAN_TIMEOUT (5 s), its last line kept" grep -qE "exit 124: cut at 5s.*last line: case 1" \
+check "too slow: cut at SAN_TIMEOUT (5 s), its last line kept" grep -qE "exit 124: cut at 5s at its time limit .*last line: case 1" \
   <(line racecheck-all gpu_slow)
+check "a part cut at its time limit says how many of its cases it began" \
+  grep -qE "exit 124: cut at 5s at its time limit, 1 of its cases begun" <(line racecheck-all "gpu_slowpart@1/2")
+check "a hazard run's excerpt is printed, however long its report" grep -qx -- "---- cs-racecheck-all-gpu_hz.log" "$tmp/sum.log"
 check "a failed check: the test's exit, with its counts" grep -qE "exit   1: test exit 1 .*1 passed, 1 failed" \
   <(line racecheck-all gpu_failed)
 check "part i of n: MEMOPT_TEST_PART reaches the test, the log named binary.partIofN" \
@@ -91,13 +98,19 @@ print(len(heavy), "overlap" if overlap else "serial", "beside" if beside else "a
 EOF
 check "heavy runs one at a time, the others beside them ($(cat "$tmp/lanes"))" test "$(cat "$tmp/lanes")" = "3 serial beside"
 check "owners: the hazards counted in library code, the tool's 'process didn't terminate' not counted as ours" \
-  grep -qE "owners +cs-racecheck-all-gpu_hzkill.log +1 in library code .*, 0 in ours" "$tmp/sum.log"
+  grep -qE "owners +cs-racecheck-all-gpu_hzkill.log +[1-9][0-9]* in library code .*, 0 in ours" "$tmp/sum.log"
 if command -v python3 >/dev/null; then
   python3 "$SRC/tools/sanitize_table.py" "t x H100=$tmp/sum.log" --binaries "gpu_hz gpu_hzkill gpu_toolkilled gpu_slow" \
     >"$tmp/table" 2>"$tmp/err"
   check "sanitize_table.py: gpu_hz a verdict, gpu_hzkill and gpu_toolkilled crashed, gpu_slow cut" \
     grep -qE "^#  racecheck +1/4 with a verdict, 1 cut, 2 crashed, 0 not reached" "$tmp/table"
 fi
+
+# A run the stage's budget cuts (it started with less than SAN_TIMEOUT left) says so
+PATH="$tmp/bin:$PATH" SAN_RUNS="racecheck-all:gpu_slow" SAN_TIMEOUT=60 SAN_BUDGET=6 \
+  bash "$S" "$tmp/b" "$tmp/logs3" "$tmp/sum3.log" >"$tmp/out" 2>"$tmp/err"
+check "a budget cut: 'by the stage budget' ($(grep -o 'cut at.*budget' "$tmp/sum3.log"))" \
+  grep -qE "exit 124: cut at [56]s by the stage budget" "$tmp/sum3.log"
 
 # Bad settings: exit 2, one line naming the setting
 bad() { # description, the setting's name, then env assignments

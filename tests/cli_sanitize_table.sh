@@ -177,11 +177,34 @@ racecheck-all  gpu_h@4/8                    5s exit   0: clean, test passed | ==
 racecheck-all  gpu_h@8/8                    5s exit  99: SANITIZER ERRORS | ========= RACECHECK SUMMARY: 1 hazards displayed | 2 passed, 0 failed
 EOF2
 python3 "$T" "m x H100=$tmp/m.log" >"$tmp/out" 2>"$tmp/err"
-check "gpu_h's halves 4/8 and 8/8 complete it: 2/2 with a verdict, its five parts listed" \
+check "gpu_h's halves 4/8 and 8/8 complete it: 2/2 with a verdict, its four parts with a verdict listed" \
   test "$(grep -cE "^#  racecheck +2/2 with a verdict" "$tmp/out")" -eq 1 -a "$(grep -cE "^#  racecheck +gpu_h@" "$tmp/out")" -eq 4
 python3 "$T" "m x H100=$tmp/m.log" --todo >"$tmp/todo3" 2>"$tmp/err"
 check "--todo: no racecheck run left (the other tools: whole runs, none made)" \
   test "$(grep -c ^racecheck "$tmp/todo3")" -eq 0 -a "$(grep -cxE "(memcheck|initcheck|synccheck):gpu_[gh]" "$tmp/todo3")" -eq 6
+
+# Which cut parts --todo halves (too_long): one cut at its time limit after beginning 3 cases (gpu_i: 1/2 ->
+# 1/4 and 3/4); not one cut by the stage budget (gpu_j, 300 s), nor a single case too long for a run (gpu_k)
+cat >"$tmp/n.log" <<'EOF2'
+racecheck-all  gpu_i@1/2                  460s exit 124: cut at 460s at its time limit, 3 of its cases begun (errors so far below) |  |  | last line: y
+racecheck-all  gpu_i@2/2                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+racecheck-all  gpu_j@1/2                  300s exit 124: cut at 300s by the stage budget, 3 of its cases begun (errors so far below) |  |  | last line: y
+racecheck-all  gpu_j@2/2                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+racecheck-all  gpu_k@1/2                  460s exit 124: cut at 460s at its time limit, 1 of its cases begun (errors so far below) |  |  | last line: y
+racecheck-all  gpu_k@2/2                    5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed
+EOF2
+python3 "$T" "n x H100=$tmp/n.log" --todo >"$tmp/todo4" 2>"$tmp/err"
+check "--todo: a part cut at its time limit in its 3rd case as halves, a budget cut and a single long case again whole" \
+  test "$(grep ^racecheck "$tmp/todo4" | tr '\n' ' ')" = \
+    "racecheck-all:gpu_i@1/4 racecheck-all:gpu_i@3/4 racecheck-all:gpu_j@1/2 racecheck-all:gpu_k@1/2 "
+# Many parts: all 64 of 64 cover the binary, whatever other parts there are (1/63 and 1/5: an lcm past 4096)
+for i in $(seq 1 64); do
+  echo "racecheck-all  gpu_l@$i/64                   5s exit   0: clean, test passed | ========= RACECHECK SUMMARY: 0 hazards displayed | 2 passed, 0 failed"
+done >"$tmp/l.log"
+echo "racecheck-all  gpu_l@1/63                   5s exit   0: clean, test passed | | 2 passed, 0 failed" >>"$tmp/l.log"
+echo "racecheck-all  gpu_l@1/5                    5s exit   0: clean, test passed | | 2 passed, 0 failed" >>"$tmp/l.log"
+python3 "$T" "l x H100=$tmp/l.log" >"$tmp/out" 2>"$tmp/err"
+check "64 parts of 64 beside parts of 63 and 5: a verdict" grep -qE "^#  racecheck +1/1 with a verdict" "$tmp/out"
 
 # Usage errors: no log (2, the usage), an argument without LABEL= (2), a missing file (1, its path)
 python3 "$T" >"$tmp/out" 2>"$tmp/err"

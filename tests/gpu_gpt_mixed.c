@@ -200,7 +200,8 @@ int main(void) {
         for (int fused = 0; fused <= 1; fused++)
             if ((test_reduced_level() < 2 || d == fused) && test_part_take("the model against the cpu"))
                 compare_model(DTS[d], fused, seed + 2 * d + fused);
-    test_reduced("the full precision x attention x ckpt x accum grid (each path once), 40 of the 50 tracking steps,"
+    test_reduced("the full precision x attention x ckpt x accum grid (each path once), the tracking steps past the 10th"
+                 " (past the 3rd at level 2), the scaler's past the 6th at level 2,"
                  " the tracking's materialized run, 3 of 6 dry cases");
     for (int d = 0; d < 2; d++) test_deterministic_and_checkpoint(DTS[d], seed + 10 + d);
     // Reduced: the fused form only (compare_model and the determinism runs cover both forms' kernels;

@@ -71,6 +71,8 @@ int main(void) {
         char said[64];
         snprintf(said, sizeof said, "MEMOPT_TEST_PART=%s: %d of the %d cases run here", part, i == 1 ? 3 : 2, CASES);
         CHECK_MSG(strstr(out, said) != NULL, "%s: no line \"%s\" in %s", part, said, out);
+        snprintf(said, sizeof said, "MEMOPT_TEST_PART=%s: case %d (a case) runs here", part, i + 2);
+        CHECK_MSG(strstr(out, said) != NULL, "%s: no line \"%s\" in %s", part, said, out);
     }
     for (int k = 0; k < CASES; k++) CHECK_MSG(count[k] == 1, "case %d run by %d of the 3 parts", k, count[k]);
 

@@ -100,6 +100,8 @@ int test_part_take(const char *what) {
     if (part_n == 1) return 1;
     if (k % part_n == part_i - 1) {
         part_taken++;
+        // said, so that a run cut for time shows how many of its cases it began (tools/gpu_sanitize.sh)
+        printf("MEMOPT_TEST_PART=%d/%d: case %ld (%s) runs here\n", part_i, part_n, k, what);
         return 1;
     }
     printf("MEMOPT_TEST_PART=%d/%d: case %ld (%s) is another part's\n", part_i, part_n, k, what);

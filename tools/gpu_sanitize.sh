@@ -12,8 +12,8 @@
 #        SAN_JOBS (3: the runs share one GPU and slow one another far more than they gain; memcheck of
 #        gpu_resnet_ops took 71 s among 16 runs, 9 s among 2, and 15 memcheck runs took 53 s 3 at a time:
 #        results/h100-h200-sanitize-session12.log)
-#        SAN_HEAVY ("gpu_gpt_mixed gpu_gpt_split gpu_offload_act gpu_resnet": binaries whose racecheck takes 40-104 GB
-#        of host memory a process, sampled in sessions 16 and 17; they run in a lane of their own, below)
+#        SAN_HEAVY ("gpu_gpt_mixed gpu_gpt_split gpu_offload_act gpu_resnet": binaries whose racecheck takes 39-102 GiB
+#        of host memory a process, seen in sessions 16 and 17; they run in a lane of their own, below)
 #        SAN_HEAVY_SLOTS (1: how many of those racecheck runs at once, in a lane of their own: below)
 #        SAN_BUDGET (220) SAN_TIMEOUT (420) SAN_RUNS ("tool:binary ...": these runs only; "tool:binary@i/n" runs
 #        part i of n of the binary's cases, MEMOPT_TEST_PART=i/n (tests/testlib.h), so that a test too long for
@@ -219,11 +219,15 @@ one() {
   (cd "$B" && MEMOPT_TEST_UNDER_SANITIZER=$under MEMOPT_TEST_REDUCED=$level MEMOPT_TEST_FAULT_STRIDE=$stride MEMOPT_MARK_LIB_WRITES=$mark MEMOPT_TEST_PART=$part NCCL_NVLS_ENABLE=0 \
      timeout "$left" "${run[@]}" "./$bin") >"$log" 2>&1
   rc=$?
-  local verdict
+  local verdict cutby="by the stage budget"
+  # which limit cut it: the run's own (SAN_TIMEOUT: too long for one run, so --todo halves a part) or the
+  # stage's budget (it started late); a part says how many of its cases it began (testlib.c: "runs here")
+  [ "$left" -ge "$SAN_TIMEOUT" ] && cutby="at its time limit"
+  [ -n "$part" ] && cutby="$cutby, $(grep -cE '^MEMOPT_TEST_PART=[0-9]+/[0-9]+: case [0-9]+ .* runs here$' "$log") of its cases begun"
   # exit 9: the test died of SIGKILL (compute-sanitizer returns the signal's number): in session 16 the host's
   # OOM killer, racecheck of gpu_gpt_mixed holding 40-47 GB a process (dmesg, printed at the end)
   # (137: SIGKILL from outside, since timeout itself sends SIGTERM and returns 124)
-  case $rc in 9|137) verdict="KILLED (exit $rc, SIGKILL: the host out of memory?): no verdict";; 0) verdict="clean, test passed"; [ "$tool" = none ] && verdict="test passed (no sanitizer)";; 99) verdict="SANITIZER ERRORS";; 124) verdict="cut at ${left}s (errors so far below)";;
+  case $rc in 9|137) verdict="KILLED (exit $rc, SIGKILL: the host out of memory?): no verdict";; 0) verdict="clean, test passed"; [ "$tool" = none ] && verdict="test passed (no sanitizer)";; 99) verdict="SANITIZER ERRORS";; 124) verdict="cut at ${left}s $cutby (errors so far below)";;
               77) verdict="skipped by the test";; *) verdict="test exit $rc (sanitizer clean unless listed)";; esac
   # the tool failing inside a kernel it left unchecked is no verdict on the binary (session 13)
   grep -q "Internal Sanitizer Error" "$log" && verdict="SANITIZER CRASHED (Internal Sanitizer Error): no verdict"
@@ -263,11 +267,12 @@ case "$run_tools" in *" initcheck "*)
   echo "== initcheck with MEMOPT_MARK_LIB_WRITES=${SAN_MARK:-1} (kernels/lib_writes.h)" | tee -a "$S";; esac
 [ "$SAN_LIB" = exclude ] && case "$run_tools" in *" racecheck "*|*" synccheck "*)
   echo "== racecheck and synccheck check the suite's kernels: --kernel-name-exclude regex=$LIB_KERNELS" | tee -a "$S";; esac
-# racecheck of a binary in SAN_HEAVY holds tens of GB of host memory a process (session 16: gpu_gpt_mixed 40-47 GB,
-# two of them among 9 runs killed by the host's OOM killer on 128 GB; session 17, the top processes sampled every
+# racecheck of a binary in SAN_HEAVY holds tens of GiB of host memory a process (session 16: gpu_gpt_mixed 39-45 GiB,
+# two of them among 9 runs killed by the host's OOM killer on 125 GiB; session 17, the top processes sampled every
 # 10 s: gpu_offload_act 102 GiB, gpu_resnet 78, gpu_gpt_mixed 72, gpu_gpt_split 70, and three runs OOM-killed,
 # the others below 7): those runs go in a lane of their own, SAN_HEAVY_SLOTS at once,
-# in their listed order, beside the others' lane of SAN_JOBS - SAN_HEAVY_SLOTS (at least 1)
+# in their listed order, beside the others' lane of SAN_JOBS - SAN_HEAVY_SLOTS (at least 1: with SAN_JOBS=1 and a
+# heavy run, two runs go at once)
 HEAVY_DEFAULT="gpu_gpt_mixed gpu_gpt_split gpu_offload_act gpu_resnet"
 is_heavy='{ b = $2; sub(/@.*/, "", b) } ($1 ~ /^racecheck/ && index(h, " " b " ") > 0) == want'
 heavy=$(echo "$runs" | awk -v h=" ${SAN_HEAVY-$HEAVY_DEFAULT} " -v want=1 "$is_heavy")
@@ -286,7 +291,9 @@ NOT_FINDING="process didn't terminate successfully|Target application returned a
 echo "$runs" | while read -r t b; do
   f="$L/cs-$t-$(logname "$b").log"
   [ -n "$t" ] && [ -f "$f" ] || continue
-  if grep -E '^========= (Invalid|Race|Uninitialized|Barrier|Leaked|Error|Program hit|Potential)' "$f" | grep -qvE "$NOT_FINDING"; then
+  # (one awk, not grep | grep -q: under pipefail the first grep's SIGPIPE, when -q quits early on a long log,
+  # made the test false and the excerpt was left out)
+  if awk -v nf="$NOT_FINDING" '/^========= (Invalid|Race|Uninitialized|Barrier|Leaked|Error|Program hit|Potential)/ && $0 !~ nf { found = 1; exit } END { exit !found }' "$f"; then
     echo "---- $(basename "$f")"; grep -E '^=========' "$f" | grep -v 'Host Frame' | head -40
   fi
 done | tee -a "$S"

@@ -38,7 +38,7 @@ EXCERPT = re.compile(r"^---- cs-([a-z-]+)-(gpu_\w+(?:\.part\d+of\d+|@\d+-\d+)?)\
 SEEDED = re.compile(r"^#\s+(memcheck|racecheck|initcheck|synccheck)\s{2,}gpu_")
 RANK = {"verdict": 3, "cut": 2, "crashed": 1, "not reached": 0}
 LABEL_W = 52
-LONG_CUT = 120  # seconds: a part cut this late is run again as its two halves (--todo)
+LONG_CUT = 120  # seconds: a part cut this late, in a summary that does not say by what, is run again as halves
 
 
 def kind(text):
@@ -141,8 +141,8 @@ def covered(have, i, n):
     l = 1
     for m in ns:
         l = l * m // math.gcd(l, m)
-    if l > 4096:
-        return (i, n) in have
+    if l > 4096:  # too many residues to walk: the part itself, or all its parts at one finer n
+        return (i, n) in have or any(m % n == 0 and all((j, m) in have for j in range(i, m + 1, n)) for m in ns)
     return all(any(r % m == j - 1 for j, m in have) for r in range(i - 1, l, n))
 
 
@@ -184,11 +184,31 @@ def rows_of(best, tool, b):
     return rows, rank
 
 
+def too_long(e):
+    """Whether a part's run e was cut for its own length, so that its two halves should be run instead: cut at
+    its time limit (not by the stage's budget) after beginning two or more of its cases (a single case too long
+    for one run stays one); a summary from before session 17 says neither, and a cut after LONG_CUT seconds is
+    taken as too long (it may have been the budget)."""
+    if e[0] != RANK["cut"]:
+        return False
+    text = e[2]
+    if "by the stage budget" in text:
+        return False
+    m = re.search(r"(\d+) of its cases begun", text)
+    if m:
+        return int(m.group(1)) >= 2
+    if "at its time limit" in text:
+        return True
+    m = re.search(r"cut at (\d+)s", text)
+    return m is not None and int(m.group(1)) >= LONG_CUT
+
+
 def todo_runs(best, tool, b):
     """The runs (SAN_RUNS's "tool:binary[@i/n]") that would give binary b a verdict under tool: none if it has
     one; else, for each part of its most complete set of parts that no verdict covers, that part again, or
-    its two halves (i and i + n of 2n) when it was cut after LONG_CUT seconds or its halves were run; else the whole run. racecheck
-    is named racecheck-all (every kernel: the exclusion of the libraries' kernels crashes the tool)."""
+    its two halves (i and i + n of 2n) when it was too long for one run (too_long) or its halves were run;
+    else the whole run. racecheck is named racecheck-all (every kernel: the exclusion of the libraries'
+    kernels crashes the tool)."""
     _, r = rows_of(best, tool, b)
     if r == RANK["verdict"]:
         return []
@@ -200,13 +220,9 @@ def todo_runs(best, tool, b):
     def need(i, n):
         if covered(have, i, n):
             return []
-        halves = [(i, 2 * n), (i + n, 2 * n)]
-        # cut by its own time limit, not by the stage's budget running out (a budget cut comes within
-        # seconds of its start): too long for one run
         e = parts.get(n, {}).get(i, (-1, "", ""))
-        m = re.search(r"cut at (\d+)s", e[2]) if e[0] == RANK["cut"] else None
-        cut = m is not None and int(m.group(1)) >= LONG_CUT
-        if n <= 32 and (cut or any(parts.get(2 * n, {}).get(j, (-1,))[0] >= RANK["cut"] for j in (i, i + n))):
+        halve = any(parts.get(2 * n, {}).get(j, (-1,))[0] >= RANK["cut"] for j in (i, i + n)) or too_long(e)
+        if n <= 32 and halve:
             return need(i, 2 * n) + need(i + n, 2 * n)
         return [(i, n)]
     n = most_complete(parts)
