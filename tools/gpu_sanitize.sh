@@ -222,8 +222,10 @@ one() {
   local verdict cutby="by the stage budget"
   # which limit cut it: the run's own (SAN_TIMEOUT: too long for one run, so --todo halves a part) or the
   # stage's budget (it started late); a part says how many of its cases it began (testlib.c: "runs here")
-  [ "$left" -ge "$SAN_TIMEOUT" ] && cutby="at its time limit"
-  [ -n "$part" ] && cutby="$cutby, $(grep -cE '^MEMOPT_TEST_PART=[0-9]+/[0-9]+: case [0-9]+ .* runs here$' "$log") of its cases begun"
+  if [ $rc = 124 ]; then
+    [ "$left" -ge "$SAN_TIMEOUT" ] && cutby="at its time limit"
+    [ -n "$part" ] && cutby="$cutby, $(grep -cE '^MEMOPT_TEST_PART=[0-9]+/[0-9]+: case [0-9]+ .* runs here$' "$log") of its cases begun"
+  fi
   # exit 9: the test died of SIGKILL (compute-sanitizer returns the signal's number): in session 16 the host's
   # OOM killer, racecheck of gpu_gpt_mixed holding 40-47 GB a process (dmesg, printed at the end)
   # (137: SIGKILL from outside, since timeout itself sends SIGTERM and returns 124)
@@ -234,8 +236,9 @@ one() {
   # hazards found, then the test killed before its end (session 17: racecheck of gpu_resnet@2/4, exit 99 for its
   # 30 hazards in cuDNN, the test killed by the host's OOM killer): the sanitizer's exit code hides the kill; a
   # test that ran to its end prints "N passed, M failed", even when a check failed
-  local finished=0
-  grep -qE '^[0-9]+ passed, [0-9]+ failed' "$log" && finished=1
+  local counts finished=0
+  counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  [ -n "$counts" ] && finished=1
   if [ $rc = 99 ] && [ $finished = 0 ] && grep -q "process didn't terminate successfully" "$log"; then
     verdict="SANITIZER ERRORS, but the test did not finish (killed?): no verdict"
   fi
@@ -246,7 +249,7 @@ one() {
   case $rc in 0|77) last="";; 99) [ $finished = 1 ] && last="";; esac
   printf '%-14s %-26s %4ds exit %3d: %s | %s | %s%s\n' "$tool" "$name" $(( $(date +%s) - t0 )) $rc "$verdict" \
     "$(grep -hE '(ERROR|LEAK|RACECHECK|INITCHECK|SYNCCHECK) SUMMARY' "$log" | tr '\n' ' ')" \
-    "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)" "$last"
+    "$counts" "$last"
 }
 export -f one
 if [ -n "${SAN_RUNS:-}" ]; then
