@@ -7,7 +7,7 @@
 # them, that part i of n reaches the test as MEMOPT_TEST_PART and names its log binary.partIofN, that the
 # tool's "process didn't terminate successfully" is not tallied as a finding of ours, that
 # tools/sanitize_table.py reads the summary back with the same verdicts, and that bad settings exit 2
-# with one line naming the setting.
+# with one line naming the setting; SAN_ORDER=given keeps SAN_RUNS' order.
 # Usage: cli_gpu_sanitize.sh path/to/memopt [source dir]
 set -u
 SRC="${2:-$(dirname "$0")/..}"
@@ -56,7 +56,9 @@ fake_test gpu_hz 'echo "4 passed, 0 failed"'
 fake_test gpu_hzkill 'echo "case 1"; exit 137' # the test killed before test_finish: no "N passed" line
 fake_test gpu_toolkilled 'echo "1 passed, 0 failed"'
 fake_test gpu_slow 'echo "case 1"; sleep 30; echo "1 passed, 0 failed"'
-fake_test gpu_slowpart 'echo "MEMOPT_TEST_PART=$MEMOPT_TEST_PART: case 0 (a) runs here"; sleep 30'
+# two cases begun: testlib's line with its time (and without, as before 2026-12-06); "another part's" not counted
+fake_test gpu_slowpart 'echo "MEMOPT_TEST_PART=$MEMOPT_TEST_PART: case 0 (a) runs here, 0.4 s in"
+  echo "MEMOPT_TEST_PART=$MEMOPT_TEST_PART: case 1 (a) is another part'"'"'s"; echo "MEMOPT_TEST_PART=$MEMOPT_TEST_PART: case 2 (a) runs here"; sleep 30'
 fake_test gpu_failed 'echo "FAIL: x"; echo "1 passed, 1 failed"; exit 1'
 export FAKE_TRACE="$tmp/trace"
 
@@ -77,7 +79,7 @@ check "the tool killed (exit 9): KILLED" grep -q "exit   9: KILLED" <(line racec
 check "too slow: cut at SAN_TIMEOUT (5 s), its last line kept" grep -qE "exit 124: cut at 5s at its time limit .*last line: case 1" \
   <(line racecheck-all gpu_slow)
 check "a part cut at its time limit says how many of its cases it began" \
-  grep -qE "exit 124: cut at 5s at its time limit, 1 of its cases begun" <(line racecheck-all "gpu_slowpart@1/2")
+  grep -qE "exit 124: cut at 5s at its time limit, 2 of its cases begun" <(line racecheck-all "gpu_slowpart@1/2")
 check "a hazard run's excerpt is printed, however long its report" grep -qx -- "---- cs-racecheck-all-gpu_hz.log" "$tmp/sum.log"
 check "a failed check: the test's exit, with its counts" grep -qE "exit   1: test exit 1 .*1 passed, 1 failed" \
   <(line racecheck-all gpu_failed)
@@ -111,6 +113,15 @@ PATH="$tmp/bin:$PATH" SAN_RUNS="racecheck-all:gpu_slow" SAN_TIMEOUT=60 SAN_BUDGE
   bash "$S" "$tmp/b" "$tmp/logs3" "$tmp/sum3.log" >"$tmp/out" 2>"$tmp/err"
 check "a budget cut: 'by the stage budget' ($(grep -o 'cut at.*budget' "$tmp/sum3.log"))" \
   grep -qE "exit 124: cut at [56]s by the stage budget" "$tmp/sum3.log"
+
+# SAN_ORDER=given: one lane takes the runs in SAN_RUNS' order (long would take these three, of equal cost
+# in its table, by name: gpu_heavy first)
+: >"$tmp/trace"
+PATH="$tmp/bin:$PATH" FAKE_TRACE="$tmp/trace" SAN_RUNS="racecheck-all:gpu_ok@1/2 racecheck-all:gpu_hz racecheck-all:gpu_heavy@1/3" \
+  SAN_ORDER=given SAN_JOBS=1 SAN_HEAVY= SAN_BUDGET=60 bash "$S" "$tmp/b" "$tmp/logs4" "$tmp/sum4.log" >"$tmp/out" 2>"$tmp/err"
+check "SAN_ORDER=given: the runs in the order named ($(grep start "$tmp/trace" | awk '{printf "%s ", $3}'))" \
+  test "$(grep start "$tmp/trace" | awk '{printf "%s ", $3}')" = "gpu_ok gpu_hz gpu_heavy "
+check "SAN_ORDER=given: the summary's header says so" grep -q "in the order given" "$tmp/sum4.log"
 
 # Bad settings: exit 2, one line naming the setting
 bad() { # description, the setting's name, then env assignments

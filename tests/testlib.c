@@ -62,10 +62,21 @@ int test_check_rel(const float *got, const float *want, size_t n, double tol, co
     return test_checkf(ok, file, line, "%s: relative error %.3e > tol %.1e (n=%zu)", what, e, tol, n);
 }
 
+// Seconds since the test's first call here (test_require_gpu, or the first case), for "runs here" lines
+static double test_seconds(void) {
+    static struct timespec t0;
+    static int started;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (!started) t0 = t, started = 1;
+    return (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+}
+
 void test_require_gpu(void) {
     // Under compute-sanitizer (MEMOPT_TEST_REDUCED) stdout goes to a file: line-buffered, so that a run cut
     // at its time limit shows how far it got (tools/gpu_sanitize.sh prints its last line)
     if (test_is_reduced()) setvbuf(stdout, NULL, _IOLBF, 0);
+    (void)test_seconds(); // the clock of the "runs here" lines starts here
     const char *why = NULL;
     if (!mo_cuda_available(&why)) {
         printf("SKIPPED: this GPU test needs a CUDA device: %s\n", why ? why : "?");
@@ -100,8 +111,9 @@ int test_part_take(const char *what) {
     if (part_n == 1) return 1;
     if (k % part_n == part_i - 1) {
         part_taken++;
-        // said, so that a run cut for time shows how many of its cases it began (tools/gpu_sanitize.sh)
-        printf("MEMOPT_TEST_PART=%d/%d: case %ld (%s) runs here\n", part_i, part_n, k, what);
+        // said, so that a run cut for time shows how many of its cases it began (tools/gpu_sanitize.sh),
+        // and when: under a sanitizer a case's time is its start to the next one's
+        printf("MEMOPT_TEST_PART=%d/%d: case %ld (%s) runs here, %.1f s in\n", part_i, part_n, k, what, test_seconds());
         return 1;
     }
     printf("MEMOPT_TEST_PART=%d/%d: case %ld (%s) is another part's\n", part_i, part_n, k, what);

@@ -25,7 +25,7 @@
 #        gpu_alloc_faults' split cases alone: tests/alloc_faults.h)
 #        SAN_ORDER (long: the longest expected runs first, so that the budget cuts short ones; short: the
 #        short ones first, when a few long runs would hold every slot until the budget ends, as in session
-#        13's third call) SAN_RACE_OPTS (more racecheck options, e.g. "--racecheck-num-workers 4": racecheck's
+#        13's third call; given: SAN_RUNS' own order, each lane taking its runs in it) SAN_RACE_OPTS (more racecheck options, e.g. "--racecheck-num-workers 4": racecheck's
 #        analysis runs on CPU worker threads, their number the tool's choice by default (0), and JOBS runs at once share the
 #        16 cores; --racecheck-memcpy-async is about sm80's cp.async, not the TMA copies)
 #        SAN_LIB (exclude: racecheck and synccheck leave the libraries' kernels unchecked, with
@@ -131,8 +131,8 @@ if [ "$SAN_LIB" = exclude ]; then
 fi
 case ${SAN_MARK:=1} in 0|1) ;; *) echo "sanitize: SAN_MARK: '$SAN_MARK' is not 0 or 1" >&2; exit 2;; esac
 [[ ${SAN_HEAVY_SLOTS:=1} =~ ^[1-9][0-9]?$ ]] || { echo "sanitize: SAN_HEAVY_SLOTS: '$SAN_HEAVY_SLOTS' is not a count 1-99" >&2; exit 2; }
-case ${SAN_ORDER:=long} in long) SAN_ORDER_REV=r;; short) SAN_ORDER_REV=;;
-  *) echo "sanitize: SAN_ORDER: '$SAN_ORDER' is not long or short" >&2; exit 2;; esac
+case ${SAN_ORDER:=long} in long) SAN_ORDER_REV=r;; short|given) SAN_ORDER_REV=;;
+  *) echo "sanitize: SAN_ORDER: '$SAN_ORDER' is not long, short or given" >&2; exit 2;; esac
 export CS B L deadline SAN_TIMEOUT="${SAN_TIMEOUT:-420}" SAN_LIB LIB_KERNELS SAN_RACE_OPTS SAN_MARK SAN_HEAVY_SLOTS
 
 # Expected seconds of a run, to start the longest first (a long run started last is the one the budget
@@ -168,7 +168,8 @@ runs=$(if [ -n "${SAN_RUNS:-}" ]; then echo "$SAN_RUNS" | tr ' ' '\n' | grep . |
          [ "$t $b" = "memcheck gpu_comm" ] && echo "memcheck-noapi $b"
          [ "$t" = racecheck ] && [ "$SAN_LIB" = check ] && [ -n "$(ours_filter "$b")" ] && echo "racecheck-ours $b"
        done; done; fi | while read -r t b; do case " ${SAN_SKIP:-} " in *" $t:$b "*) ;; *) echo "$t $b";; esac; done |
-       while read -r t b; do echo "$(cost "$t" "$b") $t $b"; done | sort -k1,1n${SAN_ORDER_REV-r} -k2 -k3 |
+       while read -r t b; do k=$((${k:-0} + 1)); [ "$SAN_ORDER" = given ] && echo "$k $t $b" || echo "$(cost "$t" "$b") $t $b"; done |
+       sort -k1,1n${SAN_ORDER_REV-r} -k2 -k3 |
        awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i - 1 { print $2, $3 }')
 
 # a run's log name: binary@i/n as binary.partIofN (the device tool's file names take no "@" or "/")
@@ -224,7 +225,7 @@ one() {
   # stage's budget (it started late); a part says how many of its cases it began (testlib.c: "runs here")
   if [ $rc = 124 ]; then
     [ "$left" -ge "$SAN_TIMEOUT" ] && cutby="at its time limit"
-    [ -n "$part" ] && cutby="$cutby, $(grep -cE '^MEMOPT_TEST_PART=[0-9]+/[0-9]+: case [0-9]+ .* runs here$' "$log") of its cases begun"
+    [ -n "$part" ] && cutby="$cutby, $(grep -cE '^MEMOPT_TEST_PART=[0-9]+/[0-9]+: case [0-9]+ .* runs here(, [0-9.]+ s in)?$' "$log") of its cases begun"
   fi
   # exit 9: the test died of SIGKILL (compute-sanitizer returns the signal's number): in session 16 the host's
   # OOM killer, racecheck of gpu_gpt_mixed holding 40-47 GB a process (dmesg, printed at the end)
@@ -264,7 +265,8 @@ if [ -n "${SAN_RUNS:-}" ]; then
   done
 fi
 nruns=$(echo "$runs" | grep -c .)
-echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, ${SAN_ORDER}est first); $([ -n "${SAN_RUNS:-}" ] && echo "runs: $SAN_RUNS" || echo "tools: $(echo $tools); binaries: $(echo $bins)")" | tee -a "$S"
+order="${SAN_ORDER}est first"; [ "$SAN_ORDER" = given ] && order="in the order given"
+echo "== compute-sanitizer $("$CS" --version | grep -i version | head -1); shard $shard_i/$shard_n ($nruns runs, $order); $([ -n "${SAN_RUNS:-}" ] && echo "runs: $SAN_RUNS" || echo "tools: $(echo $tools); binaries: $(echo $bins)")" | tee -a "$S"
 run_tools=" $(echo "$runs" | awk '{print $1}' | sort -u | tr '\n' ' ') "
 case "$run_tools" in *" initcheck "*)
   echo "== initcheck with MEMOPT_MARK_LIB_WRITES=${SAN_MARK:-1} (kernels/lib_writes.h)" | tee -a "$S";; esac
