@@ -32,17 +32,17 @@ static void one_case(const char *model, const char *const *base, int blocks, con
     oa_run(&rc_dry, &dry);
     if (!CHECK_MSG(none.ok && off.ok && dry.ok, "%s %s %s accum %s: a run failed", model, prec, ckpt, accum)) return;
     const int noff = offloaded_inputs(&rc_off, resnet, blocks), acc = rc_off.accum;
-    CHECK_MSG(!memcmp(none.loss, off.loss, sizeof none.loss) && isfinite(off.loss[OA_STEPS - 1]),
+    CHECK_MSG(!memcmp(none.loss, off.loss, sizeof none.loss) && isfinite(off.loss[oa_steps() - 1]),
               "%s %s %s accum %s: losses %.9g %.9g %.9g with offload, %.9g %.9g %.9g without", model, prec, ckpt,
               accum, off.loss[0], off.loss[1], off.loss[2], none.loss[0], none.loss[1], none.loss[2]);
     CHECK_MSG(off.dev_peak == dry.dev_peak && off.host_peak == dry.host_peak,
               "%s %s %s accum %s: cpu device %llu host %llu, dry %llu %llu", model, prec, ckpt, accum,
               (unsigned long long)off.dev_peak, (unsigned long long)off.host_peak, (unsigned long long)dry.dev_peak,
               (unsigned long long)dry.host_peak);
-    CHECK_MSG(off.copies.copies == 2 * noff * acc * OA_STEPS && dry.copies.copies == off.copies.copies &&
+    CHECK_MSG(off.copies.copies == 2 * noff * acc * oa_steps() && dry.copies.copies == off.copies.copies &&
                   dry.copies.bytes == off.copies.bytes,
               "%s %s %s accum %s: %d copies (dry %d), want %d", model, prec, ckpt, accum, off.copies.copies,
-              dry.copies.copies, 2 * noff * acc * OA_STEPS);
+              dry.copies.copies, 2 * noff * acc * oa_steps());
     CHECK_MSG(off.host_left == 0 && dry.host_left == 0, "%s %s %s: %llu host bytes left after the step", model, prec,
               ckpt, (unsigned long long)off.host_left);
     if (noff > 0) {
