@@ -16,7 +16,9 @@
 #   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
 #   "bench" times make bench; "shard" the --offload optimizer and --dp 2 --zero 0..3 rows, and --offload activations beside none for GPT, the MLP and ResNet-50 (h200-shard.csv); "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
 #   (gpu_alloc_faults); "offopt" the offloaded optimizer's update in order against its thread and chunk knobs; "sanitize" runs compute-sanitizer memcheck (leak check), racecheck, initcheck
-#   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log); "mlp" the
+#   and synccheck over every gpu_* binary (tools/gpu_sanitize.sh; OUTDIR/sanitize.log; its SAN_* settings pass
+#   through, e.g. SAN_RUNS="$(tools/sanitize_table.py seed=LOG --todo)" SAN_ORDER=given), beside a host-memory
+#   sampler (tools/host_mem_sampler.sh; results.tgz: sanitize/mem.log); "mlp" the
 #   MLP's GPU test, its H200 rows (results h200-mlp.csv) and plan --validate on them; "attnimpl" the
 #   fused attention's TF32 kernels tested, then the tf32 / bf16 / T 2048 fused steps beside PyTorch;
 #   "resnetops" the ResNet ops' GPU test (gpu_resnet_ops: cuDNN convolutions and batch norm, own pools, against the cpu
@@ -537,7 +539,14 @@ if has sanitize; then
   budget=${SAN_BUDGET:-220}
   [ -n "${SESSION_LIMIT:-}" ] && budget=$(( SESSION_LIMIT - ($(date +%s) - session_t0) - 20 ))
   echo "sanitize: budget ${budget} s"
+  # host memory beside it (tools/host_mem_sampler.sh: racecheck holds tens of GiB a process), every 10 s
+  mkdir -p "$R/sanitize"
+  bash tools/host_mem_sampler.sh sample "$R/sanitize" "$R/sanitize/mem.log" 10 &
+  sampler=$!
   SAN_BUDGET=$budget bash tools/gpu_sanitize.sh $B "$R/sanitize" "$OUT/sanitize.log"
+  kill $sampler 2>/dev/null
+  wait $sampler 2>/dev/null
+  echo "sanitize: host memory $(bash tools/host_mem_sampler.sh summary "$R/sanitize/mem.log")"
   cp "$OUT/sanitize.log" "$R/sanitize.log"
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv
