@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/host_mem_sampler.sh, which tools/gpu_session.sh's sanitize stage runs beside the pass: a sample line
-# has the used and available memory and the largest processes; a racecheck log written in the last minute
-# gets the case its test last began (and a log of another tool none); the summary reads a sample file back
+# has the used and available memory and the largest processes; a racecheck run not yet ended gets the case
+# its test last began, however long it has been silent (an ended one, and another tool's, none); the summary reads a sample file back
 # (peak used, each name's largest RSS, largest first); bad arguments exit 2 with one line.
 # Usage: cli_host_mem_sampler.sh path/to/memopt [source dir]
 set -u
@@ -20,6 +20,11 @@ mkdir -p "$tmp/logs"
 printf 'MEMOPT_TEST_PART=1/4: case 0 (a) runs here, 0.1 s in\nx\nMEMOPT_TEST_PART=1/4: case 4 (late copies) runs here, 12.5 s in\ny\n' \
   >"$tmp/logs/cs-racecheck-all-gpu_x.part1of4.log"
 echo "MEMOPT_TEST_PART=1/2: case 0 (b) runs here, 0.1 s in" >"$tmp/logs/cs-initcheck-gpu_y.part1of2.log"
+# silent for an hour, not ended: still followed; ended (its counts and the tool's summary): not
+printf 'MEMOPT_TEST_PART=2/4: case 1 (resnet50) runs here, 120.0 s in\n' >"$tmp/logs/cs-racecheck-all-gpu_z.part2of4.log"
+touch -d '1 hour ago' "$tmp/logs/cs-racecheck-all-gpu_z.part2of4.log"
+printf 'MEMOPT_TEST_PART=3/4: case 2 (a) runs here, 0.1 s in\n3 passed, 0 failed\n========= RACECHECK SUMMARY: 0 hazards displayed\n' \
+  >"$tmp/logs/cs-racecheck-all-gpu_w.part3of4.log"
 bash "$S" sample "$tmp/logs" "$tmp/mem.log" 1 &
 pid=$!
 sleep 2.5
@@ -30,6 +35,9 @@ check "samples: a line with used and available MB and a process's RSS ($(head -1
 check "a racecheck log: the case its test last began" \
   grep -qx '   cs-racecheck-all-gpu_x.part1of4: MEMOPT_TEST_PART=1/4: case 4 (late copies) runs here, 12.5 s in' "$tmp/mem.log"
 check "a log of another tool: not followed" test "$(grep -c gpu_y "$tmp/mem.log")" -eq 0
+check "a racecheck run silent for an hour: still followed" \
+  grep -qx '   cs-racecheck-all-gpu_z.part2of4: MEMOPT_TEST_PART=2/4: case 1 (resnet50) runs here, 120.0 s in' "$tmp/mem.log"
+check "a racecheck run that ended: not followed" test "$(grep -c gpu_w "$tmp/mem.log")" -eq 0
 
 cat >"$tmp/fixed.log" <<'X'
 t=10 used_mb=2048 avail_mb=100000 gpu_a:1024MB gpu_b:512MB bash:3MB
@@ -49,6 +57,9 @@ bad() { # description, then the arguments
 }
 bad "an unknown mode" watch "$tmp/logs" "$tmp/x.log"
 bad "a bad interval" sample "$tmp/logs" "$tmp/x.log" 0
+bad "sample without OUT" sample "$tmp/logs"
+bad "summary without OUT" summary
+bad "no arguments"
 bash "$S" summary "$tmp/none.log" >"$tmp/out" 2>"$tmp/err"
 check "summary of a missing file: exit 1, naming it" test $? -eq 1 -a "$(grep -c none.log "$tmp/err")" -eq 1
 echo "$pass passed, $fail failed"
