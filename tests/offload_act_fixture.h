@@ -70,13 +70,14 @@ static void oa_run(const mo_run_config *rc, oa_result *r) {
     if (!CHECK_OK(ops->set_synthetic_batch(m, rc->seed))) goto out;
     mo_allocator_reset_peaks(a);
     r->ok = 1;
-    for (int s = 0; s < oa_steps() && r->ok; s++) {
-        const double t0 = test_reduced_level() ? mo_host_ms() : 0;
+    // under a sanitizer (reduced), each step's time (the collect waits for its copies): where a run that the
+    // tool slows spends it
+    const int timed = test_is_reduced(), steps = oa_steps();
+    for (int s = 0; s < steps && r->ok; s++) {
+        const double t0 = timed ? mo_host_ms() : 0;
         r->ok = CHECK_OK(ops->step(m));
         if (r->ok) r->ok = CHECK_OK(mo_copy_collect(x, &r->copies));
-        // under a sanitizer (reduced), each step's time (the collect waits for its copies): where a run
-        // that the tool slows spends it
-        if (test_reduced_level())
+        if (timed)
             printf("  %s %s %s step %d: %.1f ms\n", rc->model, mo_backend_name(rc->backend),
                    rc->offload == MO_OFFLOAD_ACTIVATIONS ? "offload" : "no offload", s, mo_host_ms() - t0);
         mo_model_step_info info;
