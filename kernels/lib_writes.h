@@ -1,7 +1,7 @@
 // MEMOPT_MARK_LIB_WRITES=1 (ctx->mark_lib_writes), for compute-sanitizer initcheck only
 // (tools/gpu_sanitize.sh sets it there): before a cuBLAS, cuBLASLt or cuDNN call, the output it writes in
-// full is cleared with cudaMemset2DAsync on the context's stream; the libraries' workspace once, when the
-// context is made (ctx.c).
+// full is cleared by a kernel of ours on the context's stream (lib_writes_zero.cu says why not
+// cudaMemset2DAsync); the libraries' workspace once, when the context is made (ctx.c).
 //
 // Why: initcheck does not see the stores of those libraries' Hopper kernels (they store through TMA), so
 // without the mark it reports every read of ours of their output as a read of uninitialized memory (the
@@ -25,6 +25,10 @@ extern "C" {
 // Clears rows x width_bytes at p, rows pitch_bytes apart (pitch_bytes >= width_bytes; any pitch when rows
 // is 1), when c->mark_lib_writes; nothing when p is NULL or the region is empty.
 mo_status mo_mark_lib_write(mo_ctx *c, const void *p, size_t pitch_bytes, size_t width_bytes, size_t rows);
+
+// The clearing kernel (lib_writes_zero.cu; cuda builds): rows x width bytes at p zeroed on stream, rows
+// pitch bytes apart (any pitch when rows is 1).
+mo_status mo_lib_write_zero_cuda(void *stream, void *p, size_t pitch_bytes, size_t width_bytes, size_t rows);
 
 #ifdef __cplusplus
 }

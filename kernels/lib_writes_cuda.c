@@ -1,17 +1,10 @@
 // mo_mark_lib_write (lib_writes.h): a cleared region before a library call writes it, for initcheck.
 #include "lib_writes.h"
 
-#include <cuda_runtime_api.h>
-#include "cuda_check.h"
-
 mo_status mo_mark_lib_write(mo_ctx *c, const void *p, size_t pitch_bytes, size_t width_bytes, size_t rows) {
     if (!c->mark_lib_writes || c->backend != MO_BACKEND_CUDA || !p || !width_bytes || !rows) return MO_OK;
-    if (rows == 1) { // one run of bytes (a whole tensor): no pitch limit
-        CUDA_CHECK(cudaMemsetAsync((void *)p, 0, width_bytes, (cudaStream_t)c->stream));
-        return MO_OK;
-    }
-    if (pitch_bytes < width_bytes)
+    if (rows > 1 && pitch_bytes < width_bytes)
         return MO_FAIL(MO_ERR_INVALID, "mo_mark_lib_write: pitch %zu below the width %zu", pitch_bytes, width_bytes);
-    CUDA_CHECK(cudaMemset2DAsync((void *)p, pitch_bytes, 0, width_bytes, rows, (cudaStream_t)c->stream));
+    MO_TRY(mo_lib_write_zero_cuda(c->stream, (void *)p, pitch_bytes, width_bytes, rows));
     return MO_OK;
 }

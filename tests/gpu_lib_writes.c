@@ -6,6 +6,7 @@
 //   materialized attention's GEMMs in fp32 (cuBLAS scores) and bf16, strided and batched, forward and
 //   backward, in chunks of query rows; cuDNN's convolution passes in fp32 and bf16; the GEMMs of a linear
 //   layer with their epilogues (GELU, the residual add, the GELU backward) in fp32, bf16 and fp16;
+// - the mark itself zeroes exactly its region (rows x width at a pitch), whatever the alignment;
 // - the knob itself: 1 sets the context's flag, a value other than 0 or 1 fails mo_ctx_create.
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "kernels/conv.h"
 #include "kernels/ctx.h"
 #include "kernels/dtype.h"
+#include "kernels/lib_writes.h"
 #include "kernels/ops.h"
 #include "kernels/ops_mixed_gemm.h"
 #include "strategies/alloc.h"
@@ -213,6 +215,43 @@ static void matmul_case(mo_dtype dt) {
     dfree(inp); dfree(wt); dfree(b); dfree(dout); dfree(pre); dfree(act); dfree(dinp); dfree(dwt); dfree(db);
     dfree(add); dfree(sum); dfree(gpre); dfree(dgin);
 }
+
+// The mark itself (lib_writes_zero.cu): a buffer of random bytes, then mo_mark_lib_write over rows x width
+// at pitch from an offset; the CPU reference zeroes the same bytes. Offsets, pitches and widths that make
+// each store width (16, 8, 4, 2, 1 bytes) the widest that fits, one row and many, a pitch equal to the
+// width; every byte outside the region must keep its value. A pitch below the width is refused.
+static void mark_case(size_t off, size_t pitch, size_t width, size_t rows) {
+    const size_t bytes = off + (rows - 1) * pitch + width + 40;
+    unsigned char *h = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) h[i] = (unsigned char)(test_rng_u64(&rng) | 1); // never 0
+    memcpy(want, h, bytes);
+    for (size_t r = 0; r < rows; r++) memset(want + off + r * pitch, 0, width);
+    unsigned char *d = dup_dev(h, bytes);
+    gc->mark_lib_writes = 1;
+    CHECK_OK(mo_mark_lib_write(gc, d + off, pitch, width, rows));
+    gc->mark_lib_writes = 0;
+    d2h(got, d, bytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes; i++) bad += got[i] != want[i];
+    CHECK_MSG(bad == 0, "mark at +%zu, pitch %zu, width %zu, %zu rows: %zu of %zu bytes differ from the reference",
+              off, pitch, width, rows, bad, bytes);
+    dfree(d);
+    free(h); free(want); free(got);
+}
+
+static void mark_cases(void) {
+    static const size_t c[][4] = {
+        {0, 64, 48, 5},  {0, 48, 48, 7},   {8, 40, 24, 3},  {4, 36, 20, 9},  {2, 34, 10, 4},  {1, 33, 17, 6},
+        {0, 0, 4096, 1}, {3, 0, 1001, 1}, {16, 2048, 2000, 256}, {6, 1000, 998, 33}, {0, 20, 20, 1}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) mark_case(c[i][0], c[i][1], c[i][2], c[i][3]);
+    unsigned char *d = dnew(64);
+    gc->mark_lib_writes = 1;
+    CHECK(mo_mark_lib_write(gc, d, 8, 16, 2) == MO_ERR_INVALID);
+    mo_clear_error();
+    gc->mark_lib_writes = 0;
+    dfree(d);
+    printf("mark: %zu regions zeroed exactly, a pitch below the width refused\n", sizeof c / sizeof c[0]);
+}
 #endif
 
 int main(void) {
@@ -233,6 +272,7 @@ int main(void) {
     CHECK(gc->mark_lib_writes == 1);
     gc->mark_lib_writes = 0;
     gc->tf32 = 0;
+    mark_cases();
     gap_case();
     // T 136: a multiple of 8 (the 16-byte softmax kernels); chunks of 64 (64 + 64 + 8) and of 40, not a
     // multiple of 8 (40 x 3 + 16); one chunk (0: the default at this batch)

@@ -7,12 +7,17 @@
 // For each row: ALLOC bytes held besides the kernel's own buffer (in CHUNKS cudaMallocs, written with
 // cudaMemset or left unwritten), then LAUNCHES launches of a kernel over N floats (one read and one write
 // each), timed by the wall clock around the launches and one cudaDeviceSynchronize; prints the time per
-// launch. Run it natively and under each tool: compute-sanitizer --tool initcheck memopt_probe_...
+// launch. Then the ways to clear a region (lib_writes.h's mark for initcheck: rows x width bytes at a
+// pitch, the shapes of a small GPT's GEMM outputs): cudaMemsetAsync (one run of rows x pitch),
+// cudaMemset2DAsync, and the suite's kernel (mo_lib_write_zero_cuda), LAUNCHES of each, ms per call.
+// Run it natively and under each tool: compute-sanitizer --tool initcheck memopt_probe_...
 // Usage: memopt_probe_sanitizer_launch_cost [LAUNCHES]   (default 50; GPU only, exits 77 without one)
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "kernels/lib_writes.h"
 
 #define CK(call)                                                                                        \
     do {                                                                                                \
@@ -89,6 +94,33 @@ int main(int argc, char **argv) {
         for (int c = 0; c < w->chunks; c++) CK(cudaFree(held[c]));
         free(held);
         CK(cudaFree(a));
+    }
+    // (rows, width, pitch): the fc output (B*T 256, 4C 512 fp16), the qkv one (256, 3C 384 fp16), the
+    // logits (256, V 1000 fp16: 2000 B), attention scores (B*H*T 1024 rows of T 64 fp16) and a padded one
+    static const size_t shapes[][3] = {{256, 1024, 1024}, {256, 768, 768}, {256, 2000, 2000}, {1024, 128, 128}, {1024, 128, 256}};
+    printf("%7s %7s %7s %14s %14s %14s\n", "rows", "width", "pitch", "memset_ms", "memset2d_ms", "kernel_ms");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const size_t rows = shapes[i][0], width = shapes[i][1], pitch = shapes[i][2];
+        unsigned char *d = NULL;
+        CK(cudaMalloc((void **)&d, rows * pitch));
+        double ms[3];
+        for (int way = 0; way < 3; way++) {
+            CK(cudaDeviceSynchronize());
+            double t0 = now_ms();
+            for (int k = 0; k < launches; k++) {
+                if (way == 0) CK(cudaMemsetAsync(d, 0, rows * pitch, 0));
+                else if (way == 1) CK(cudaMemset2DAsync(d, pitch, 0, width, rows, 0));
+                else if (mo_lib_write_zero_cuda(0, d, pitch, width, rows) != MO_OK) {
+                    fprintf(stderr, "mo_lib_write_zero_cuda: %s\n", mo_errmsg());
+                    return 1;
+                }
+            }
+            CK(cudaDeviceSynchronize());
+            ms[way] = (now_ms() - t0) / launches;
+        }
+        printf("%7zu %7zu %7zu %14.3f %14.3f %14.3f\n", rows, width, pitch, ms[0], ms[1], ms[2]);
+        fflush(stdout);
+        CK(cudaFree(d));
     }
     return 0;
 }
