@@ -14,8 +14,12 @@ extern "C" {
 #endif
 
 // cuBLASLt workspace: taken from the allocator (category workspace) on every backend, so the dry
-// backend's peak includes it exactly. 32 MiB is what cuBLASLt's heuristics want for Hopper GEMMs.
+// backend's peak includes it exactly. 32 MiB is what cuBLASLt's heuristics want for Hopper GEMMs. It is
+// also cuDNN's budget (conv.h), so a build may set another (-DMO_GEMM_WORKSPACE_BYTES=..., C and CUDA
+// flags alike) to measure what a larger budget buys the convolutions; every backend of that build uses it.
+#ifndef MO_GEMM_WORKSPACE_BYTES
 #define MO_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
+#endif
 
 typedef struct mo_profiler mo_profiler;
 typedef struct mo_lt_cache mo_lt_cache; // lt_gemm_cuda.c
