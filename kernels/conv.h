@@ -52,7 +52,8 @@ mo_status mo_conv_backward_data(mo_ctx *c, mo_dtype dt, void *din, const void *d
 mo_status mo_conv_backward_filter(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                   const mo_conv_shape *s);
 
-// The fixed cuDNN workspace budget per context (bytes): the GEMM workspace, MO_GEMM_WORKSPACE_BYTES.
+// The default cuDNN workspace budget per context (bytes): the GEMM workspace, MO_GEMM_WORKSPACE_BYTES
+// (a context's own is c->gemm_ws_bytes: MEMOPT_WORKSPACE_MIB sets another, ctx.c).
 size_t mo_conv_workspace_bytes(void);
 // Scratch of mo_conv_backward_filter: K*R*S*C elements of dt (the staged gradient).
 size_t mo_conv_backward_filter_scratch_bytes(mo_dtype dt, const mo_conv_shape *s);

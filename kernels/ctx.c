@@ -4,6 +4,7 @@
 #include "cost.h"
 #include "copy_stream.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -147,6 +148,23 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_MARK_LIB_WRITES=%s: expected 0 or 1", mw);
     }
     c->mark_lib_writes = mw && strcmp(mw, "1") == 0;
+    // MEMOPT_WORKSPACE_MIB=N: the libraries' workspace (cuBLASLt, cuBLAS, cuDNN, the im2col column chunks)
+    // is N MiB instead of 32, to measure what a larger budget buys: session 19 timed ResNet-50's fp32 step
+    // at 132 ms with 32 MiB and 110 ms with 512 (cuDNN's weight-gradient engines that need 148-337 MB, and
+    // larger column chunks). Every backend reads it, so the dry backend's peak stays exact; not below 32,
+    // the size every choice table (lt_algo_table.c, conv_algo_table.c) is keyed by.
+    const char *wm = getenv("MEMOPT_WORKSPACE_MIB");
+    if (wm && *wm) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(wm, &end, 10);
+        if (errno || end == wm || *end || v < 32 || v > MO_WORKSPACE_MIB_MAX) {
+            free(c);
+            return MO_FAIL(MO_ERR_INVALID, "MEMOPT_WORKSPACE_MIB=%s: expected a whole number of MiB, 32 to %d", wm,
+                           MO_WORKSPACE_MIB_MAX);
+        }
+        c->gemm_ws_bytes = (size_t)v << 20;
+    }
     mo_status st = MO_OK;
 #ifdef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA && (st = ctx_cuda_stream(c)) != MO_OK) { free(c); return st; }

@@ -15,11 +15,9 @@ extern "C" {
 
 // cuBLASLt workspace: taken from the allocator (category workspace) on every backend, so the dry
 // backend's peak includes it exactly. 32 MiB is what cuBLASLt's heuristics want for Hopper GEMMs. It is
-// also cuDNN's budget (conv.h), so a build may set another (-DMO_GEMM_WORKSPACE_BYTES=..., C and CUDA
-// flags alike) to measure what a larger budget buys the convolutions; every backend of that build uses it.
-#ifndef MO_GEMM_WORKSPACE_BYTES
+// also cuDNN's budget and the im2col chunks' (conv.h); MEMOPT_WORKSPACE_MIB sets another (ctx.c).
 #define MO_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
-#endif
+#define MO_WORKSPACE_MIB_MAX 65536
 
 typedef struct mo_profiler mo_profiler;
 typedef struct mo_lt_cache mo_lt_cache; // lt_gemm_cuda.c
@@ -34,7 +32,7 @@ typedef struct mo_ctx {
     void *stream;         // cudaStream_t (cuda)
     void *cublaslt;       // cublasLtHandle_t (cuda)
     void *cublas;         // cublasHandle_t (cuda), its workspace set to gemm_ws
-    void *gemm_ws;        // MO_GEMM_WORKSPACE_BYTES from alloc
+    void *gemm_ws;        // gemm_ws_bytes (MO_GEMM_WORKSPACE_BYTES unless MEMOPT_WORKSPACE_MIB) from alloc
     size_t gemm_ws_bytes;
     mo_profiler *prof;    // NULL unless profiling (mo_prof_enable)
     // ---- added fields (keep the ones above in place: other code relies on them) ----

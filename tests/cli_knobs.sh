@@ -2,7 +2,8 @@
 # The MEMOPT_* knobs (kernels/knobs.c) in the CSV: a run with a knob set records it in the knobs column
 # (sorted, NAME=value;...), an unknown MEMOPT_ variable is not recorded, compare treats rows differing
 # only in knobs as different configurations (and labels them apart), the README's knob list is the
-# table's, and the committed results files still read.
+# table's, MEMOPT_WORKSPACE_MIB moves the dry peak by its size and refuses bad values, and the committed
+# results files still read.
 # Usage: cli_knobs.sh path/to/memopt source-dir
 set -u
 M="${1:?usage: cli_knobs.sh path/to/memopt source-dir}"
@@ -46,7 +47,24 @@ table=$(grep -o '{"MEMOPT_[A-Z0-9_]*"' "$SRC/kernels/knobs.c" | tr -d '{"' | sor
 readme=$(sed -n '/^\*\*Knobs and probes/,/^Probes:/p' "$SRC/README.md" | grep -o '^- `MEMOPT_[A-Z0-9_]*' | sed 's/^- `//' | sort)
 [ -n "$table" ] && [ "$table" = "$readme" ] && ok || bad "README's knob list differs from kernels/knobs.c: table [$table] README [$readme]"
 
-# 4. The committed results files still read (compare each with itself).
+# 4. MEMOPT_WORKSPACE_MIB: the workspace is that many MiB in the dry peak (and the row records the knob);
+# bad values exit 2 with one line naming it.
+ws_cell() { awk -F, -v c="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==c) k=i; next} {print $k}' "$1" | tail -1; }
+DRY=(--backend dry --layers 2 --hidden 32 --heads 2 --seq 16 --batch 4 --vocab 64)
+"$M" run "${DRY[@]}" --csv "$tmp/ws32.csv" >/dev/null 2>&1 || bad "dry run failed"
+MEMOPT_WORKSPACE_MIB=96 "$M" run "${DRY[@]}" --csv "$tmp/ws96.csv" >/dev/null 2>&1 || bad "dry run with MEMOPT_WORKSPACE_MIB=96 failed"
+w32=$(ws_cell "$tmp/ws32.csv" peak_allocated_bytes); w96=$(ws_cell "$tmp/ws96.csv" peak_allocated_bytes)
+[ -n "$w32" ] && [ -n "$w96" ] && [ $((w96 - w32)) -eq $((64 << 20)) ] && ok ||
+  bad "MEMOPT_WORKSPACE_MIB=96 moved the dry peak from '$w32' to '$w96' (want +64 MiB)"
+[ "$(last_cell "$tmp/ws96.csv")" = "MEMOPT_WORKSPACE_MIB=96" ] && ok || bad "knobs recorded as '$(last_cell "$tmp/ws96.csv")'"
+for v in 31 0 -64 x 64x 3.5 65537 99999999999999999999; do
+  MEMOPT_WORKSPACE_MIB=$v "$M" run "${DRY[@]}" >"$tmp/wsbad.out" 2>"$tmp/wsbad.err"
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/wsbad.err")" -eq 1 ] && grep -q "MEMOPT_WORKSPACE_MIB=$v" "$tmp/wsbad.err" && ok ||
+    bad "MEMOPT_WORKSPACE_MIB=$v: exit $rc, stderr '$(cat "$tmp/wsbad.err")'"
+done
+
+# 5. The committed results files still read (compare each with itself).
 n=0
 for f in "$SRC"/results/*.csv; do
   case "$(head -1 "$f")" in schema_version,*) ;; *) continue ;; esac
