@@ -13,18 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/probes/probe_check.h"
+
 #define MAX_ALGOS 16
 #define WARM 3
 #define REPS 15
 
-#define CK(call)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
 #define LK(call)                                                                            \
     do {                                                                                    \
         cublasStatus_t s_ = (call);                                                         \

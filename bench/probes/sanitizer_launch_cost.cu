@@ -17,16 +17,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench/probes/probe_check.h"
 #include "kernels/lib_writes.h"
 
-#define CK(call)                                                                                        \
-    do {                                                                                                \
-        cudaError_t e_ = (call);                                                                        \
-        if (e_ != cudaSuccess) {                                                                        \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-            exit(1);                                                                                    \
-        }                                                                                               \
-    } while (0)
 
 // (n,) in place: one read and one write a float
 __global__ void bump(float *a, int n) {
