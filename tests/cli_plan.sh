@@ -2,7 +2,8 @@
 # memopt plan as a user runs it: the report's parts, the predicted peak equal to `memopt run
 # --backend dry`'s to the byte, bad input (exit 2, one line naming the flag), a bad catalog refused
 # with its line number, --validate (exact peaks pass, a planted difference fails with exit 1), and
-# the wall time of a gpt2-1558m and a 7B-shape plan (printed, not asserted).
+# rows at another workspace budget left out of the time calibration, and the wall time of a gpt2-1558m
+# and a 7B-shape plan (printed, not asserted).
 # Usage: cli_plan.sh path/to/memopt source-dir
 set -u
 M="${1:?usage: cli_plan.sh path/to/memopt source-dir}"
@@ -76,7 +77,22 @@ awk -F, 'BEGIN{OFS=","} NR==1{for(i=1;i<=NF;i++) if($i=="peak_allocated_bytes") 
 rc=$?
 [ "$rc" -eq 1 ] && grep -q "differ from the dry prediction" "$tmp/e" && ok || bad "a planted peak difference: exit $rc (want 1)"
 
-# 6. Wall time of the whole process (CUDA builds spend most of it loading cuBLAS/cuDNN).
+# 6. Rows measured at another workspace budget (MEMOPT_WORKSPACE_MIB other than 32) do not calibrate the
+# plan of the default: the committed ResNet-50 rows at 32-512 MiB plan as the 32 MiB rows alone do.
+ws=results/h100-resnet50-workspace-680ab23.csv
+mkdir -p "$tmp/ws32" "$tmp/wsall"
+head -1 "$ws" >"$tmp/ws32/rows.csv"
+grep 'MEMOPT_WORKSPACE_MIB=32$' "$ws" >>"$tmp/ws32/rows.csv"
+cp "$ws" "$tmp/wsall/rows.csv"
+[ "$(wc -l <"$tmp/wsall/rows.csv")" -gt "$(wc -l <"$tmp/ws32/rows.csv")" ] && [ "$(wc -l <"$tmp/ws32/rows.csv")" -gt 2 ] && ok ||
+  bad "$ws: expected rows at 32 MiB and at other budgets"
+for d in ws32 wsall; do
+  "$M" plan --model resnet --preset resnet50 --batch 128 --gpu h100-sxm --out-dir "$tmp/$d" 2>&1 | grep -m1 'predicted step' >"$tmp/$d.pred"
+done
+[ -s "$tmp/ws32.pred" ] && cmp -s "$tmp/ws32.pred" "$tmp/wsall.pred" && ok ||
+  bad "rows at other workspace budgets moved the plan: '$(cat "$tmp/ws32.pred")' against '$(cat "$tmp/wsall.pred")'"
+
+# 7. Wall time of the whole process (CUDA builds spend most of it loading cuBLAS/cuDNN).
 for shape in "--preset gpt2-1558m" "--layers 32 --hidden 4096 --heads 32 --seq 4096"; do
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086
