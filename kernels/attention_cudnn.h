@@ -12,11 +12,11 @@
 // pointwise, reduction, gen-index causal mask, reshape); scale 1/sqrt(HS); built and cached per shape.
 //
 // Memory, identical on every backend (so dry predicts cuda to the byte):
-//   forward   nothing: cuDNN's workspace is the context's 32 MiB GEMM workspace (a plan that wants
-//             more is refused, MO_ERR_UNSUPPORTED, with the size).
+//   forward   nothing: cuDNN's workspace is the context's GEMM workspace (32 MiB unless
+//             MEMOPT_WORKSPACE_MIB; a plan that wants more is refused, MO_ERR_UNSUPPORTED, with the size).
 //   backward  one scratch block (category workspace) of mo_attention_cudnn_backward_scratch_bytes:
 //             dQ accumulator (B, NH, T, HS) fp32, then softmax_sum = rowsum(dout * out) (B, NH, T) fp32
-//             (the own kernel's D); the plan's own workspace again the shared 32 MiB.
+//             (the own kernel's D); the plan's own workspace again the shared one.
 // The cpu backend runs the plain-C references of attention_fused_mixed.c (inside the same scratch), so
 // cpu and dry allocate alike under the knob too.
 //

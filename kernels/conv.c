@@ -35,8 +35,6 @@ mo_status mo_conv_shape_check(const mo_conv_shape *s, const char *op) {
     return MO_OK;
 }
 
-size_t mo_conv_workspace_bytes(void) { return MO_GEMM_WORKSPACE_BYTES; }
-
 size_t mo_conv_backward_filter_scratch_bytes(mo_dtype dt, const mo_conv_shape *s) {
     return (size_t)s->K * s->R * s->S * s->C * mo_dtype_size(dt);
 }

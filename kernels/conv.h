@@ -10,8 +10,8 @@
 // fp32 accumulation; each dt output rounded once. fp32 convolutions use TF32 tensor cores only when
 // ctx->tf32. dw is fp32 and accumulates (+=); in 16 bits the gradient of the 16-bit weight copy is
 // rounded to dt first and then added in fp32 (dw += float(round_dt(g))), as PyTorch autocast does.
-// Workspace: the context's GEMM workspace (c->gemm_ws, mo_conv_workspace_bytes(): a fixed budget; cuDNN
-// engines that need more are not used), so a convolution allocates nothing but the backward filter's
+// Workspace: the context's GEMM workspace (c->gemm_ws, c->gemm_ws_bytes: a fixed budget per context, 32 MiB
+// unless MEMOPT_WORKSPACE_MIB; cuDNN engines that need more are not used), so a convolution allocates nothing but the backward filter's
 // staging buffer (mo_conv_backward_filter_scratch_bytes), taken on every backend: cuDNN writes the
 // gradient there (beta 0, which every engine takes; beta 1 in place is not guaranteed) and a kernel adds
 // it to dw.
@@ -52,9 +52,6 @@ mo_status mo_conv_backward_data(mo_ctx *c, mo_dtype dt, void *din, const void *d
 mo_status mo_conv_backward_filter(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                   const mo_conv_shape *s);
 
-// The default cuDNN workspace budget per context (bytes): the GEMM workspace, MO_GEMM_WORKSPACE_BYTES
-// (a context's own is c->gemm_ws_bytes: MEMOPT_WORKSPACE_MIB sets another, ctx.c).
-size_t mo_conv_workspace_bytes(void);
 // Scratch of mo_conv_backward_filter: K*R*S*C elements of dt (the staged gradient).
 size_t mo_conv_backward_filter_scratch_bytes(mo_dtype dt, const mo_conv_shape *s);
 

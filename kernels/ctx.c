@@ -150,15 +150,17 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     c->mark_lib_writes = mw && strcmp(mw, "1") == 0;
     // MEMOPT_WORKSPACE_MIB=N: the libraries' workspace (cuBLASLt, cuBLAS, cuDNN, the im2col column chunks)
     // is N MiB instead of 32, to measure what a larger budget buys: session 19 timed ResNet-50's fp32 step
-    // at 132 ms with 32 MiB and 110 ms with 512 (cuDNN's weight-gradient engines that need 148-337 MB, and
+    // at 132 ms with 32 MiB and 110 ms with 512 (cuDNN's weight-gradient engines that need 141-321 MiB, and
     // larger column chunks). Every backend reads it, so the dry backend's peak stays exact; not below 32,
     // the size every choice table (lt_algo_table.c, conv_algo_table.c) is keyed by.
     const char *wm = getenv("MEMOPT_WORKSPACE_MIB");
     if (wm && *wm) {
+        // digits only, no leading zero: the row records the value as written, so 64 has one spelling
+        const size_t nd = strspn(wm, "0123456789");
         char *end = NULL;
         errno = 0;
-        long v = strtol(wm, &end, 10);
-        if (errno || end == wm || *end || v < 32 || v > MO_WORKSPACE_MIB_MAX) {
+        long v = nd == strlen(wm) && wm[0] != '0' && nd <= 6 ? strtol(wm, &end, 10) : -1;
+        if (errno || v < 32 || v > MO_WORKSPACE_MIB_MAX) {
             free(c);
             return MO_FAIL(MO_ERR_INVALID, "MEMOPT_WORKSPACE_MIB=%s: expected a whole number of MiB, 32 to %d", wm,
                            MO_WORKSPACE_MIB_MAX);

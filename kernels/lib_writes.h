@@ -27,7 +27,7 @@ extern "C" {
 mo_status mo_mark_lib_write(mo_ctx *c, const void *p, size_t pitch_bytes, size_t width_bytes, size_t rows);
 
 // The clearing kernel (lib_writes_zero.cu; cuda builds): rows x width bytes at p zeroed on stream, rows
-// pitch bytes apart (any pitch when rows is 1).
+// pitch bytes apart (any pitch when rows is 1; a pitch below the width is refused as invalid).
 mo_status mo_lib_write_zero_cuda(void *stream, void *p, size_t pitch_bytes, size_t width_bytes, size_t rows);
 
 #ifdef __cplusplus

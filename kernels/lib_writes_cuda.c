@@ -3,8 +3,6 @@
 
 mo_status mo_mark_lib_write(mo_ctx *c, const void *p, size_t pitch_bytes, size_t width_bytes, size_t rows) {
     if (!c->mark_lib_writes || c->backend != MO_BACKEND_CUDA || !p || !width_bytes || !rows) return MO_OK;
-    if (rows > 1 && pitch_bytes < width_bytes)
-        return MO_FAIL(MO_ERR_INVALID, "mo_mark_lib_write: pitch %zu below the width %zu", pitch_bytes, width_bytes);
     MO_TRY(mo_lib_write_zero_cuda(c->stream, (void *)p, pitch_bytes, width_bytes, rows));
     return MO_OK;
 }

@@ -57,7 +57,7 @@ w32=$(ws_cell "$tmp/ws32.csv" peak_allocated_bytes); w96=$(ws_cell "$tmp/ws96.cs
 [ -n "$w32" ] && [ -n "$w96" ] && [ $((w96 - w32)) -eq $((64 << 20)) ] && ok ||
   bad "MEMOPT_WORKSPACE_MIB=96 moved the dry peak from '$w32' to '$w96' (want +64 MiB)"
 [ "$(last_cell "$tmp/ws96.csv")" = "MEMOPT_WORKSPACE_MIB=96" ] && ok || bad "knobs recorded as '$(last_cell "$tmp/ws96.csv")'"
-for v in 31 0 -64 x 64x 3.5 65537 99999999999999999999; do
+for v in 31 0 -64 x 64x 3.5 65537 99999999999999999999 " 64" "+64" 064 "64 "; do
   MEMOPT_WORKSPACE_MIB=$v "$M" run "${DRY[@]}" >"$tmp/wsbad.out" 2>"$tmp/wsbad.err"
   rc=$?
   [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/wsbad.err")" -eq 1 ] && grep -q "MEMOPT_WORKSPACE_MIB=$v" "$tmp/wsbad.err" && ok ||

@@ -242,7 +242,11 @@ static void mark_case(size_t off, size_t pitch, size_t width, size_t rows) {
 static void mark_cases(void) {
     static const size_t c[][4] = {
         {0, 64, 48, 5},  {0, 48, 48, 7},   {8, 40, 24, 3},  {4, 36, 20, 9},  {2, 34, 10, 4},  {1, 33, 17, 6},
-        {0, 0, 4096, 1}, {3, 0, 1001, 1}, {16, 2048, 2000, 256}, {6, 1000, 998, 33}, {0, 20, 20, 1}};
+        {0, 0, 4096, 1}, {3, 0, 1001, 1}, {16, 2048, 2000, 256}, {6, 1000, 998, 33}, {0, 20, 20, 1},
+        // the pitch alone narrows the store (16 -> 8, 4, 2, 1 bytes)
+        {0, 40, 32, 3},  {0, 36, 16, 4},   {0, 34, 16, 3},  {0, 33, 16, 3},
+        // more words than the grid's 1024 x 256 threads: the grid-stride loop
+        {1, 0, 300001, 1}, {0, 4160, 4096, 1100}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) mark_case(c[i][0], c[i][1], c[i][2], c[i][3]);
     unsigned char *d = dnew(64);
     gc->mark_lib_writes = 1;
