@@ -158,6 +158,8 @@ mo_status mo_plan_validate(const mo_config *cfg) {
         const mo_gpu_spec *g = have_cat ? mo_gpu_catalog_match_device(&cat, r->device_name) : NULL;
         if (x->why[0] == '\0' && r->tp * r->pp > 1) {
             snprintf(x->why, sizeof x->why, "split run: the roofline models the unsplit step (peak compared only)");
+        } else if (x->why[0] == '\0' && mo_plan_row_other_workspace(r->knobs)) {
+            snprintf(x->why, sizeof x->why, "another workspace budget: the roofline models the default 32 MiB (peak compared only)");
         } else if (x->why[0] == '\0' && !strcmp(r->backend, "cuda") && !strcmp(r->status, "ok") && r->step_ms > 0 && g) {
             mo_plan_calib cal;
             mo_plan_calib_fit(&cal, g, rows, n, (long)i);

@@ -69,6 +69,9 @@ int mo_plan_host_threads(void);
 // The thread count an offload optimizer row's update ran with: its knobs' MEMOPT_OFFLOAD_THREADS, else 1
 // (rows made before session 12, when one thread was the default, carry none; later rows always do)
 int mo_plan_row_host_threads(const char *knobs);
+// 1 when a row's knobs set MEMOPT_WORKSPACE_MIB to another budget than the default 32 MiB: the roofline has
+// no term for what a larger budget buys, so such a row neither calibrates the time model nor is timed by it.
+int mo_plan_row_other_workspace(const char *knobs);
 
 // ---------------------------------------------------------------- the GPU catalog
 

@@ -2,7 +2,7 @@
 # memopt plan as a user runs it: the report's parts, the predicted peak equal to `memopt run
 # --backend dry`'s to the byte, bad input (exit 2, one line naming the flag), a bad catalog refused
 # with its line number, --validate (exact peaks pass, a planted difference fails with exit 1), and
-# rows at another workspace budget left out of the time calibration, and the wall time of a gpt2-1558m
+# rows at another workspace budget left out of the time calibration and of --validate's times, and the wall time of a gpt2-1558m
 # and a 7B-shape plan (printed, not asserted).
 # Usage: cli_plan.sh path/to/memopt source-dir
 set -u
@@ -91,6 +91,13 @@ for d in ws32 wsall; do
 done
 [ -s "$tmp/ws32.pred" ] && cmp -s "$tmp/ws32.pred" "$tmp/wsall.pred" && ok ||
   bad "rows at other workspace budgets moved the plan: '$(cat "$tmp/ws32.pred")' against '$(cat "$tmp/wsall.pred")'"
+# ... and --validate compares their peaks (exact) but not their times, saying why.
+nws=$(grep -vc 'MEMOPT_WORKSPACE_MIB=32$' "$ws")
+"$M" plan --validate "$ws" --out-dir "$tmp/wsv" >"$tmp/wsv.out" 2>&1 || bad "plan --validate $ws failed: $(tail -2 "$tmp/wsv.out")"
+[ "$(grep -c 'another workspace budget: the roofline models the default 32 MiB (peak compared only)' "$tmp/wsv.out")" -eq $((nws - 1)) ] &&
+  grep -q "step time: $(( $(wc -l <"$ws") - nws )) rows compared" "$tmp/wsv.out" &&
+  grep -q "peak memory: $(( $(wc -l <"$ws") - 1 )) rows compared, $(( $(wc -l <"$ws") - 1 )) exact" "$tmp/wsv.out" && ok ||
+  { bad "--validate of $ws:"; tail -5 "$tmp/wsv.out"; }
 
 # 7. Wall time of the whole process (CUDA builds spend most of it loading cuBLAS/cuDNN).
 for shape in "--preset gpt2-1558m" "--layers 32 --hidden 4096 --heads 32 --seq 4096"; do
