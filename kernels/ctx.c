@@ -4,7 +4,6 @@
 #include "cost.h"
 #include "copy_stream.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -157,10 +156,8 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     if (wm && *wm) {
         // digits only, no leading zero: the row records the value as written, so 64 has one spelling
         const size_t nd = strspn(wm, "0123456789");
-        char *end = NULL;
-        errno = 0;
-        long v = nd == strlen(wm) && wm[0] != '0' && nd <= 6 ? strtol(wm, &end, 10) : -1;
-        if (errno || v < 32 || v > MO_WORKSPACE_MIB_MAX) {
+        const long v = nd == strlen(wm) && wm[0] != '0' && nd <= 6 ? strtol(wm, NULL, 10) : -1;
+        if (v < 32 || v > MO_WORKSPACE_MIB_MAX) {
             free(c);
             return MO_FAIL(MO_ERR_INVALID, "MEMOPT_WORKSPACE_MIB=%s: expected a whole number of MiB, 32 to %d", wm,
                            MO_WORKSPACE_MIB_MAX);
