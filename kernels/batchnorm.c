@@ -8,9 +8,9 @@
 #include "pool.h"
 #include "resnet_ops_impl.h"
 
-mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean, float *run_var,
-                                const void *in, const float *gamma, const float *beta, int M, int C, float momentum,
-                                int relu) {
+// mean, rstd (C) of in (M, C); the running statistics moved when run_mean != NULL
+static void batchnorm_stats_cpu(mo_dtype dt, float *mean, float *rstd, float *run_mean, float *run_var, const void *in,
+                                int M, int C, float momentum) {
     for (int ch = 0; ch < C; ch++) {
         double s = 0.0, ss = 0.0;
         for (int i = 0; i < M; i++) s += rn_ld(dt, in, (size_t)i * C + ch);
@@ -20,22 +20,36 @@ mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd
             ss += d * d;
         }
         const double var = ss / M; // biased: what normalizes
-        const float m = (float)mu, r = (float)(1.0 / sqrt(var + MO_BN_EPS));
+        const float m = (float)mu;
         mean[ch] = m;
-        rstd[ch] = r;
+        rstd[ch] = (float)(1.0 / sqrt(var + MO_BN_EPS));
         if (run_mean) {
             const double unbiased = M > 1 ? ss / (M - 1) : var;
             run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * m;
             run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * (float)unbiased;
         }
-        for (int i = 0; i < M; i++) {
-            const size_t j = (size_t)i * C + ch;
-            float y = gamma[ch] * ((rn_ld(dt, in, j) - m) * r) + beta[ch];
-            if (relu && y <= 0.0f) y = 0.0f; // NaN kept, as torch.relu
-            rn_st(dt, out, j, y);
-        }
+    }
+}
+
+// out = gamma (in - mean) rstd + beta; res: rounded to dt, + res (rounded again at the store); ReLU.
+// Element by element, each read before its out is written, so out may be res.
+mo_status batchnorm_normalize_cpu(mo_dtype dt, void *out, const void *in, const float *gamma, const float *beta,
+                                  const float *mean, const float *rstd, const void *res, int M, int C, int relu) {
+    for (size_t j = 0; j < (size_t)M * C; j++) {
+        const int ch = (int)(j % (size_t)C);
+        float y = gamma[ch] * ((rn_ld(dt, in, j) - mean[ch]) * rstd[ch]) + beta[ch];
+        if (res) y = rn_round(dt, y) + rn_ld(dt, res, j);
+        if (relu && y <= 0.0f) y = 0.0f; // NaN kept, as torch.relu
+        rn_st(dt, out, j, y);
     }
     return MO_OK;
+}
+
+mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean, float *run_var,
+                                const void *in, const float *gamma, const float *beta, int M, int C, float momentum,
+                                int relu) {
+    batchnorm_stats_cpu(dt, mean, rstd, run_mean, run_var, in, M, C, momentum);
+    return batchnorm_normalize_cpu(dt, out, in, gamma, beta, mean, rstd, NULL, M, C, relu);
 }
 
 // xhat = (x - mean) rstd; dbeta += sum dy; dgamma += sum dy xhat;
@@ -94,6 +108,33 @@ mo_status mo_batchnorm_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, f
     return MO_FAIL(MO_ERR_INTERNAL, "batchnorm_forward: unknown backend %d", (int)c->backend);
 }
 
+mo_status mo_batchnorm_normalize(mo_ctx *c, mo_dtype dt, void *out, const void *in, const float *gamma,
+                                 const float *beta, const float *mean, const float *rstd, const void *res, int M,
+                                 int C, int relu) {
+    MO_TRY(bn_check(dt, M, C, "batchnorm_normalize"));
+    const double n = (double)M * C, e = (double)mo_dtype_size(dt);
+    // in (and res) read, out written
+    mo_cost_record(c, "batchnorm_normalize", MO_COST_MEMORY, 5 * n, e * n * (res ? 3 : 2));
+    switch (c->backend) {
+    case MO_BACKEND_CPU: return batchnorm_normalize_cpu(dt, out, in, gamma, beta, mean, rstd, res, M, C, relu);
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        return bn_own_normalize_cuda(c, dt, out, in, res, mean, rstd, gamma, beta, M, C, relu);
+#else
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "batchnorm_normalize: this build has no CUDA");
+#endif
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "batchnorm_normalize: unknown backend %d", (int)c->backend);
+}
+
+// din == in: each own kernel and the cpu reference read an element of in before they write its din;
+// cuDNN's backward does not say it allows it
+static mo_status bn_inplace_check(const mo_ctx *c, const void *din, const void *in, const char *op) {
+    if (din == in && c->bn_cudnn) return MO_FAIL(MO_ERR_INVALID, "%s: din must not be in with MEMOPT_BN=cudnn", op);
+    return MO_OK;
+}
+
 size_t mo_batchnorm_backward_scratch_bytes(mo_dtype dt, int M, int C, int relu) {
     return relu ? (size_t)M * C * mo_dtype_size(dt) : 0;
 }
@@ -102,6 +143,7 @@ mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma
                                 const void *in, const void *out, const float *gamma, const float *mean,
                                 const float *rstd, int M, int C, int relu) {
     MO_TRY(bn_check(dt, M, C, "batchnorm_backward"));
+    MO_TRY(bn_inplace_check(c, din, in, "batchnorm_backward"));
     if (relu && !out && c->backend != MO_BACKEND_DRY)
         return MO_FAIL(MO_ERR_INVALID, "batchnorm_backward: relu needs the forward's out");
     const double n = (double)M * C, e = (double)mo_dtype_size(dt);
@@ -141,21 +183,16 @@ mo_status mo_batchnorm_add_relu_forward(mo_ctx *c, mo_dtype dt, void *out, float
         return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: run_mean and run_var must be both set or both NULL");
     if (!res && c->backend != MO_BACKEND_DRY)
         return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: res is NULL");
-    if (res && res == out) // the cpu reference and cuDNN's path write out before they read res
-        return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: res must not be out");
+    if (res && res == out && c->bn_cudnn) // cuDNN's BN writes out before the add reads res
+        return MO_FAIL(MO_ERR_INVALID, "batchnorm_add_relu_forward: res must not be out with MEMOPT_BN=cudnn");
     const double n = (double)M * C, e = (double)mo_dtype_size(dt);
     // in read twice (statistics, normalize), res read, out written
     mo_cost_record(c, "batchnorm_add_relu_fwd", MO_COST_MEMORY, 10 * n, e * n * 4);
     switch (c->backend) {
-    case MO_BACKEND_CPU: {
+    case MO_BACKEND_CPU:
         // the three ops' roundings, in their order: BN to dt, + res to dt, ReLU
-        MO_TRY(batchnorm_forward_cpu(dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, M, C, momentum, 0));
-        for (size_t j = 0; j < (size_t)M * C; j++) {
-            rn_st(dt, out, j, rn_ld(dt, out, j) + rn_ld(dt, res, j));
-            if (rn_ld(dt, out, j) <= 0.0f) rn_st(dt, out, j, 0.0f); // NaN kept, as torch.relu
-        }
-        return MO_OK;
-    }
+        batchnorm_stats_cpu(dt, mean, rstd, run_mean, run_var, in, M, C, momentum);
+        return batchnorm_normalize_cpu(dt, out, in, gamma, beta, mean, rstd, res, M, C, 1);
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
         return batchnorm_forward_cuda(c, dt, out, mean, rstd, run_mean, run_var, in, gamma, beta, res, M, C, momentum,
@@ -172,6 +209,7 @@ mo_status mo_batchnorm_relu_backward_inplace(mo_ctx *c, mo_dtype dt, void *din, 
                                              void *dout, const void *in, const void *out, const float *gamma,
                                              const float *mean, const float *rstd, int M, int C) {
     MO_TRY(bn_check(dt, M, C, "batchnorm_relu_backward_inplace"));
+    MO_TRY(bn_inplace_check(c, din, in, "batchnorm_relu_backward_inplace"));
     if (!out && c->backend != MO_BACKEND_DRY)
         return MO_FAIL(MO_ERR_INVALID, "batchnorm_relu_backward_inplace: the mask needs the forward's out");
     const double n = (double)M * C, e = (double)mo_dtype_size(dt);

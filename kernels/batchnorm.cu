@@ -337,7 +337,6 @@ extern "C" mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, floa
     int rpb = 0, G = 0;
     MO_TRY(bn_groups(c, M, C, &rpb, &G));
     float2 *part = (float2 *)c->gemm_ws;
-    const size_t n = (size_t)M * C;
     const int vec = rn_vec_ok(mo_dtype_size(dt), C, in, out, res ? res : out, out);
     dim3 vblock;
     unsigned gx = 0;
@@ -356,7 +355,22 @@ extern "C" mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, floa
     CUDA_CHECK_LAUNCH();
     bn_stats_final_kernel<<<(unsigned)C, 32, 0, S(c)>>>(mean, rstd, run_mean, run_var, part, G, M, C, rpb, momentum);
     CUDA_CHECK_LAUNCH();
-    if (vec) {
+    return bn_own_normalize_cuda(c, dt, out, in, res, mean, rstd, gamma, beta, M, C, relu);
+}
+
+// The normalize pass (the forward's last, or alone: mo_batchnorm_normalize); each element's in and res are
+// read by the thread that writes its out, so out may be res.
+extern "C" mo_status bn_own_normalize_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *res,
+                                           const float *mean, const float *rstd, const float *gamma,
+                                           const float *beta, int M, int C, int relu) {
+    const size_t n = (size_t)M * C;
+    if (rn_vec_ok(mo_dtype_size(dt), C, in, out, res ? res : out, out)) {
+        int rpb = 0, G = 0;
+        MO_TRY(bn_groups(c, M, C, &rpb, &G));
+        dim3 vblock;
+        unsigned gx = 0;
+        bn_vec_block(C, 16 / (int)mo_dtype_size(dt), &vblock, &gx);
+        const dim3 vgrid(gx, (unsigned)G);
 #define L(T) bn_norm_vec_kernel<T><<<vgrid, vblock, 0, S(c)>>>((T::S *)out, (const T::S *)in, (const T::S *)res, mean, rstd, gamma, beta, M, C, rpb, relu)
         DISPATCH(dt, L);
 #undef L

@@ -25,7 +25,17 @@ extern "C" {
 mo_status mo_batchnorm_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
                                float *run_var, const void *in, const float *gamma, const float *beta, int M, int C,
                                float momentum, int relu);
-// din (M,C) dt overwritten; dgamma, dbeta (C) fp32 +=. out is the forward's output: read for the ReLU mask
+// The forward's normalize pass alone, with statistics already computed (a recompute's: the mean and rstd
+// the step's forward saved): out (M,C) = gamma * (in - mean) * rstd + beta; with res (M,C) != NULL that
+// rounded to dt, + res, rounded again (the residual add, as mo_batchnorm_add_relu_forward); then
+// max(0, .) when relu. The forward runs this same pass after its statistics, so given the forward's mean
+// and rstd the result has the forward's bits (every backend; on cuda the suite's own kernel even when
+// MEMOPT_BN=cudnn, whose forward computes out its own way). out may be res.
+mo_status mo_batchnorm_normalize(mo_ctx *c, mo_dtype dt, void *out, const void *in, const float *gamma,
+                                 const float *beta, const float *mean, const float *rstd, const void *res, int M,
+                                 int C, int relu);
+// din (M,C) dt overwritten, and may be in (each element of in is read before its din is written; not with
+// MEMOPT_BN=cudnn, whose backward does not promise it: MO_ERR_INVALID); dgamma, dbeta (C) fp32 +=. out is the forward's output: read for the ReLU mask
 // when relu (dout is taken as 0 where out <= 0), ignored otherwise (may be NULL).
 // Scratch: mo_batchnorm_backward_scratch_bytes (the masked dout, when relu).
 mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
@@ -36,13 +46,16 @@ size_t mo_batchnorm_backward_scratch_bytes(mo_dtype dt, int M, int C, int relu);
 // The bottleneck's last BN, its residual add and ReLU in one pass: out (M,C) = max(0, BN(in) + res), with
 // the roundings of the three ops done apart (BN rounded to dt, the sum rounded to dt, the ReLU), so the
 // result equals mo_batchnorm_forward (relu 0), then mo_residual_forward_mixed, then mo_relu_forward, bit for
-// bit. Statistics, mean, rstd and the running statistics as mo_batchnorm_forward. res (M,C) dt, not out.
+// bit. Statistics, mean, rstd and the running statistics as mo_batchnorm_forward. res (M,C) dt; out may be
+// res (the block's shortcut branch written over; not with MEMOPT_BN=cudnn, whose BN writes out before the
+// add reads res: MO_ERR_INVALID).
 mo_status mo_batchnorm_add_relu_forward(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
                                         float *run_var, const void *in, const float *gamma, const float *beta,
                                         const void *res, int M, int C, float momentum);
 // The ReLU's backward in place, then the BN's: dout := out > 0 ? dout : 0 (whoever reads dout after sees
 // the masked gradient: the block's shortcut), then as mo_batchnorm_backward with relu 0. No scratch; one
-// pass fewer than mo_relu_backward then mo_batchnorm_backward. out: the ReLU's output.
+// pass fewer than mo_relu_backward then mo_batchnorm_backward. out: the ReLU's output. din may be in, as
+// for mo_batchnorm_backward.
 mo_status mo_batchnorm_relu_backward_inplace(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
                                              void *dout, const void *in, const void *out, const float *gamma,
                                              const float *mean, const float *rstd, int M, int C);

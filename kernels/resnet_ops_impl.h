@@ -41,6 +41,9 @@ mo_status conv_backward_filter_cpu(mo_dtype dt, float *dw, const void *dout, con
 mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean, float *run_var,
                                 const void *in, const float *gamma, const float *beta, int M, int C, float momentum,
                                 int relu);
+// out = BN(in) with the given statistics (+ res, ReLU: batchnorm.h's mo_batchnorm_normalize); out may be res
+mo_status batchnorm_normalize_cpu(mo_dtype dt, void *out, const void *in, const float *gamma, const float *beta,
+                                  const float *mean, const float *rstd, const void *res, int M, int C, int relu);
 // dout already masked (the dispatcher applies the ReLU mask first, into scratch)
 mo_status batchnorm_backward_cpu(mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
                                  const void *in, const float *gamma, const float *mean, const float *rstd, int M,
@@ -79,6 +82,9 @@ mo_status batchnorm_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgam
 mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
                               float *run_var, const void *in, const float *gamma, const float *beta, const void *res,
                               int M, int C, float momentum, int relu);
+// the forward's normalize pass alone (mo_batchnorm_normalize), with the statistics given
+mo_status bn_own_normalize_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *res, const float *mean,
+                                const float *rstd, const float *gamma, const float *beta, int M, int C, int relu);
 mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, void *dout,
                                const void *mask, const void *in, const float *gamma, const float *mean,
                                const float *rstd, int M, int C);

@@ -6,9 +6,16 @@
 // ReLU mask); the block's output (the final ReLU's mask, the next block's input). The last BN writes
 // into the output, the shortcut is added in place and the ReLU is applied in place (torchvision's
 // `out += identity; relu(out)`), so its pre-activation is not kept.
+// Where this goes below PyTorch (both only with the suite's own BN kernels, not MEMOPT_BN=cudnn):
+//   - a downsampled block's output is written over its shortcut branch's BN output, which nothing reads
+//     after (PyTorch holds both while `out += identity` runs);
+//   - each BN's input gradient is written over its input (the conv's output, dead after the BN's
+//     backward) instead of a new buffer.
 // Checkpointing (models/ckpt_layout.h) over the residual blocks: a checkpointed segment keeps only its
-// input; backward re-runs its blocks' forward with the running statistics left alone (they move once
-// per micro-batch), then their backward. Stem and head are never recomputed.
+// input and its BN batch statistics (2 floats a channel); backward re-runs its blocks' forward with the
+// running statistics left alone (they move once per micro-batch) and the kept statistics, so each BN's
+// recompute is its normalize pass alone and gives the forward's bits (PyTorch's recompute computes the
+// statistics again), then their backward. Stem and head are never recomputed.
 // Gradient accumulation: micro-batches of B/accum images, each with its own BN batch statistics.
 #include "models/resnet.h"
 
@@ -215,26 +222,35 @@ static void unit_free(resnet *m, unit_acts *ua) {
 }
 
 // *out = BN(conv(in)) (ReLU'd when relu); running statistics updated when update. res != NULL (the
-// block's last unit): *out = ReLU(BN(conv(in)) + res), the residual add and the ReLU in the BN's pass.
+// block's last unit): *out = ReLU(BN(conv(in)) + res), the residual add and the ReLU in the BN's pass;
+// with *out == res on entry the result is written over res (a downsampled block's shortcut branch, which
+// nothing reads after: one (N,P,P,cout) buffer fewer at the block's end, where a recompute's peak is).
+// kept: a recompute's, whose mean and rstd the step's forward kept (ua->mean, ua->rstd): only the BN's
+// normalize pass runs, with them, which gives the forward's bits without its statistics passes.
 static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *in, int relu,
-                              const void *res, int update, void **out, const char *out_name) {
+                              const void *res, int update, int kept, void **out, const char *out_name) {
     mo_ctx *x = m->ctx;
     mo_conv_shape sh;
     unit_shape(u, s->N, &sh);
     size_t M = (size_t)s->N * u->P * u->P;
     MO_TRY(act_alloc(m, M * u->cout, &ua->c));
     OP(MO_PROF_GEMM, mo_conv_forward(x, DT, ua->c, in, Wt(m, u->w_off), &sh));
-    MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->mean));
-    MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->rstd));
-    MO_TRY(mo_step_act_alloc(m->ctx, DT, M * u->cout, out, out_name)); // the trace's tensor name
+    if (!kept) {
+        MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->mean));
+        MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->rstd));
+    }
+    if (!(res && *out == res)) MO_TRY(mo_step_act_alloc(m->ctx, DT, M * u->cout, out, out_name)); // the trace's tensor name
+    const float *g = m->params + u->g_off, *b = m->params + u->b_off;
     float *rm = update ? m->running + u->rs_off : NULL, *rv = update ? m->running + u->rs_off + u->cout : NULL;
-    if (res)
-        OP(MO_PROF_NORM, mo_batchnorm_add_relu_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c,
-                                                       m->params + u->g_off, m->params + u->b_off, res, (int)M,
-                                                       u->cout, BN_MOMENTUM));
+    if (kept)
+        OP(MO_PROF_NORM, mo_batchnorm_normalize(x, DT, *out, ua->c, g, b, ua->mean, ua->rstd, res, (int)M, u->cout,
+                                                relu || res));
+    else if (res)
+        OP(MO_PROF_NORM, mo_batchnorm_add_relu_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c, g, b, res,
+                                                       (int)M, u->cout, BN_MOMENTUM));
     else
-        OP(MO_PROF_NORM, mo_batchnorm_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c, m->params + u->g_off,
-                                              m->params + u->b_off, (int)M, u->cout, BN_MOMENTUM, relu));
+        OP(MO_PROF_NORM, mo_batchnorm_forward(x, DT, *out, ua->mean, ua->rstd, rm, rv, ua->c, g, b, (int)M, u->cout,
+                                              BN_MOMENTUM, relu));
     return MO_OK;
 }
 
@@ -249,14 +265,18 @@ static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_
     unit_shape(u, s->N, &sh);
     size_t M = (size_t)s->N * u->P * u->P;
     // The ReLU's mask in place on dout (in the BN backward's first pass), then the BN backward: the
-    // mask-into-scratch path of mo_batchnorm_backward (relu 1) would take an (M, cout) scratch.
-    MO_TRY(act_alloc(m, M * u->cout, &s->dc));
+    // mask-into-scratch path of mo_batchnorm_backward (relu 1) would take an (M, cout) scratch. The BN's
+    // input gradient is written over its input, the conv's output, which nothing reads after (one
+    // (M, cout) buffer fewer; not with MEMOPT_BN=cudnn, whose backward does not promise it).
+    if (x->bn_cudnn) MO_TRY(act_alloc(m, M * u->cout, &s->dc));
+    else s->dc = ua->c, ua->c = NULL;
+    const void *bn_in = ua->c ? ua->c : s->dc;
     if (relu)
         OP(MO_PROF_NORM, mo_batchnorm_relu_backward_inplace(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off,
-                                                            (void *)dout, ua->c, bn_out, m->params + u->g_off,
+                                                            (void *)dout, bn_in, bn_out, m->params + u->g_off,
                                                             ua->mean, ua->rstd, (int)M, u->cout));
     else
-        OP(MO_PROF_NORM, mo_batchnorm_backward(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout, ua->c,
+        OP(MO_PROF_NORM, mo_batchnorm_backward(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout, bn_in,
                                                NULL, m->params + u->g_off, ua->mean, ua->rstd, (int)M, u->cout, 0));
     act_free(m, &ua->c); act_free(m, &ua->mean); act_free(m, &ua->rstd);
     if (free_dout) act_free(m, free_dout);
@@ -274,17 +294,31 @@ static void block_free_internals(resnet *m, block_acts *a) {
     unit_free(m, &a->ds);
 }
 
-static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, int update) {
+// A checkpointed block after its forward: every activation goes but the BN statistics (2 cout floats a
+// unit), which its recompute reuses (unit_forward's kept) unless MEMOPT_BN=cudnn.
+static void block_free_for_recompute(resnet *m, block_acts *a) {
+    if (m->ctx->bn_cudnn) { block_free_internals(m, a); return; }
+    for (int j = 0; j < 4; j++) {
+        unit_acts *ua = j < 3 ? &a->u[j] : &a->ds;
+        act_free(m, &ua->c); act_free(m, &ua->a);
+    }
+}
+
+// kept: a recompute with the forward's statistics kept (block_free_for_recompute)
+static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, int update, int kept) {
     const rn_arch *ar = &m->a;
     const rn_block *k = &ar->blocks[l];
     if (k->ds >= 0)
-        MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, NULL, update, &a->ds.a, "&a->ds.a"));
+        MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, NULL, update, kept, &a->ds.a, "&a->ds.a"));
     const void *prev = a->in;
     for (int j = 0; j < k->nu; j++) {
         int last = j == k->nu - 1;
-        // the last unit: out = ReLU(BN(conv) + shortcut), in the BN's pass
-        MO_TRY(unit_forward(m, s, &ar->units[k->u[j]], &a->u[j], prev, !last, last ? (k->ds >= 0 ? a->ds.a : a->in) : NULL,
-                            update, last ? &a->out : &a->u[j].a, last ? "&a->out" : "&a->u[j].a"));
+        // the last unit: out = ReLU(BN(conv) + shortcut), in the BN's pass, over the downsampled shortcut's
+        // buffer when there is one (its own kernels; cuDNN's BN writes out before the add reads it)
+        const void *res = !last ? NULL : k->ds >= 0 ? a->ds.a : a->in;
+        if (last && k->ds >= 0 && !m->ctx->bn_cudnn) a->out = a->ds.a, a->ds.a = NULL;
+        MO_TRY(unit_forward(m, s, &ar->units[k->u[j]], &a->u[j], prev, !last, res, update, kept,
+                            last ? &a->out : &a->u[j].a, last ? "&a->out" : "&a->u[j].a"));
         prev = a->u[j].a;
     }
     act_free(m, &a->ds.a);
@@ -394,7 +428,7 @@ static mo_status forward(step_state *s) {
         MO_TRY(act_alloc(m, img, &s->xin));
         OP(MO_PROF_ELEMENTWISE, mo_cast_mixed(x, DT, s->xin, MO_F32, m->images + off * ar->S * ar->S * 3, img));
     }
-    MO_TRY(unit_forward(m, s, &ar->units[0], &s->stem, images_of(s), 1, NULL, 1, &s->stem.a, "&s->stem.a"));
+    MO_TRY(unit_forward(m, s, &ar->units[0], &s->stem, images_of(s), 1, NULL, 1, 0, &s->stem.a, "&s->stem.a"));
     MO_TRY(act_alloc(m, (size_t)N * ar->pool_P * ar->pool_P * ar->W0, &s->pool));
     OP(MO_PROF_ELEMENTWISE, mo_maxpool_forward(x, DT, s->pool, s->stem.a, N, ar->pool_H, ar->pool_H, ar->W0, 3, 2, 1));
     for (int l = 0; l < L; l++) {
@@ -406,9 +440,9 @@ static mo_status forward(step_state *s) {
             MO_TRY(mo_alloc(x->host_alloc, s->hb[l - 1], MO_CAT_ACTIVATION, &s->h[l - 1]));
             MO_TRY(mo_copy_async(x, s->h[l - 1], a->in, s->hb[l - 1], 1, &s->tk[l - 1]));
         }
-        MO_TRY(block_forward(m, s, l, a, 1));
-        if (l < seg.blocks) { // in a checkpointed segment: only the segment's input is kept
-            block_free_internals(m, a);
+        MO_TRY(block_forward(m, s, l, a, 1, 0));
+        if (l < seg.blocks) { // in a checkpointed segment: only the segment's input is kept (and BN statistics)
+            block_free_for_recompute(m, a);
             if (l % seg.len != 0) { act_free(m, &s->acts[l - 1].out); a->in = NULL; }
         }
         if (off) {
@@ -462,7 +496,8 @@ static mo_status backward(step_state *s) {
         PHASE(m, "recompute");
         for (int l = a0; l <= b0 && st == MO_OK; l++) {
             if (l > a0) s->acts[l].in = s->acts[l - 1].out;
-            st = block_forward(m, s, l, &s->acts[l], 0); // the running statistics moved in forward
+            // the running statistics moved in forward; its batch statistics kept (but with MEMOPT_BN=cudnn)
+            st = block_forward(m, s, l, &s->acts[l], 0, !x->bn_cudnn);
         }
         double ms = 0;
         if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);

@@ -372,6 +372,56 @@ static void gpu_bn(mo_dtype dt, int M, int C, int relu, int impl) {
     }    gc->bn_cudnn = 0;
 }
 
+// What the model runs in place and in a recompute (batchnorm.h), on the own kernels: the fused forward over
+// res, the normalize pass with the forward's mean and rstd (with res, over res, plain with and without
+// ReLU) and the fused backward with din over in, each the bits of gpu_bn_fused's out-of-place forms (y, dx,
+// dgamma of its fused run: d_yf, d_mean, d_rstd; h_y, h_dx, h_dg). MEMOPT_BN=cudnn (impl 1) refuses them.
+static void gpu_bn_inplace(mo_dtype dt, int M, int C, int impl, const void *d_x, const void *d_res, const void *dy,
+                           const void *d_yf, const float *d_g, const float *d_b, const float *d_mean,
+                           const float *d_rstd, const void *h_y, const void *h_dx, const float *h_dg) {
+    const size_t e = mo_dtype_size(dt), n = (size_t)M * C;
+    const char *pn = mo_dtype_name(dt);
+    void *d_w = dnew(n * e), *d_v = dnew(n * e), *hw = hnew(n * e), *hv = hnew(n * e);
+    float *d_m = dnew(C * 4), *d_r = dnew(C * 4), *d_dg = dnew(C * 4), *d_db = dnew(C * 4), *hg = fnew(C);
+    CHECK_OK(mo_memset_zero(gc, d_dg, C * 4));
+    CHECK_OK(mo_memset_zero(gc, d_db, C * 4));
+    CHECK_OK(mo_memcpy_d2d(gc, d_w, d_res, n * e));
+    CHECK_OK(mo_memcpy_d2d(gc, d_v, d_x, n * e));
+    if (impl) {
+        CHECK(mo_batchnorm_add_relu_forward(gc, dt, d_w, d_m, d_r, NULL, NULL, d_x, d_g, d_b, d_w, M, C, 0.1f) == MO_ERR_INVALID);
+        CHECK(mo_batchnorm_relu_backward_inplace(gc, dt, d_v, d_dg, d_db, d_w, d_v, d_yf, d_g, d_mean, d_rstd, M, C) ==
+              MO_ERR_INVALID);
+        CHECK(mo_batchnorm_backward(gc, dt, d_v, d_dg, d_db, d_w, d_v, NULL, d_g, d_mean, d_rstd, M, C, 0) == MO_ERR_INVALID);
+        printf("  %s in place with MEMOPT_BN=cudnn: refused\n", pn);
+    } else {
+        CHECK_OK(mo_batchnorm_add_relu_forward(gc, dt, d_w, d_m, d_r, NULL, NULL, d_x, d_g, d_b, d_w, M, C, 0.1f));
+        down(hw, d_w, n * e);
+        CHECK_MSG(memcmp(hw, h_y, n * e) == 0, "%s fused forward over res: not the bits of out apart", pn);
+        CHECK_OK(mo_batchnorm_normalize(gc, dt, d_w, d_x, d_g, d_b, d_mean, d_rstd, d_res, M, C, 1));
+        down(hw, d_w, n * e);
+        CHECK_MSG(memcmp(hw, h_y, n * e) == 0, "%s normalize + res + relu with the forward's statistics: not its bits", pn);
+        CHECK_OK(mo_memcpy_d2d(gc, d_w, d_res, n * e));
+        CHECK_OK(mo_batchnorm_normalize(gc, dt, d_w, d_x, d_g, d_b, d_mean, d_rstd, d_w, M, C, 1));
+        down(hw, d_w, n * e);
+        CHECK_MSG(memcmp(hw, h_y, n * e) == 0, "%s normalize over res: not the fused forward's bits", pn);
+        for (int relu = 0; relu < 2; relu++) {
+            CHECK_OK(mo_batchnorm_forward(gc, dt, d_w, d_m, d_r, NULL, NULL, d_x, d_g, d_b, M, C, 0.1f, relu));
+            CHECK_OK(mo_batchnorm_normalize(gc, dt, d_v, d_x, d_g, d_b, d_m, d_r, NULL, M, C, relu));
+            down(hw, d_w, n * e), down(hv, d_v, n * e);
+            CHECK_MSG(memcmp(hw, hv, n * e) == 0, "%s normalize relu %d with the forward's statistics: not its bits", pn, relu);
+        }
+        CHECK_OK(mo_memcpy_d2d(gc, d_v, d_x, n * e));
+        up(d_w, dy, n * e);
+        CHECK_OK(mo_batchnorm_relu_backward_inplace(gc, dt, d_v, d_dg, d_db, d_w, d_v, d_yf, d_g, d_mean, d_rstd, M, C));
+        down(hv, d_v, n * e), down(hg, d_dg, C * 4);
+        CHECK_MSG(memcmp(hv, h_dx, n * e) == 0 && memcmp(hg, h_dg, C * 4) == 0,
+                  "%s fused backward with din over in: not the bits apart", pn);
+        printf("  %s over res, normalize with kept statistics, din over in: the bits apart\n", pn);
+    }
+    dfree(d_w); dfree(d_v); dfree(d_m); dfree(d_r); dfree(d_dg); dfree(d_db);
+    free(hw); free(hv); free(hg);
+}
+
 // The fused forms the bottleneck runs (batchnorm.h): mo_batchnorm_add_relu_forward must give the bits of
 // BN (relu 0), residual add, ReLU run apart on the GPU, and mo_batchnorm_relu_backward_inplace those of
 // ReLU backward in place then BN backward (relu 0), the masked dout included; both against the cpu
@@ -420,6 +470,7 @@ static void gpu_bn_fused(mo_dtype dt, int M, int C, int impl) {
                       what[j]);
         for (int j = 0; j < 6; j++)
             CHECK_MSG(memcmp(hs[0][j], hs[1][j], C * 4) == 0, "%s fused batchnorm: statistic %d not the bits of the ops apart", pn, j);
+        gpu_bn_inplace(dt, M, C, impl, d_x, d_res, dy, d_yf, d_g, d_b, d_s[0][0], d_s[0][1], h[0][0], h[0][1], hs[0][4]);
         // the cpu references of the fused forms (the backward's mask: the cuda forward's output)
         void *y_ref = hnew(n * e), *dx_ref = hnew(n * e), *dy_ref = hnew(n * e);
         float *m_ref = fnew(C), *r_ref = fnew(C), *rm_ref = fnew(C), *rv_ref = fnew(C), *dg_ref = fnew(C), *db_ref = fnew(C);

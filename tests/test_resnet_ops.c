@@ -6,7 +6,8 @@
 //     the fused ReLU's backward = the plain backward of the masked gradient; dgamma, dbeta, dw accumulate;
 //   - fp16 / bf16 (ops_mixed.h's convention): every 16-bit output == round(fp32 reference on the same
 //     exactly converted inputs), fp32 outputs bit-identical (16-bit dw: dw += round(g));
-//   - the fused BN + residual + ReLU forms: the bits of their ops run apart, every dtype;
+//   - the fused BN + residual + ReLU forms: the bits of their ops run apart, every dtype; so are the add over
+//     res, the backward's din over in, and the normalize pass with the forward's statistics (a recompute's);
 //   - bad shapes and dtypes refused; scratch given back; dry workspace peaks equal cpu peaks;
 //   - the column matrix (im2col.c, the references of the kernels under the fp32 GEMM path): im2col and a
 //     plain matmul give the direct convolution's forward and weight gradient bit for bit, col2im of
@@ -323,6 +324,37 @@ static void test_bn_fused(mo_dtype dt, int M, int C) {
     CHECK_MSG(memcmp(dx[0], dx[1], n * e) == 0, "%s fused backward: din not the bits of the ops apart", mo_dtype_name(dt));
     for (int j = 0; j < 6; j++)
         CHECK_MSG(memcmp(st[0][j], st[1][j], C * 4) == 0, "%s fused: statistic %d differs", mo_dtype_name(dt), j);
+    // In place and with kept statistics (what the model runs: batchnorm.h), the same bits again: the add
+    // over res; normalize with the forward's mean, rstd (with res, over res, and plain with and without
+    // ReLU); the BN backward's din over its in.
+    void *w = hnew(n * e), *v2 = hnew(n * e);
+    float *s2[6];
+    for (int j = 0; j < 6; j++) s2[j] = fnew(C);
+    for (int i = 0; i < C; i++) s2[2][i] = 0.5f, s2[3][i] = 1.0f, s2[4][i] = s2[5][i] = 0.0f;
+    memcpy(w, res, n * e);
+    CHECK_OK(mo_batchnorm_add_relu_forward(hc, dt, w, s2[0], s2[1], s2[2], s2[3], x, gm, bt, w, M, C, 0.1f));
+    CHECK_MSG(memcmp(w, y[0], n * e) == 0, "%s fused forward over res: not the bits of out apart", mo_dtype_name(dt));
+    for (int j = 0; j < 4; j++) CHECK_MSG(memcmp(s2[j], st[0][j], C * 4) == 0, "%s fused over res: statistic %d differs", mo_dtype_name(dt), j);
+    CHECK_OK(mo_batchnorm_normalize(hc, dt, v2, x, gm, bt, st[0][0], st[0][1], res, M, C, 1));
+    CHECK_MSG(memcmp(v2, y[0], n * e) == 0, "%s normalize + res + relu: not the fused forward's bits", mo_dtype_name(dt));
+    memcpy(w, res, n * e);
+    CHECK_OK(mo_batchnorm_normalize(hc, dt, w, x, gm, bt, st[0][0], st[0][1], w, M, C, 1));
+    CHECK_MSG(memcmp(w, y[0], n * e) == 0, "%s normalize over res: not the fused forward's bits", mo_dtype_name(dt));
+    for (int relu = 0; relu < 2; relu++) {
+        CHECK_OK(mo_batchnorm_forward(hc, dt, w, s2[0], s2[1], NULL, NULL, x, gm, bt, M, C, 0.1f, relu));
+        CHECK_OK(mo_batchnorm_normalize(hc, dt, v2, x, gm, bt, s2[0], s2[1], NULL, M, C, relu));
+        CHECK_MSG(memcmp(v2, w, n * e) == 0, "%s normalize relu %d: not the forward's bits", mo_dtype_name(dt), relu);
+    }
+    memcpy(w, x, n * e), memcpy(v2, dy, n * e);
+    for (int i = 0; i < C; i++) s2[4][i] = s2[5][i] = 0.0f;
+    CHECK_OK(mo_batchnorm_relu_backward_inplace(hc, dt, w, s2[4], s2[5], v2, w, y[0], gm, st[0][0], st[0][1], M, C));
+    CHECK_MSG(memcmp(w, dx[0], n * e) == 0 && memcmp(s2[4], st[0][4], C * 4) == 0 && memcmp(s2[5], st[0][5], C * 4) == 0,
+              "%s fused backward with din over in: not the bits apart", mo_dtype_name(dt));
+    memcpy(w, x, n * e);
+    CHECK_OK(mo_batchnorm_backward(hc, dt, w, s2[4], s2[5], g[1], w, NULL, gm, st[1][0], st[1][1], M, C, 0));
+    CHECK_MSG(memcmp(w, dx[1], n * e) == 0, "%s backward with din over in: not the bits apart", mo_dtype_name(dt));
+    free(w); free(v2);
+    for (int j = 0; j < 6; j++) free(s2[j]);
     size_t zeros = 0, masked = 0;
     for (size_t i = 0; i < n; i++) {
         float v = dt == MO_F32 ? ((float *)y[0])[i] : 0.0f;
@@ -332,7 +364,8 @@ static void test_bn_fused(mo_dtype dt, int M, int C) {
     }
     CHECK_MSG(zeros > 0 && zeros < n && masked > 0, "%s fused: the ReLU did nothing (%zu zeros, %zu masked of %zu)",
               mo_dtype_name(dt), zeros, masked, n);
-    printf("  %-5s batchnorm + residual + relu fused, M %d C %d: the bits of the ops apart (%zu of %zu zeroed)\n",
+    printf("  %-5s batchnorm + residual + relu fused, in place, normalize with kept statistics, M %d C %d: the bits of the "
+           "ops apart (%zu of %zu zeroed)\n",
            mo_dtype_name(dt), M, C, zeros, n);
     free(x); free(res); free(dy); free(t); free(gm); free(bt);
     for (int f = 0; f < 2; f++) {
@@ -499,7 +532,14 @@ static void test_bad_input(void) {
     CHECK(mo_avgpool_forward(hc, MO_BF16, b, b, 1, 0, 4) == MO_ERR_INVALID);
     CHECK(mo_relu_backward(hc, (mo_dtype)9, b, b, b, 4) == MO_ERR_INVALID);
     CHECK(mo_relu_forward(hc, (mo_dtype)9, b, b, 4) == MO_ERR_INVALID);
+    // in place is the own kernels' and the cpu reference's; with MEMOPT_BN=cudnn (bn_cudnn) it is refused on
+    // every backend, so the dry backend's allocations stay the cuda ones
+    CHECK(mo_batchnorm_normalize(hc, MO_F32, b, b, b, b, b, b, NULL, 4, 0, 0) == MO_ERR_INVALID);
+    hc->bn_cudnn = 1;
     CHECK(mo_batchnorm_add_relu_forward(hc, MO_F32, b, b, b, NULL, NULL, b, b, b, b, 4, 4, 0.1f) == MO_ERR_INVALID); // res == out
+    CHECK(mo_batchnorm_backward(hc, MO_F32, b, b, b, b, b, NULL, b, b, b, 4, 4, 0) == MO_ERR_INVALID);            // din == in
+    CHECK(mo_batchnorm_relu_backward_inplace(hc, MO_F32, b, b, b, b, b, b, b, b, b, 4, 4) == MO_ERR_INVALID);
+    hc->bn_cudnn = 0;
     CHECK(mo_batchnorm_add_relu_forward(hc, MO_F32, b, b, b, NULL, NULL, b, b, b, NULL, 4, 4, 0.1f) == MO_ERR_INVALID);
     CHECK(mo_batchnorm_relu_backward_inplace(hc, MO_F32, b, b, b, b, b, NULL, b, b, b, 4, 4) == MO_ERR_INVALID);
 }

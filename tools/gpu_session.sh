@@ -30,7 +30,7 @@
 #   kernels/conv_algo_table.c (copied to OUTDIR) and rebuilds memopt on it; "resnetfast" the TF32 and 16-bit
 #   ResNet-50 rows of memopt and the peer; "resnetprof" --profile per class of the ResNet-50 step (RESNETPROF_PRECS);
 #   "resnetws" the ResNet-50 step at workspace budgets (MEMOPT_WORKSPACE_MIB in RESNETWS_MIB, default "32 256", for
-#   RESNETWS_PRECS, default "fp32 bf16"; h100/h200-resnet50-ws.csv) with each cuDNN plan that wants more than 32 MiB
+#   RESNETWS_PRECS, default "fp32 bf16", and RESNETWS_CKPT, default "none"; h100/h200-resnet50-ws.csv) with each cuDNN plan that wants more than 32 MiB
 #   and the tuned per-plan times, then the peer's rows of those precisions; "resnetab" the ResNet-50 step A/B against RESNET_OLD_TAR; "resnetncu" one ResNet-50 step's kernels under ncu; "attn32" the fp32 / TF32 fused attention's engines (MEMOPT_ATTN_FUSED32) in the GPT-2 124M step beside the materialized rows and PyTorch's; "attncudnn" the bf16 fused GPT step on the own attention
 #   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
@@ -228,20 +228,25 @@ if has resnetws; then
   # what a larger workspace budget buys each ResNet-50 convolution (session 19: fp32 132.7 -> 115.1 ms, bf16
   # 34.1 -> 25.9 at 256 MiB on an H100): the step at each budget, tuned (MEMOPT_CONV_TUNE=1 picks the best of up
   # to 8 kept engines a plan, the stored table left out), the plans whose engine wants more than 32 MiB, and
-  # the tune lines of the budgets' plans; then the peer beside them
+  # the tune lines of the budgets' plans; then the peer beside them. RESNETWS_CKPT: the --ckpt values (default none)
   csv="$R/$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -qi h200 && echo h200 || echo h100)-resnet50-ws.csv"
   for prec in ${RESNETWS_PRECS:-fp32 bf16}; do
-    for mib in ${RESNETWS_MIB:-32 256}; do
-      MEMOPT_WORKSPACE_MIB=$mib MEMOPT_CONV_LOG=1 MEMOPT_CONV_TUNE=1 MEMOPT_CONV_TABLE=0 timeout 150 $M run --model resnet \
-        --preset resnet50 --batch 128 --precision $prec --steps 5 --warmup 2 --csv "$csv" >"$R/resnetws-$prec-$mib.out" \
-        2>"$R/resnetws-$prec-$mib.err"
-      echo "resnet50 $prec workspace $mib MiB: exit $?: $(grep -E 'step:|peak alloc' "$R/resnetws-$prec-$mib.out" | tr -s ' ' | tr '\n' ' ')"
-      awk '/conv-plan/ {for (i = 1; i <= NF; i++) if ($i == "workspace" && $(i + 1) + 0 > 33554432) print "  wants more than 32 MiB:", $0}' \
-        "$R/resnetws-$prec-$mib.err" | cut -c1-220
+    for ck in ${RESNETWS_CKPT:-none}; do
+      for mib in ${RESNETWS_MIB:-32 256}; do
+        f="$R/resnetws-$prec-${ck%%:*}-$mib"
+        t1=$(date +%s)
+        MEMOPT_WORKSPACE_MIB=$mib MEMOPT_CONV_LOG=1 MEMOPT_CONV_TUNE=1 MEMOPT_CONV_TABLE=0 timeout ${RESNETWS_TIMEOUT:-150} $M run \
+          --model resnet --preset resnet50 --batch 128 --precision $prec --ckpt $ck --steps 5 --warmup 2 --csv "$csv" \
+          >"$f.out" 2>"$f.err"
+        echo "resnet50 $prec $ck workspace $mib MiB: exit $? in $(( $(date +%s) - t1 )) s: $(grep -E 'step:|recompute:|peak alloc|dry-backend' "$f.out" | cut -c1-80 | tr -s ' ' | tr '\n' ' ')"
+        awk '/conv-plan/ {for (i = 1; i <= NF; i++) if ($i == "workspace" && $(i + 1) + 0 > 33554432) print "  wants more than 32 MiB:", $0}' \
+          "$f.err" | cut -c1-220
+      done
     done
   done
   PYTHONUNBUFFERED=1 timeout 240 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 --steps 5 --warmup 2 \
-    --precision "$(echo ${RESNETWS_PRECS:-fp32 bf16} | tr ' ' ',')" --ckpt none --csv "$R/torch-resnet50-ws.csv" || echo "(peer exit $?)"
+    --precision "$(echo ${RESNETWS_PRECS:-fp32 bf16} | tr ' ' ',')" --ckpt "$(echo ${RESNETWS_CKPT:-none} | tr ' ' ',')" \
+    --csv "$R/torch-resnet50-ws.csv" || echo "(peer exit $?)"
 fi
 if has resnetprof; then
   # --profile's device time per class (conv under gemm, batch norm under layernorm) of the ResNet-50 batch 128
