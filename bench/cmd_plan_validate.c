@@ -141,7 +141,13 @@ mo_status mo_plan_validate(const mo_config *cfg) {
         } else if ((!strcmp(r->status, "ok") || !strcmp(r->status, "oom")) && r->peak_allocated_bytes >= 0) {
             mo_csv_row d;
             char saved[512], ignored[512]; // the dry replay under the row's knobs (an engine's scratch)
-            const int applied = mo_knobs_apply(r->knobs, saved, sizeof saved) == 0;
+            // ... and at its workspace budget, which a row from before its model's default was raised
+            // ran at without the knob (mo_plan_row_workspace_mib)
+            char knobs[sizeof r->knobs + 48], mib[24];
+            snprintf(knobs, sizeof knobs, "%s", r->knobs);
+            snprintf(mib, sizeof mib, "%ld", mo_plan_row_workspace_mib(r));
+            (void)mo_knobs_insert(knobs, sizeof knobs, "MEMOPT_WORKSPACE_MIB", mib); // kept when already there
+            const int applied = mo_knobs_apply(knobs, saved, sizeof saved) == 0;
             st = mo_plan_predict(&rc, &env, &d);
             if (applied) mo_knobs_apply(saved, ignored, sizeof ignored);
             if (st != MO_OK) break;
@@ -158,8 +164,9 @@ mo_status mo_plan_validate(const mo_config *cfg) {
         const mo_gpu_spec *g = have_cat ? mo_gpu_catalog_match_device(&cat, r->device_name) : NULL;
         if (x->why[0] == '\0' && r->tp * r->pp > 1) {
             snprintf(x->why, sizeof x->why, "split run: the roofline models the unsplit step (peak compared only)");
-        } else if (x->why[0] == '\0' && mo_plan_row_other_workspace(r->knobs)) {
-            snprintf(x->why, sizeof x->why, "another workspace budget: the roofline models the default 32 MiB (peak compared only)");
+        } else if (x->why[0] == '\0' && mo_plan_row_other_workspace(r)) {
+            snprintf(x->why, sizeof x->why, "another workspace budget (%ld MiB): the roofline models the model's default (peak compared only)",
+                     mo_plan_row_workspace_mib(r));
         } else if (x->why[0] == '\0' && !strcmp(r->backend, "cuda") && !strcmp(r->status, "ok") && r->step_ms > 0 && g) {
             mo_plan_calib cal;
             mo_plan_calib_fit(&cal, g, rows, n, (long)i);

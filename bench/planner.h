@@ -69,9 +69,12 @@ int mo_plan_host_threads(void);
 // The thread count an offload optimizer row's update ran with: its knobs' MEMOPT_OFFLOAD_THREADS, else 1
 // (rows made before session 12, when one thread was the default, carry none; later rows always do)
 int mo_plan_row_host_threads(const char *knobs);
-// 1 when a row's knobs set MEMOPT_WORKSPACE_MIB to another budget than the default 32 MiB: the roofline has
-// no term for what a larger budget buys, so such a row neither calibrates the time model nor is timed by it.
-int mo_plan_row_other_workspace(const char *knobs);
+// The workspace budget (MiB) a row ran at: its MEMOPT_WORKSPACE_MIB knob, else its model's default, or the
+// suite's 32 MiB when its workspace peak is below that default (a row from before the model's was raised).
+long mo_plan_row_workspace_mib(const mo_csv_row *r);
+// 1 when that is not its model's default budget: the roofline has no term for what a larger budget buys,
+// so such a row neither calibrates the time model nor is timed by it.
+int mo_plan_row_other_workspace(const mo_csv_row *r);
 
 // ---------------------------------------------------------------- the GPU catalog
 

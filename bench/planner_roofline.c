@@ -361,14 +361,25 @@ static int cmp_double(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-// A row measured at another workspace budget than the default 32 MiB (MEMOPT_WORKSPACE_MIB): the
-// roofline has no term for what a larger budget buys (cuDNN's engines, larger im2col chunks: ResNet-50
-// fp32 on the H100 took 132.7 ms at 32 MiB, 115.1 at 256), so such a row would move its precision's
-// fitted efficiencies for every default row (the planner plans the default budget).
-int mo_plan_row_other_workspace(const char *knobs) {
+// The workspace budget a row ran at, MiB: its MEMOPT_WORKSPACE_MIB knob; else its model's default
+// (mo_model_ops.workspace_mib), unless the row's workspace peak, which holds the budget's whole buffer, is
+// below that default: then it ran at the suite's 32 MiB (a ResNet row from before its default was raised).
+long mo_plan_row_workspace_mib(const mo_csv_row *r) {
     static const char name[] = "MEMOPT_WORKSPACE_MIB=";
-    const char *k = strstr(knobs, name);
-    return k && strtol(k + sizeof name - 1, NULL, 10) != (long)(MO_GEMM_WORKSPACE_BYTES >> 20);
+    const char *k = strstr(r->knobs, name);
+    if (k) return strtol(k + sizeof name - 1, NULL, 10);
+    const size_t dflt = mo_model_workspace_bytes(mo_model_find(r->model));
+    if (dflt > MO_GEMM_WORKSPACE_BYTES && (r->workspace_bytes < 0 || (uint64_t)r->workspace_bytes < dflt))
+        return (long)(MO_GEMM_WORKSPACE_BYTES >> 20);
+    return (long)(dflt >> 20);
+}
+
+// A row measured at another workspace budget than its model's default: the roofline has no term for what
+// a larger budget buys (cuDNN's engines, larger im2col chunks: ResNet-50 fp32 on the H100 took 132.7 ms at
+// 32 MiB, 115.1 at 256), so such a row would move its precision's fitted efficiencies for every default row
+// (the planner plans the default budget).
+int mo_plan_row_other_workspace(const mo_csv_row *r) {
+    return mo_plan_row_workspace_mib(r) != (long)(mo_model_workspace_bytes(mo_model_find(r->model)) >> 20);
 }
 
 static int usable_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_catalog *one) {
@@ -380,7 +391,7 @@ static int usable_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_ca
     // ... and no allocator cost: a raw-allocator row (cudaMalloc/cudaFree per tensor, 2x slower on the
     // H200) would drag its precision's fitted efficiency down for every other row.
     if (strcmp(r->alloc, "raw") == 0) return 0;
-    if (mo_plan_row_other_workspace(r->knobs)) return 0;
+    if (mo_plan_row_other_workspace(r)) return 0;
     return mo_gpu_catalog_match_device(one, r->device_name) == g;
 }
 
@@ -389,7 +400,7 @@ static int usable_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_ca
 static int host_row(const mo_csv_row *r, const mo_gpu_spec *g, const mo_gpu_catalog *one) {
     if (strcmp(r->backend, "cuda") || strcmp(r->status, "ok") || !(r->step_ms > 0) || !isfinite(r->step_ms)) return 0;
     if (r->tp * r->pp > 1 || r->dp > 1 || strcmp(r->offload, "optimizer") || strcmp(r->alloc, "raw") == 0) return 0;
-    if (strstr(r->knobs, "MEMOPT_OFFLOAD_CHUNK=") || mo_plan_row_other_workspace(r->knobs)) return 0;
+    if (strstr(r->knobs, "MEMOPT_OFFLOAD_CHUNK=") || mo_plan_row_other_workspace(r)) return 0;
     return mo_gpu_catalog_match_device(one, r->device_name) == g;
 }
 

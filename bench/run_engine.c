@@ -209,7 +209,7 @@ static mo_status session_build(mo_run_session *s) {
 
 static mo_status session_build_one(mo_run_session *s) {
     MO_TRY(mo_allocator_create(&s->a, s->rc.alloc, s->be, s->cap, NULL));
-    MO_TRY(mo_ctx_create(&s->x, s->be, s->a));
+    MO_TRY(mo_ctx_create_ws(&s->x, s->be, s->a, mo_model_workspace_bytes(s->ops)));
     if (s->rc.offload) { // --offload: the host allocator of the offloaded state (its peak is host_bytes)
         // activations come and go every step: a caching one keeps its pinned segments
         MO_TRY(mo_allocator_create_host_kind(&s->ha, s->rc.offload == MO_OFFLOAD_ACTIVATIONS ? MO_ALLOC_CACHING : MO_ALLOC_RAW,

@@ -70,7 +70,14 @@ static void ctx_cuda_fini(mo_ctx *c) {
 #endif
 
 mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc) {
+    return mo_ctx_create_ws(out, backend, alloc, MO_GEMM_WORKSPACE_BYTES);
+}
+
+mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc, size_t ws_bytes) {
     *out = NULL;
+    if (ws_bytes < MO_GEMM_WORKSPACE_BYTES || ws_bytes > ((size_t)MO_WORKSPACE_MIB_MAX << 20) || ws_bytes % ((size_t)1 << 20))
+        return MO_FAIL(MO_ERR_INVALID, "context workspace %zu bytes: expected whole MiB, 32 to %d", ws_bytes,
+                       MO_WORKSPACE_MIB_MAX);
     if (mo_allocator_backend(alloc) != backend)
         return MO_FAIL(MO_ERR_INVALID, "context backend %s but allocator backend %s", mo_backend_name(backend),
                        mo_backend_name(mo_allocator_backend(alloc)));
@@ -82,7 +89,7 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     if (!c) return MO_FAIL(MO_ERR_OOM, "host out of memory for the context");
     c->backend = backend;
     c->alloc = alloc;
-    c->gemm_ws_bytes = MO_GEMM_WORKSPACE_BYTES;
+    c->gemm_ws_bytes = ws_bytes;
     c->prof_cat = MO_PROF_COUNT;
     // The MEMOPT_* knobs read here are listed in knobs.c, whose table the CSV row records: add a new one there.
     const char *fe = getenv("MEMOPT_FUSE_EPILOGUES");

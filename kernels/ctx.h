@@ -15,7 +15,9 @@ extern "C" {
 
 // cuBLASLt workspace: taken from the allocator (category workspace) on every backend, so the dry
 // backend's peak includes it exactly. 32 MiB is what cuBLASLt's heuristics want for Hopper GEMMs. It is
-// also cuDNN's budget and the im2col chunks' (conv.h); MEMOPT_WORKSPACE_MIB sets another (ctx.c).
+// also cuDNN's budget and the im2col chunks' (conv.h). A model may have another default budget
+// (mo_model_ops.workspace_mib: the ResNet's convolutions want more), and MEMOPT_WORKSPACE_MIB sets
+// another (ctx.c).
 #define MO_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
 #define MO_WORKSPACE_MIB_MAX 65536
 
@@ -32,7 +34,8 @@ typedef struct mo_ctx {
     void *stream;         // cudaStream_t (cuda)
     void *cublaslt;       // cublasLtHandle_t (cuda)
     void *cublas;         // cublasHandle_t (cuda), its workspace set to gemm_ws
-    void *gemm_ws;        // gemm_ws_bytes (MO_GEMM_WORKSPACE_BYTES unless MEMOPT_WORKSPACE_MIB) from alloc
+    void *gemm_ws;        // gemm_ws_bytes (MO_GEMM_WORKSPACE_BYTES or the model's budget, unless
+                          // MEMOPT_WORKSPACE_MIB) from alloc
     size_t gemm_ws_bytes;
     mo_profiler *prof;    // NULL unless profiling (mo_prof_enable)
     // ---- added fields (keep the ones above in place: other code relies on them) ----
@@ -187,8 +190,12 @@ static inline int mo_attn_chunk_rows(const mo_ctx *c, int T, int elem_bytes, int
     return r < T ? r : T;
 }
 
-// Creates the stream and handles (cuda) and takes the GEMM workspace from alloc.
+// Creates the stream and handles (cuda) and takes the GEMM workspace from alloc: MO_GEMM_WORKSPACE_BYTES,
+// or MEMOPT_WORKSPACE_MIB's.
 mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc);
+// The same with another default budget, ws_bytes (a model's: mo_model_ops.workspace_mib); MEMOPT_WORKSPACE_MIB
+// still overrides it.
+mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc, size_t ws_bytes);
 void mo_ctx_destroy(mo_ctx *c); // gives the workspace back to alloc
 
 mo_status mo_ctx_sync(mo_ctx *c); // wait for the stream (cuda); no-op elsewhere

@@ -120,7 +120,10 @@ typedef struct mo_model_ops {
     void (*info)(void *m, mo_model_step_info *out);
 
     const mo_model_split_ops *split;
-    const char *no_split_reason; // split == NULL: why, for the --tp/--pp refusal (NULL: none given)
+    const char *no_split_reason;
+    // The libraries' workspace budget of its runs (cuBLASLt, cuDNN, the im2col chunks: ctx.h), MiB; 0: the
+    // suite's 32 (MO_GEMM_WORKSPACE_BYTES). MEMOPT_WORKSPACE_MIB overrides it. mo_model_workspace_bytes.
+    int workspace_mib; // split == NULL: why, for the --tp/--pp refusal (NULL: none given)
 } mo_model_ops;
 
 // The registry. Built-in models are there from the start; mo_model_register adds one (tests), a
@@ -130,6 +133,8 @@ mo_status mo_model_register(const mo_model_ops *ops);
 const mo_model_ops *mo_model_find(const char *name); // NULL when unknown
 int mo_model_count(void);
 const mo_model_ops *mo_model_at(int i);
+// The default workspace budget of a run of ops (NULL: the suite's), bytes.
+size_t mo_model_workspace_bytes(const mo_model_ops *ops);
 const mo_model_ops *mo_model_default(void); // gpt
 // "gpt, mlp": the registered names, for messages.
 const char *mo_model_names(char *buf, size_t n);

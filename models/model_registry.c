@@ -42,6 +42,9 @@ mo_status mo_model_register(const mo_model_ops *ops) {
         return MO_FAIL(MO_ERR_INVALID, "mo_model_register: a table needs a name, a preset, validate, create and step");
     if (strlen(ops->name) >= sizeof(((mo_run_config *)0)->model))
         return MO_FAIL(MO_ERR_INVALID, "mo_model_register: name '%s' is too long", ops->name);
+    if (ops->workspace_mib != 0 && (ops->workspace_mib < 32 || ops->workspace_mib > MO_WORKSPACE_MIB_MAX))
+        return MO_FAIL(MO_ERR_INVALID, "mo_model_register: '%s' workspace_mib %d: expected 0 or 32 to %d", ops->name,
+                       ops->workspace_mib, MO_WORKSPACE_MIB_MAX);
     if (mo_model_find(ops->name)) return MO_FAIL(MO_ERR_INVALID, "mo_model_register: model '%s' exists", ops->name);
     pthread_mutex_lock(&lock);
     mo_status st = MO_OK;
@@ -71,4 +74,8 @@ const mo_preset *mo_model_preset(const mo_model_ops *ops, const char *name) {
     for (int i = 0; i < ops->n_presets; i++)
         if (!strcmp(ops->presets[i].name, name)) return &ops->presets[i];
     return NULL;
+}
+
+size_t mo_model_workspace_bytes(const mo_model_ops *ops) {
+    return ops && ops->workspace_mib > 0 ? (size_t)ops->workspace_mib << 20 : MO_GEMM_WORKSPACE_BYTES;
 }

@@ -48,6 +48,7 @@ readme=$(sed -n '/^\*\*Knobs and probes/,/^Probes:/p' "$SRC/README.md" | grep -o
 [ -n "$table" ] && [ "$table" = "$readme" ] && ok || bad "README's knob list differs from kernels/knobs.c: table [$table] README [$readme]"
 
 # 4. MEMOPT_WORKSPACE_MIB: the workspace is that many MiB in the dry peak (and the row records the knob);
+# a model's own default budget is there without it;
 # bad values exit 2 with one line naming it.
 ws_cell() { awk -F, -v c="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==c) k=i; next} {print $k}' "$1" | tail -1; }
 DRY=(--backend dry --layers 2 --hidden 32 --heads 2 --seq 16 --batch 4 --vocab 64)
@@ -57,6 +58,14 @@ w32=$(ws_cell "$tmp/ws32.csv" peak_allocated_bytes); w96=$(ws_cell "$tmp/ws96.cs
 [ -n "$w32" ] && [ -n "$w96" ] && [ $((w96 - w32)) -eq $((64 << 20)) ] && ok ||
   bad "MEMOPT_WORKSPACE_MIB=96 moved the dry peak from '$w32' to '$w96' (want +64 MiB)"
 [ "$(last_cell "$tmp/ws96.csv")" = "MEMOPT_WORKSPACE_MIB=96" ] && ok || bad "knobs recorded as '$(last_cell "$tmp/ws96.csv")'"
+# A model's own default budget (the ResNet's 256 MiB, models/resnet.c) is in its dry peak without the knob,
+# and the knob still overrides it: 32 MiB is 224 MiB less.
+RN=(--backend dry --model resnet --layers 18 --hidden 8 --input 32 --classes 10 --batch 2)
+"$M" run "${RN[@]}" --csv "$tmp/rn.csv" >/dev/null 2>&1 || bad "dry resnet run failed"
+MEMOPT_WORKSPACE_MIB=32 "$M" run "${RN[@]}" --csv "$tmp/rn32.csv" >/dev/null 2>&1 || bad "dry resnet run at 32 MiB failed"
+r0=$(ws_cell "$tmp/rn.csv" peak_allocated_bytes); r32=$(ws_cell "$tmp/rn32.csv" peak_allocated_bytes)
+[ -n "$r0" ] && [ -n "$r32" ] && [ $((r0 - r32)) -eq $((224 << 20)) ] && [ "$(ws_cell "$tmp/rn.csv" workspace_bytes)" -ge $((256 << 20)) ] && ok ||
+  bad "resnet's default workspace: dry peak '$r0', at MEMOPT_WORKSPACE_MIB=32 '$r32' (want 224 MiB more by default)"
 for v in 31 0 -64 x 64x 3.5 65537 99999999999999999999 " 64" "+64" 064 "64 "; do
   MEMOPT_WORKSPACE_MIB=$v "$M" run "${DRY[@]}" >"$tmp/wsbad.out" 2>"$tmp/wsbad.err"
   rc=$?

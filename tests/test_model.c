@@ -108,6 +108,13 @@ static mo_config cfg;
 static void test_registry(void) {
     CHECK(mo_model_find("gpt") == &mo_gpt_model && mo_model_default() == &mo_gpt_model);
     CHECK(mo_model_find("nosuch") == NULL);
+    mo_model_ops bad_ws = toy_model; // a workspace budget the context would refuse: refused at registration
+    bad_ws.name = "toy-ws";
+    for (int k = 0; k < 2; k++) {
+        bad_ws.workspace_mib = k ? MO_WORKSPACE_MIB_MAX + 1 : 16;
+        CHECK(mo_model_register(&bad_ws) == MO_ERR_INVALID && strstr(mo_errmsg(), "workspace_mib"));
+    }
+    CHECK(mo_model_workspace_bytes(&toy_model) == MO_GEMM_WORKSPACE_BYTES && mo_model_workspace_bytes(NULL) == MO_GEMM_WORKSPACE_BYTES);
     CHECK_OK(mo_model_register(&toy_model));
     CHECK(mo_model_find("toy") == &toy_model);
     CHECK(mo_model_register(&toy_model) == MO_ERR_INVALID && strstr(mo_errmsg(), "exists"));

@@ -10,6 +10,7 @@
 #include "bench/cli.h"
 #include "bench/planner.h"
 #include "bench/run_engine.h"
+#include "models/model.h"
 #include "tests/testlib.h"
 
 static mo_run_config base_config(void) {
@@ -575,6 +576,32 @@ static void test_split_roofline(void) {
     mo_gpu_catalog_free(&cat);
 }
 
+// The workspace budget of a row (mo_plan_row_workspace_mib): the knob when set; else the model's default,
+// or 32 MiB for a row whose workspace peak is below that default (it ran before the ResNet's was 256).
+static void test_row_workspace(void) {
+    printf("workspace budget of a row\n");
+    mo_csv_row r;
+    mo_csv_row_init(&r);
+    snprintf(r.model, sizeof r.model, "resnet");
+    const int64_t mib = (int64_t)1 << 20;
+    r.workspace_bytes = 260 * mib; // the buffer and a conv's scratch: at the default
+    CHECK(mo_model_workspace_bytes(mo_model_find("resnet")) == (size_t)256 << 20);
+    CHECK(mo_plan_row_workspace_mib(&r) == 256 && !mo_plan_row_other_workspace(&r));
+    r.workspace_bytes = 36 * mib + 512 * 1024; // a ResNet row from before: 32 MiB and a little scratch
+    CHECK(mo_plan_row_workspace_mib(&r) == 32 && mo_plan_row_other_workspace(&r));
+    r.workspace_bytes = -1; // not recorded: before too
+    CHECK(mo_plan_row_workspace_mib(&r) == 32);
+    snprintf(r.knobs, sizeof r.knobs, "MEMOPT_CONV_TUNE=1;MEMOPT_WORKSPACE_MIB=512");
+    CHECK(mo_plan_row_workspace_mib(&r) == 512 && mo_plan_row_other_workspace(&r));
+    snprintf(r.knobs, sizeof r.knobs, "MEMOPT_WORKSPACE_MIB=256");
+    CHECK(mo_plan_row_workspace_mib(&r) == 256 && !mo_plan_row_other_workspace(&r));
+    snprintf(r.model, sizeof r.model, "gpt"); // the suite's 32 MiB
+    CHECK(mo_plan_row_other_workspace(&r));
+    r.knobs[0] = '\0';
+    r.workspace_bytes = 33 * mib;
+    CHECK(mo_plan_row_workspace_mib(&r) == 32 && !mo_plan_row_other_workspace(&r));
+}
+
 int main(void) {
     test_mfu_peak_from_catalog();
     test_split_roofline();
@@ -588,6 +615,7 @@ int main(void) {
     test_roofline_cache_key();
     test_offload_roofline();
     test_host_calibration();
+    test_row_workspace();
     char *a1[] = {"memopt", "plan", "--gpu", "h100-sxm", "--preset", "gpt2-1558m"};
     time_plan("--gpu h100-sxm --preset gpt2-1558m", 6, a1);
     char *a2[] = {"memopt", "plan", "--gpu", "h100-sxm", "--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "4096"};
