@@ -15,7 +15,7 @@
 // Each pass has a vectorized form (16 bytes a thread, below the scalar kernels) used when C and the
 // pointers allow; the forward's normalize pass can add a residual before the ReLU, and the backward's
 // first pass can apply a ReLU mask to dy in place (batchnorm.h's fused forms).
-// The partial sums live in the context's library workspace (ctx->gemm_ws, 32 MiB unless MEMOPT_WORKSPACE_MIB,
+// The partial sums live in the context's library workspace (ctx->gemm_ws, the model's budget unless MEMOPT_WORKSPACE_MIB,
 // already counted as workspace on every backend), so the dry backend's peak needs nothing new; the rows per group grow
 // until the partials fit it.
 #include <cuda_runtime.h>

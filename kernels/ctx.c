@@ -155,10 +155,11 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     }
     c->mark_lib_writes = mw && strcmp(mw, "1") == 0;
     // MEMOPT_WORKSPACE_MIB=N: the libraries' workspace (cuBLASLt, cuBLAS, cuDNN, the im2col column chunks)
-    // is N MiB instead of 32, to measure what a larger budget buys: session 19 timed ResNet-50's fp32 step
-    // at 132 ms with 32 MiB and 110 ms with 512 (cuDNN's weight-gradient engines that need 141-321 MiB, and
-    // larger column chunks). Every backend reads it, so the dry backend's peak stays exact; not below 32,
-    // the size every choice table (lt_algo_table.c, conv_algo_table.c) is keyed by.
+    // is N MiB instead of the context's default (ws_bytes: 32, or the model's, the ResNet's 256), to
+    // measure what another budget buys: session 19 timed ResNet-50's fp32 step at 132 ms with 32 MiB and
+    // 110 ms with 512 (cuDNN's weight-gradient engines that need 141-321 MiB, and larger column chunks).
+    // Every backend reads it, so the dry backend's peak stays exact; not below 32, the smallest size the
+    // choice tables (lt_algo_table.c, conv_algo_table.c) are keyed by.
     const char *wm = getenv("MEMOPT_WORKSPACE_MIB");
     if (wm && *wm) {
         // digits only, no leading zero: the row records the value as written, so 64 has one spelling
