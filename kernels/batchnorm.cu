@@ -29,7 +29,24 @@
 
 #define BN_TX 32   // channels per block
 #define BN_TY 8    // row lanes per block
-#define BN_RPB 256 // rows per group at least
+#ifndef BN_RPB
+#define BN_RPB 256 // rows per group at least (-D overridable to A/B: fewer groups, cheaper final merges)
+#endif
+// Rows whose loads a vectorized kernel's thread issues at once: the statistics, the normalize and the
+// backward's two passes. 1 gives the one-row loops (the default until an A/B on the device says otherwise);
+// set at build time (-DBN_UNROLL_STATS=4 ...) to A/B them in one call. Any value gives the same bits.
+#ifndef BN_UNROLL_STATS
+#define BN_UNROLL_STATS 1
+#endif
+#ifndef BN_UNROLL_NORM
+#define BN_UNROLL_NORM 1
+#endif
+#ifndef BN_UNROLL_BWD
+#define BN_UNROLL_BWD 1
+#endif
+#ifndef BN_UNROLL_FINAL // groups' partials a lane of the final merges loads at once
+#define BN_UNROLL_FINAL 1
+#endif
 
 // i's channel: 32-bit arithmetic when the tensor allows (the branch is the same for every thread)
 #define BN_CH(i, n, C) ((n) <= 0xffffffffu ? (int)((unsigned)(i) % (unsigned)(C)) : (int)((i) % (size_t)(C)))
@@ -96,7 +113,19 @@ __global__ void bn_stats_final_kernel(float *mean, float *rstd, float *run_mean,
                                       int G, int M, int C, int rpb, float momentum) {
     const int ch = blockIdx.x, l = threadIdx.x;
     double n = 0.0, mu = 0.0, m2 = 0.0;
-    for (int g = l; g < G; g += 32) {
+    int g = l;
+    // BN_UNROLL_FINAL groups' loads before their merges, in the groups' order (the one-group loop's bits)
+    for (; g + 32 * (BN_UNROLL_FINAL - 1) < G; g += 32 * BN_UNROLL_FINAL) {
+        float2 p[BN_UNROLL_FINAL];
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL_FINAL; u++) p[u] = part[(size_t)(g + 32 * u) * C + ch];
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL_FINAL; u++) {
+            const int r0 = (g + 32 * u) * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
+            chan_merge(n, mu, m2, (double)(r1 - r0), p[u].x, p[u].y);
+        }
+    }
+    for (; g < G; g += 32) {
         const float2 p = part[(size_t)g * C + ch];
         const int r0 = g * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
         chan_merge(n, mu, m2, (double)(r1 - r0), p.x, p.y);
@@ -149,6 +178,18 @@ __device__ __forceinline__ int bn_span_rows(int t, int w, int TY, int rows) {
     return n;
 }
 
+// One row's V values into a lane's Welford (mean, M2) of its n-th row
+template <int V>
+__device__ __forceinline__ void welford_row(float *mean, float *m2, int n, const float *x) {
+    const float inv = 1.0f / (float)n;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const float d = x[k] - mean[k];
+        mean[k] += d * inv;
+        m2[k] += d * (x[k] - mean[k]);
+    }
+}
+
 // part (G, C): Welford (mean, M2) of the group's rows, V channels a thread
 template <class D>
 __global__ void __launch_bounds__(BN_VT) bn_stats_vec_kernel(float2 *part, const typename D::S *in, int M, int C, int rpb) {
@@ -162,18 +203,21 @@ __global__ void __launch_bounds__(BN_VT) bn_stats_vec_kernel(float2 *part, const
 #pragma unroll
     for (int k = 0; k < V; k++) mean[k] = 0.0f, m2[k] = 0.0f;
     if (c0 < C) {
-        int n = 0;
-        for (int r = r0 + ty; r < r1; r += TY) {
+        int n = 0, r = r0 + ty;
+        // BN_UNROLL_STATS rows' loads issued before their updates (with one row's load in flight a thread the
+        // pass read at 1.4 TB/s on the H100: ncu, session 20); the updates keep the rows' order, so the sums
+        // are those of the one-row loop below, bit for bit
+        for (; r + (BN_UNROLL_STATS - 1) * TY < r1; r += BN_UNROLL_STATS * TY) {
+            float x[BN_UNROLL_STATS][V];
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL_STATS; u++) VD::ld(x[u], in + (size_t)(r + u * TY) * C + c0);
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL_STATS; u++) welford_row<V>(mean, m2, ++n, x[u]);
+        }
+        for (; r < r1; r += TY) {
             float x[V];
             VD::ld(x, in + (size_t)r * C + c0);
-            n++;
-            const float inv = 1.0f / (float)n;
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                const float d = x[k] - mean[k];
-                mean[k] += d * inv;
-                m2[k] += d * (x[k] - mean[k]);
-            }
+            welford_row<V>(mean, m2, ++n, x);
         }
     }
     const int at = (ty * TX + tx) * V;
@@ -202,6 +246,20 @@ __global__ void __launch_bounds__(BN_VT) bn_stats_vec_kernel(float2 *part, const
     for (int k = 0; k < V; k++) part[(size_t)blockIdx.y * C + c0 + k] = make_float2(sm[at + k], s2[at + k]);
 }
 
+// x := gamma ((x - mean) rstd) + beta, + y (the residual, after rounding to dt) when res, ReLU when relu
+template <class D, int V>
+__device__ __forceinline__ void bn_norm_row(float *x, const float *y, const float *m, const float *rs, const float *g,
+                                            const float *b, bool res, int relu) {
+#pragma unroll
+    for (int k = 0; k < V; k++) x[k] = g[k] * ((x[k] - m[k]) * rs[k]) + b[k];
+    if (res)
+#pragma unroll
+        for (int k = 0; k < V; k++) x[k] = D::to_f(D::from_f(x[k])) + y[k];
+    if (relu)
+#pragma unroll
+        for (int k = 0; k < V; k++) x[k] = x[k] <= 0.0f ? 0.0f : x[k]; // NaN kept
+}
+
 // out (M, C) = gamma ((x - mean) rstd) + beta; res: rounded to dt, + res, rounded again (the residual add);
 // then ReLU when relu. The statistics kernel's grid: a thread keeps its V channels' parameters in
 // registers over the group's rows (read per element, they cost more L1 traffic than the tensor).
@@ -218,22 +276,45 @@ __global__ void __launch_bounds__(BN_VT) bn_norm_vec_kernel(typename D::S *out, 
     float m[V], rs[V], g[V], b[V];
 #pragma unroll
     for (int k = 0; k < V; k++) m[k] = mean[c0 + k], rs[k] = rstd[c0 + k], g[k] = gamma[c0 + k], b[k] = beta[c0 + k];
-    for (int r = r0 + threadIdx.y; r < r1; r += TY) {
-        const size_t j = (size_t)r * C + c0;
-        float x[V];
-        VD::ld(x, in + j);
+    // BN_UNROLL_NORM rows a step, their loads first (elementwise: the same values whatever the grouping)
+    int r = r0 + threadIdx.y;
+    for (; r + (BN_UNROLL_NORM - 1) * TY < r1; r += BN_UNROLL_NORM * TY) {
+        float x[BN_UNROLL_NORM][V], y[BN_UNROLL_NORM][V];
 #pragma unroll
-        for (int k = 0; k < V; k++) x[k] = g[k] * ((x[k] - m[k]) * rs[k]) + b[k];
-        if (res) {
-            float y[V];
-            VD::ld(y, res + j);
-#pragma unroll
-            for (int k = 0; k < V; k++) x[k] = D::to_f(D::from_f(x[k])) + y[k];
+        for (int u = 0; u < BN_UNROLL_NORM; u++) {
+            VD::ld(x[u], in + (size_t)(r + u * TY) * C + c0);
+            if (res) VD::ld(y[u], res + (size_t)(r + u * TY) * C + c0);
         }
-        if (relu)
 #pragma unroll
-            for (int k = 0; k < V; k++) x[k] = x[k] <= 0.0f ? 0.0f : x[k]; // NaN kept
+        for (int u = 0; u < BN_UNROLL_NORM; u++) {
+            bn_norm_row<D, V>(x[u], y[u], m, rs, g, b, res != NULL, relu);
+            VD::st(out + (size_t)(r + u * TY) * C + c0, x[u]);
+        }
+    }
+    for (; r < r1; r += TY) {
+        const size_t j = (size_t)r * C + c0;
+        float x[V], y[V];
+        VD::ld(x, in + j);
+        if (res) VD::ld(y, res + j);
+        bn_norm_row<D, V>(x, y, m, rs, g, b, res != NULL, relu);
         VD::st(out + j, x);
+    }
+}
+
+// One row into a lane's sums: dy masked by y (the forward's output) and stored back to dym when dym != NULL,
+// then a += dy, b += dy xhat
+template <class D, int V>
+__device__ __forceinline__ void bn_bwd_row(float *a, float *b, float *g, const float *x, const float *y,
+                                           const float *m, const float *rs, typename D::S *dym) {
+    if (dym) {
+#pragma unroll
+        for (int k = 0; k < V; k++) g[k] = y[k] > 0.0f ? g[k] : 0.0f;
+        rn_vec<D>::st(dym, g); // g is a dt value or 0: the same value back (a 16-bit NaN's payload aside)
+    }
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        a[k] += g[k];
+        b[k] += g[k] * ((x[k] - m[k]) * rs[k]);
     }
 }
 
@@ -256,23 +337,28 @@ __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_vec_kernel(float2 *part, ty
         float m[V], rs[V];
 #pragma unroll
         for (int k = 0; k < V; k++) m[k] = mean[c0 + k], rs[k] = rstd[c0 + k];
-        for (int r = r0 + ty; r < r1; r += TY) {
+        // BN_UNROLL_BWD rows' loads first, then their sums in the rows' order (the one-row loop's bits)
+        int r = r0 + ty;
+        for (; r + (BN_UNROLL_BWD - 1) * TY < r1; r += BN_UNROLL_BWD * TY) {
+            float g[BN_UNROLL_BWD][V], x[BN_UNROLL_BWD][V], y[BN_UNROLL_BWD][V];
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL_BWD; u++) {
+                const size_t j = (size_t)(r + u * TY) * C + c0;
+                VD::ld(g[u], dy + j);
+                VD::ld(x[u], in + j);
+                if (mask) VD::ld(y[u], mask + j);
+            }
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL_BWD; u++)
+                bn_bwd_row<D, V>(a, b, g[u], x[u], y[u], m, rs, mask ? dy + (size_t)(r + u * TY) * C + c0 : NULL);
+        }
+        for (; r < r1; r += TY) {
             const size_t j = (size_t)r * C + c0;
-            float g[V], x[V];
+            float g[V], x[V], y[V];
             VD::ld(g, dy + j);
             VD::ld(x, in + j);
-            if (mask) {
-                float y[V];
-                VD::ld(y, mask + j);
-#pragma unroll
-                for (int k = 0; k < V; k++) g[k] = y[k] > 0.0f ? g[k] : 0.0f;
-                VD::st(dy + j, g); // g is a dt value or 0: the same value back (a 16-bit NaN's payload aside)
-            }
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                a[k] += g[k];
-                b[k] += g[k] * ((x[k] - m[k]) * rs[k]);
-            }
+            if (mask) VD::ld(y, mask + j);
+            bn_bwd_row<D, V>(a, b, g, x, y, m, rs, mask ? dy + j : NULL);
         }
     }
     const int at = (ty * TX + tx) * V;
@@ -292,6 +378,17 @@ __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_vec_kernel(float2 *part, ty
     for (int k = 0; k < V; k++) part[(size_t)blockIdx.y * C + c0 + k] = make_float2(sa[at + k], sb[at + k]);
 }
 
+// x := gamma rstd (dy - mean dy - xhat mean(dy xhat)) of x, dy = g
+template <int V>
+__device__ __forceinline__ void bn_dx_row(float *x, const float *g, const float *m, const float *rs, const float *gr,
+                                          const float *ca, const float *cb) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const float xh = (x[k] - m[k]) * rs[k];
+        x[k] = gr[k] * (g[k] - ca[k] - xh * cb[k]);
+    }
+}
+
 // din = gamma rstd (dy - mean dy - xhat mean(dy xhat)), on the statistics kernel's grid
 template <class D>
 __global__ void __launch_bounds__(BN_VT) bn_dx_vec_kernel(typename D::S *din, const typename D::S *dy, const typename D::S *in,
@@ -309,16 +406,26 @@ __global__ void __launch_bounds__(BN_VT) bn_dx_vec_kernel(typename D::S *din, co
         const int ch = c0 + k;
         m[k] = mean[ch], rs[k] = rstd[ch], gr[k] = gamma[ch] * rs[k], ca[k] = coef[ch], cb[k] = coef[C + ch];
     }
-    for (int r = r0 + threadIdx.y; r < r1; r += TY) {
+    int r = r0 + threadIdx.y;
+    for (; r + (BN_UNROLL_BWD - 1) * TY < r1; r += BN_UNROLL_BWD * TY) { // the loads first (elementwise)
+        float g[BN_UNROLL_BWD][V], x[BN_UNROLL_BWD][V];
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL_BWD; u++) {
+            VD::ld(g[u], dy + (size_t)(r + u * TY) * C + c0);
+            VD::ld(x[u], in + (size_t)(r + u * TY) * C + c0);
+        }
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL_BWD; u++) {
+            bn_dx_row<V>(x[u], g[u], m, rs, gr, ca, cb);
+            VD::st(din + (size_t)(r + u * TY) * C + c0, x[u]);
+        }
+    }
+    for (; r < r1; r += TY) {
         const size_t j = (size_t)r * C + c0;
         float g[V], x[V];
         VD::ld(g, dy + j);
         VD::ld(x, in + j);
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            const float xh = (x[k] - m[k]) * rs[k];
-            x[k] = gr[k] * (g[k] - ca[k] - xh * cb[k]);
-        }
+        bn_dx_row<V>(x, g, m, rs, gr, ca, cb);
         VD::st(din + j, x);
     }
 }
@@ -411,7 +518,15 @@ __global__ void bn_bwd_sums_kernel(float2 *part, const typename D::S *dy, const 
 __global__ void bn_bwd_final_kernel(float *dgamma, float *dbeta, float *coef, const float2 *part, int G, int M, int C) {
     const int ch = blockIdx.x, l = threadIdx.x;
     double a = 0.0, b = 0.0;
-    for (int g = l; g < G; g += 32) {
+    int g = l;
+    for (; g + 32 * (BN_UNROLL_FINAL - 1) < G; g += 32 * BN_UNROLL_FINAL) { // loads first, sums in order
+        float2 p[BN_UNROLL_FINAL];
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL_FINAL; u++) p[u] = part[(size_t)(g + 32 * u) * C + ch];
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL_FINAL; u++) a += p[u].x, b += p[u].y;
+    }
+    for (; g < G; g += 32) {
         const float2 p = part[(size_t)g * C + ch];
         a += p.x, b += p.y;
     }
