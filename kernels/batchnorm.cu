@@ -30,22 +30,25 @@
 #define BN_TX 32   // channels per block
 #define BN_TY 8    // row lanes per block
 #ifndef BN_RPB
-#define BN_RPB 256 // rows per group at least (-D overridable to A/B: fewer groups, cheaper final merges)
+#define BN_RPB 256 // rows per group at least (-D overridable to A/B)
 #endif
 // Rows whose loads a vectorized kernel's thread issues at once: the statistics, the normalize and the
-// backward's two passes. 1 gives the one-row loops (the default until an A/B on the device says otherwise);
-// set at build time (-DBN_UNROLL_STATS=4 ...) to A/B them in one call. Any value gives the same bits.
+// backward's two passes; BN_UNROLL_FINAL: groups' partials a lane of the final merges loads at once. Any value
+// gives the same bits; 1 gives the one-row loops. Set at build time (-DBN_UNROLL_STATS=1 ...) to A/B them in
+// one call. ResNet-50 batch 128 on an H100 (session 21, two interleaved rounds, median of 10 steps), the one-row
+// loops against these: fp32 115.44 / 115.48 -> 114.79 / 114.84 ms, tf32 49.62 / 49.67 -> 49.13 / 49.07, bf16
+// 26.68 / 26.64 -> 26.52 / 26.62. Normalize 2 rows: bf16 27.09 / 27.11; BN_RPB 512: bf16 27.22 / 27.17 (slower).
 #ifndef BN_UNROLL_STATS
-#define BN_UNROLL_STATS 1
+#define BN_UNROLL_STATS 4
 #endif
 #ifndef BN_UNROLL_NORM
-#define BN_UNROLL_NORM 1
+#define BN_UNROLL_NORM 4
 #endif
 #ifndef BN_UNROLL_BWD
-#define BN_UNROLL_BWD 1
+#define BN_UNROLL_BWD 2
 #endif
-#ifndef BN_UNROLL_FINAL // groups' partials a lane of the final merges loads at once
-#define BN_UNROLL_FINAL 1
+#ifndef BN_UNROLL_FINAL
+#define BN_UNROLL_FINAL 4
 #endif
 
 // i's channel: 32-bit arithmetic when the tensor allows (the branch is the same for every thread)
