@@ -50,15 +50,23 @@
 #ifndef BN_UNROLL_FINAL
 #define BN_UNROLL_FINAL 4
 #endif
+// Rows a lane of the vectorized reduction kernels (statistics, backward sums) takes at least: their groups
+// then have BN_RED_LANE_ROWS x TY rows (BN_RPB at least), so the block's merge and the partials are paid
+// for fewer rows when TY is large (narrow C in 16 bits: C 64 gives TY 32, 8 rows a lane at BN_RPB). 0: BN_RPB.
+// The elementwise passes keep BN_RPB-row groups (more blocks). -D overridable to A/B.
+#ifndef BN_RED_LANE_ROWS
+#define BN_RED_LANE_ROWS 0
+#endif
 
 // i's channel: 32-bit arithmetic when the tensor allows (the branch is the same for every thread)
 #define BN_CH(i, n, C) ((n) <= 0xffffffffu ? (int)((unsigned)(i) % (unsigned)(C)) : (int)((i) % (size_t)(C)))
 
 static cudaStream_t S(mo_ctx *c) { return (cudaStream_t)c->stream; }
 
-// Rows per group such that the (G, C) float2 partials and 2C floats fit the workspace, and G fits gridDim.y.
-static mo_status bn_groups(const mo_ctx *c, int M, int C, int *rpb, int *G) {
-    long long r = BN_RPB;
+// Rows per group, min_rows at least (a power of two times it), such that the (G, C) float2 partials and 2C
+// floats fit the workspace, and G fits gridDim.y.
+static mo_status bn_groups(const mo_ctx *c, int M, int C, int min_rows, int *rpb, int *G) {
+    long long r = min_rows;
     for (;;) {
         const long long g = (M + r - 1) / r;
         const size_t bytes = (size_t)g * C * sizeof(float2) + 2 * (size_t)C * sizeof(float);
@@ -264,8 +272,8 @@ __device__ __forceinline__ void bn_norm_row(float *x, const float *y, const floa
 }
 
 // out (M, C) = gamma ((x - mean) rstd) + beta; res: rounded to dt, + res, rounded again (the residual add);
-// then ReLU when relu. The statistics kernel's grid: a thread keeps its V channels' parameters in
-// registers over the group's rows (read per element, they cost more L1 traffic than the tensor).
+// then ReLU when relu. The statistics kernel's block over BN_RPB-row groups: a thread keeps its V channels'
+// parameters in registers over the group's rows (read per element, they cost more L1 traffic than the tensor).
 template <class D>
 __global__ void __launch_bounds__(BN_VT) bn_norm_vec_kernel(typename D::S *out, const typename D::S *in, const typename D::S *res,
                                    const float *mean, const float *rstd, const float *gamma, const float *beta,
@@ -392,7 +400,7 @@ __device__ __forceinline__ void bn_dx_row(float *x, const float *g, const float 
     }
 }
 
-// din = gamma rstd (dy - mean dy - xhat mean(dy xhat)), on the statistics kernel's grid
+// din = gamma rstd (dy - mean dy - xhat mean(dy xhat)), V channels a thread over BN_RPB-row groups
 template <class D>
 __global__ void __launch_bounds__(BN_VT) bn_dx_vec_kernel(typename D::S *din, const typename D::S *dy, const typename D::S *in,
                                  const float *gamma, const float *mean, const float *rstd, const float *coef,
@@ -440,17 +448,22 @@ static void bn_vec_block(int C, int V, dim3 *block, unsigned *gx) {
     *block = dim3((unsigned)tx, (unsigned)(BN_VT / tx));
     *gx = (unsigned)((C / V + tx - 1) / tx);
 }
+// the reduction kernels' rows per group at least, for their block
+static int bn_red_rows(dim3 block) {
+    const int r = BN_RED_LANE_ROWS * (int)block.y;
+    return r > BN_RPB ? r : BN_RPB;
+}
 
 extern "C" mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean,
                                          float *run_var, const void *in, const float *gamma, const float *beta,
                                          const void *res, int M, int C, float momentum, int relu) {
-    int rpb = 0, G = 0;
-    MO_TRY(bn_groups(c, M, C, &rpb, &G));
-    float2 *part = (float2 *)c->gemm_ws;
     const int vec = rn_vec_ok(mo_dtype_size(dt), C, in, out, res ? res : out, out);
     dim3 vblock;
     unsigned gx = 0;
     if (vec) bn_vec_block(C, 16 / (int)mo_dtype_size(dt), &vblock, &gx);
+    int rpb = 0, G = 0;
+    MO_TRY(bn_groups(c, M, C, vec ? bn_red_rows(vblock) : BN_RPB, &rpb, &G));
+    float2 *part = (float2 *)c->gemm_ws;
     const dim3 vgrid(gx, (unsigned)G);
     if (vec) {
 #define L(T) bn_stats_vec_kernel<T><<<vgrid, vblock, 0, S(c)>>>(part, (const T::S *)in, M, C, rpb)
@@ -476,7 +489,7 @@ extern "C" mo_status bn_own_normalize_cuda(mo_ctx *c, mo_dtype dt, void *out, co
     const size_t n = (size_t)M * C;
     if (rn_vec_ok(mo_dtype_size(dt), C, in, out, res ? res : out, out)) {
         int rpb = 0, G = 0;
-        MO_TRY(bn_groups(c, M, C, &rpb, &G));
+        MO_TRY(bn_groups(c, M, C, BN_RPB, &rpb, &G));
         dim3 vblock;
         unsigned gx = 0;
         bn_vec_block(C, 16 / (int)mo_dtype_size(dt), &vblock, &gx);
@@ -557,16 +570,17 @@ __global__ void bn_dx_kernel(typename D::S *din, const typename D::S *dy, const 
 extern "C" mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, void *dout,
                                           const void *mask, const void *in, const float *gamma, const float *mean,
                                           const float *rstd, int M, int C) {
-    int rpb = 0, G = 0;
-    MO_TRY(bn_groups(c, M, C, &rpb, &G));
-    float2 *part = (float2 *)c->gemm_ws;
-    float *coef = (float *)(part + (size_t)G * C);
     const size_t n = (size_t)M * C;
     const int vec = rn_vec_ok(mo_dtype_size(dt), C, din, dout, in, mask ? mask : in);
     dim3 vblock;
     unsigned gx = 0;
     if (vec) bn_vec_block(C, 16 / (int)mo_dtype_size(dt), &vblock, &gx);
-    const dim3 vgrid(gx, (unsigned)G);
+    int rpb = 0, G = 0, erpb = 0, eG = 0; // the sums' groups; the input gradient's (elementwise) groups
+    MO_TRY(bn_groups(c, M, C, vec ? bn_red_rows(vblock) : BN_RPB, &rpb, &G));
+    MO_TRY(bn_groups(c, M, C, BN_RPB, &erpb, &eG));
+    float2 *part = (float2 *)c->gemm_ws;
+    float *coef = (float *)(part + (size_t)G * C);
+    const dim3 vgrid(gx, (unsigned)G), egrid(gx, (unsigned)eG);
     if (vec) {
 #define L(T) bn_bwd_sums_vec_kernel<T><<<vgrid, vblock, 0, S(c)>>>(part, (T::S *)dout, (const T::S *)mask, (const T::S *)in, mean, rstd, M, C, rpb)
         DISPATCH(dt, L);
@@ -582,7 +596,7 @@ extern "C" mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, flo
     bn_bwd_final_kernel<<<(unsigned)C, 32, 0, S(c)>>>(dgamma, dbeta, coef, part, G, M, C);
     CUDA_CHECK_LAUNCH();
     if (vec) {
-#define L(T) bn_dx_vec_kernel<T><<<vgrid, vblock, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, gamma, mean, rstd, coef, M, C, rpb)
+#define L(T) bn_dx_vec_kernel<T><<<egrid, vblock, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, gamma, mean, rstd, coef, M, C, erpb)
         DISPATCH(dt, L);
 #undef L
     } else {
