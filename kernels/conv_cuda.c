@@ -19,6 +19,7 @@
 // Not thread-safe: a context is used by one thread at a time (ctx.h).
 #include "conv.h"
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <pthread.h>
@@ -724,10 +725,13 @@ static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x,
 //   weight gradient: the strided 1x1 only (0.83 vs 1.29): cuDNN's RxS ones win, the stem 5.61 vs 3.83,
 //     layer1-3 3x3 3.33 / 2.67 / 1.36 vs 1.78 / 1.59 / 1.21 (layer4 0.88 vs 0.90, a tie kept on cuDNN);
 //   input gradient: all (layer1 1.58 vs 3.35 as the flipped filter's forward, layer2 stride 2 1.29 vs 14.4).
+// Under TF32 only the stem's weight gradient (C 3, which cuDNN's fast TF32 engines do not take: 3.49 ms on
+// the H200 at batch 128), as TF32 GEMMs split over row slabs (col_wgrad_slabs).
 static int conv_is_col_gemm(const mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape *s) {
-    if ((c->conv_gemm != MO_CONV_GEMM_ALL && c->conv_gemm != MO_CONV_GEMM_AUTO) || dt != MO_F32 || c->tf32 ||
+    if ((c->conv_gemm != MO_CONV_GEMM_ALL && c->conv_gemm != MO_CONV_GEMM_AUTO) || dt != MO_F32 ||
         (s->R == 1 && s->S == 1 && s->stride == 1 && s->pad == 0))
         return 0;
+    if (c->tf32) return kind == MO_CONV_BWD_FILTER && s->C % 4 != 0 && c->conv_wgrad_split;
     if (c->conv_gemm == MO_CONV_GEMM_ALL || kind == MO_CONV_BWD_DATA) return 1;
     return kind == MO_CONV_FWD ? s->C % 4 == 0 : s->R == 1 && s->S == 1;
 }
@@ -771,6 +775,85 @@ static mo_status col_rows(mo_ctx *c, int kind, const mo_conv_shape *s, const flo
     return MO_OK;
 }
 
+// The weight gradient's GEMMs split over row slabs. A chunk's one GEMM acc (K, RSC) += dout^T @ col has a
+// small output (the stem's 64 x 147, two 128 x 128 tiles) and a long reduction (the chunk's rows), so
+// cuBLASLt ran it on a few CTAs: the stem's at 2.8 TFLOP/s and layer1's 3x3 at 6.4 on an H100 (gpu_resnet_ops
+// timing, session 12), and under TF32 cuDNN's only engines for the stem's C 3 took 3.49 ms on the H200
+// (session 21's tuning run; bf16's took 0.58). Here each chunk's rows go in slabs of L rows to one strided
+// batched GEMM (cuBLAS), part_j (K, RSC) = slab j's dout^T @ its col, the chunk's last short slab one
+// more, then acc (+)= part_0 + part_1 + ... in order (conv_sum_partials_cuda): deterministic, no atomics.
+// Workspace: [col chunk | the partials | cuBLAS's workspace, KEEP_BYTES at least]. Taken when the output
+// has fewer than 64 tiles (K and RSC in 128s), with enough slabs for about SPLIT_CTAS tiles in all; off
+// under MEMOPT_CONV_WGRAD_SPLIT=0 (one GEMM a chunk, as before). TF32 (CUBLAS_COMPUTE_32F_FAST_TF32) under
+// ctx->tf32: conv_is_col_gemm takes the stem's weight gradient then.
+#define SPLIT_CTAS 256
+int conv_wgrad_slabs(const mo_ctx *c, const mo_conv_shape *s) {
+    if (!c->conv_wgrad_split) return 0;
+    const int RSC = s->R * s->S * s->C, tiles = ((s->K + 127) / 128) * ((RSC + 127) / 128);
+    return tiles >= 64 ? 0 : (SPLIT_CTAS + tiles - 1) / tiles;
+}
+
+// *done = 0: the workspace does not take COL_ROW_ALIGN rows beside the partials (col_rows then runs it)
+static mo_status col_wgrad_slabs(mo_ctx *c, const mo_conv_shape *s, const float *x, float *acc, const float *dy,
+                                 int nsl, int *done) {
+    *done = 0;
+    const int M = s->N * s->P * s->Q, RSC = s->R * s->S * s->C, K = s->K;
+    const size_t out = (size_t)K * RSC, part_bytes = round256((size_t)(nsl + 1) * out * sizeof(float));
+    if (c->gemm_ws_bytes < KEEP_BYTES + part_bytes) return MO_OK;
+    size_t r = (c->gemm_ws_bytes - KEEP_BYTES - part_bytes) / ((size_t)RSC * sizeof(float));
+    r = r >= (size_t)M ? (size_t)M : r / COL_ROW_ALIGN * COL_ROW_ALIGN;
+    if (c->conv_col_rows > 0 && r > (size_t)c->conv_col_rows) r = (size_t)c->conv_col_rows;
+    if (r == 0) return MO_OK;
+    const int rows = (int)r;
+    int L = (rows + nsl - 1) / nsl; // a chunk: at most nsl slabs of L rows, then one shorter
+    L = (L + COL_ROW_ALIGN - 1) / COL_ROW_ALIGN * COL_ROW_ALIGN;
+    const size_t used = round256((size_t)rows * RSC * sizeof(float));
+    float *col = (float *)c->gemm_ws;                // (rows, R, S, C)
+    float *part = (float *)((char *)c->gemm_ws + used); // (nsl + 1, K, R, S, C)
+    cublasHandle_t h = (cublasHandle_t)c->cublas;
+    const float one = 1.0f, zero = 0.0f;
+    const cublasComputeType_t ct = c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+    CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH)); // the compute type alone says TF32 or not
+    // cuBLAS's workspace is the context's (ctx.c): past the chunk and the partials for these calls
+    CUBLAS_CHECK(cublasSetWorkspace(h, (char *)part + part_bytes, c->gemm_ws_bytes - used - part_bytes));
+    // st keeps the first failure; what follows it is skipped, and cuBLAS gets its whole workspace back
+#define CUBLAS_KEEP(call)                                                                                   \
+    do {                                                                                                    \
+        const cublasStatus_t s_ = st == MO_OK ? (call) : CUBLAS_STATUS_SUCCESS;                              \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                    \
+            st = MO_FAIL(s_ == CUBLAS_STATUS_ALLOC_FAILED ? MO_ERR_OOM : MO_ERR_CUBLAS, "%s: %s (%s)", #call, \
+                         cublasGetStatusString(s_), cublasGetStatusName(s_));                               \
+    } while (0)
+    mo_status st = MO_OK;
+    for (int m0 = 0; m0 < M && st == MO_OK; m0 += rows) {
+        const int mc = M - m0 < rows ? M - m0 : rows, nb = mc / L, rem = mc - nb * L;
+        const float *d0 = dy + (size_t)m0 * K; // the chunk's dout rows (mc, K)
+        st = conv_im2col_cuda(c, col, x, s, m0, mc);
+        if (st == MO_OK && c->mark_lib_writes)
+            st = mo_mark_lib_write(c, part, 0, (size_t)(nb + (rem > 0)) * out * sizeof(float), 1);
+        // column-major, as gemm_rows' weight gradient: part_j^T (RSC, K) = col_j^T (RSC, L) @ dout_j (L, K)
+        if (nb > 0)
+            CUBLAS_KEEP(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_T, RSC, K, L, &one, col, CUDA_R_32F, RSC,
+                                                   (long long)L * RSC, d0, CUDA_R_32F, K, (long long)L * K, &zero, part,
+                                                   CUDA_R_32F, RSC, (long long)out, nb, ct, CUBLAS_GEMM_DEFAULT));
+        if (rem > 0) // the short slab
+            CUBLAS_KEEP(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_T, RSC, K, rem, &one,
+                                                   col + (size_t)nb * L * RSC, CUDA_R_32F, RSC, 0,
+                                                   d0 + (size_t)nb * L * K, CUDA_R_32F, K, 0, &zero,
+                                                   part + (size_t)nb * out, CUDA_R_32F, RSC, 0, 1, ct,
+                                                   CUBLAS_GEMM_DEFAULT));
+        if (st == MO_OK) st = conv_sum_partials_cuda(c, acc, part, nb + (rem > 0), out, m0 > 0);
+    }
+    const mo_status fst = st; // the workspace back even after a failure, which stays the one reported
+    st = MO_OK;
+    CUBLAS_KEEP(cublasSetWorkspace(h, c->gemm_ws, c->gemm_ws_bytes));
+#undef CUBLAS_KEEP
+    if (fst != MO_OK) return fst;
+    if (st == MO_OK) *done = 1;
+    return st;
+}
+
 static mo_status col_forward(mo_ctx *c, const mo_conv_shape *s, float *out, const float *in, const float *w,
                              int *done) {
     return col_rows(c, MO_CONV_FWD, s, in, (float *)w, out, done);
@@ -780,7 +863,11 @@ static mo_status col_forward(mo_ctx *c, const mo_conv_shape *s, float *out, cons
 // GEMM algorithm leaves dw untouched, so cuDNN can still run it all.
 static mo_status col_backward_filter(mo_ctx *c, const mo_conv_shape *s, float *dw, const float *dout,
                                      const float *in, float *acc, int *done) {
-    MO_TRY(col_rows(c, MO_CONV_BWD_FILTER, s, in, acc, (float *)dout, done));
+    const int nsl = conv_wgrad_slabs(c, s);
+    *done = 0;
+    if (nsl > 0) MO_TRY(col_wgrad_slabs(c, s, in, acc, dout, nsl, done));
+    // one fp32 GEMM a chunk otherwise; not under TF32 (cuDNN's engine then: the TF32 path is the slabs')
+    if (!*done && !c->tf32) MO_TRY(col_rows(c, MO_CONV_BWD_FILTER, s, in, acc, (float *)dout, done));
     if (*done) MO_TRY(accumulate_f32_from_cuda(c, MO_F32, dw, acc, (size_t)s->K * s->R * s->S * s->C));
     return MO_OK;
 }

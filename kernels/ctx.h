@@ -103,6 +103,9 @@ typedef struct mo_ctx {
                                   // workspace; MO_CONV_GEMM_1X1
                                   // (MEMOPT_CONV_GEMM=1x1) the 1x1 stride-1 ones only; MO_CONV_GEMM_NONE
                                   // (MEMOPT_CONV_GEMM=0) none, all on cuDNN
+    int conv_wgrad_split;         // fp32 weight gradients through im2col split over row slabs, one strided
+                                  // batched GEMM a chunk (1, the default; conv_cuda.c col_wgrad_slabs says
+                                  // why); MEMOPT_CONV_WGRAD_SPLIT=0 sets 0 (one GEMM a chunk)
     int conv_dgrad_chunk;         // tests: at most this many images a chunk of the fp32 input gradients that
                                   // run in chunks (im2col's and the strided ones; conv_cuda.c; 0: as many as
                                   // the workspace takes)

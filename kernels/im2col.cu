@@ -111,3 +111,22 @@ extern "C" mo_status conv_col2im_cuda(mo_ctx *c, float *din, const float *dcol, 
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }
+
+// acc (n) = (add ? acc : 0) + part[0] + part[1] + ... + part[count - 1], each part (n) fp32, summed in that
+// order (the split weight gradient's slabs, conv_cuda.c col_wgrad_slabs): a thread per element, the
+// partials read coalesced across threads. Deterministic: a fixed order, no atomics.
+__global__ void sum_partials_kernel(float *acc, const float *part, int count, int n, int add) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)n; i += gridDim.x * blockDim.x) {
+        float s = add ? acc[i] : 0.0f;
+        for (int j = 0; j < count; j++) s += part[(size_t)j * n + i];
+        acc[i] = s;
+    }
+}
+
+extern "C" mo_status conv_sum_partials_cuda(mo_ctx *c, float *acc, const float *part, int count, size_t n, int add) {
+    if (n > INT_MAX || count < 0) return MO_FAIL(MO_ERR_INVALID, "conv_sum_partials: %d partials of %zu", count, n);
+    if (n == 0) return MO_OK;
+    sum_partials_kernel<<<mx_grid(n), MX_THREADS, 0, stream_of(c)>>>(acc, part, count, (int)n, add);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}

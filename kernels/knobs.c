@@ -19,6 +19,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_CONV_GEMM", "auto|all|1x1|0: fp32 convolutions as cuBLASLt GEMMs: where faster (default), all (im2col), 1x1 stride-1 only, none"},
     {"MEMOPT_CONV_TABLE", "0: the stored cuDNN convolution engine choices ignored"},
     {"MEMOPT_CONV_TUNE", "1: every new convolution plan times its deterministic candidates that fit"},
+    {"MEMOPT_CONV_WGRAD_SPLIT", "0: im2col weight gradients as one GEMM a chunk, not split over row slabs"},
     {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},
     {"MEMOPT_FUSE_EPILOGUES", "1|0: the GEMM epilogue fusions forced on or off (default: 16-bit only)"},
     {"MEMOPT_GEMM_TABLE", "0: the stored cuBLASLt choices ignored"},

@@ -105,10 +105,14 @@ mo_status conv_scatter_cuda(mo_ctx *c, float *din, const float *cmp, int n, int 
 // conv_im2col_cpu's and conv_col2im_cpu's kernels (im2col.cu), the same bits (fp32)
 mo_status conv_im2col_cuda(mo_ctx *c, float *col, const float *x, const mo_conv_shape *s, int m0, int rows);
 mo_status conv_col2im_cuda(mo_ctx *c, float *din, const float *dcol, const mo_conv_shape *s, int n);
+// acc (n) = (add ? acc : 0) + part[0] + ... + part[count - 1] (count partials of n fp32 each), in that order
+mo_status conv_sum_partials_cuda(mo_ctx *c, float *acc, const float *part, int count, size_t n, int add);
 // The chunks conv_cuda.c runs s's fp32 im2col GEMMs in with the context's workspace now: rows of the
 // column matrix a chunk of the forward and the weight gradient, images a chunk of the input gradient
 // (0: the path does not fit, or does not take s)
 void conv_col_chunks(const mo_ctx *c, const mo_conv_shape *s, int *rows, int *images);
+// The row slabs a chunk of s's im2col weight gradient is split into (conv_cuda.c col_wgrad_slabs; 0: one GEMM)
+int conv_wgrad_slabs(const mo_ctx *c, const mo_conv_shape *s);
 // dw (n) fp32 += float(g (n) of dt)
 mo_status accumulate_f32_from_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *g, size_t n);
 // The context's cuDNN handle (cudnnHandle_t), created at the first use, on c->stream.

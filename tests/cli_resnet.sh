@@ -32,6 +32,9 @@ bad "--ckpt segments:17: more than the 16 residual blocks" run "${R[@]}" --ckpt 
 MEMOPT_CONV_GEMM=1 "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "MEMOPT_CONV_GEMM=1: expected auto, all, 1x1 or 0" "$tmp/err" &&
   ok || no "MEMOPT_CONV_GEMM=1: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/err")"
+MEMOPT_CONV_WGRAD_SPLIT=yes "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "MEMOPT_CONV_WGRAD_SPLIT=yes: expected 0 or 1" "$tmp/err" &&
+  ok || no "MEMOPT_CONV_WGRAD_SPLIT=yes: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/err")"
 bad "--ckpt every:17: more than the 16 residual blocks" run "${R[@]}" --ckpt every:17
 bad "--heads: not a flag of model resnet" run "${R[@]}" --heads 4
 

@@ -167,8 +167,17 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     for (const prec *q = pr; q < precs + 4 && q->dt == dt && (q == pr || q->tf32); q++) {
     if (q != pr) printf("conv %s %s: the same inputs and reference\n", q->name, label);
     gc->tf32 = q->tf32;
+#ifdef MEMOPT_HAVE_CUDA
+    const long wruns0 = gc->conv_col_runs[2]; // [2]: MO_CONV_BWD_FILTER (conv_table.h)
+#endif
     int ok = conv_twice(dt, &s, &d, dw0, y, dx, dw);
 #ifdef MEMOPT_HAVE_CUDA
+    // TF32 takes the stem's weight gradient (C not a multiple of 4) as TF32 GEMMs over row slabs, not
+    // cuDNN's engine (conv_cuda.c): both runs must have gone that way, or the check above was of cuDNN
+    if (ok && q->tf32 && C % 4 != 0)
+        CHECK_MSG(gc->conv_col_runs[2] - wruns0 == 2,
+                  "%s %s: the weight gradient ran %ld times as TF32 slab GEMMs of 2 (a fallback to cuDNN)", q->name,
+                  label, gc->conv_col_runs[2] - wruns0);
     // cuDNN writes every element of the staged filter gradient: the same call with its scratch poisoned
     // (NaN) must give run 0's bits, NaN-free. compute-sanitizer's initcheck reports acc_f32_kernel's reads
     // of that scratch when it is fresh memory (tools/gpu_sanitize.sh); this shows the bytes it reads are
@@ -201,9 +210,9 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     // GEMMs in those natural chunks too. Each GEMM run counts its passes (conv_col_runs), so a silent
     // fallback to cuDNN, which would match the reference as well, fails the check.
     void *yc[2] = {NULL, NULL}, *dxc[2] = {NULL, NULL}, *yf[2] = {NULL, NULL}, *dxf[2] = {NULL, NULL};
-    void *yn[2] = {NULL, NULL}, *dxn[2] = {NULL, NULL};
-    float *dwc[2] = {NULL, NULL}, *dwf[2] = {NULL, NULL}, *dwn[2] = {NULL, NULL};
-    int okc = 0, okf = 0, okn = 0;
+    void *yn[2] = {NULL, NULL}, *dxn[2] = {NULL, NULL}, *yu[2] = {NULL, NULL}, *dxu[2] = {NULL, NULL};
+    float *dwc[2] = {NULL, NULL}, *dwf[2] = {NULL, NULL}, *dwn[2] = {NULL, NULL}, *dwu[2] = {NULL, NULL};
+    int okc = 0, okf = 0, okn = 0, oku = 0;
     if (ok && dt == MO_F32 && !q->tf32 && !(R == 1 && st == 1 && pad == 0)) {
         for (int k = 0; k < 2; k++) {
             yc[k] = hnew(ny * e), dxc[k] = hnew(nx * e), dwc[k] = fnew(nw);
@@ -226,6 +235,17 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
         for (int k = 0; k < 3 && okc; k++)
             CHECK_MSG(gc->conv_col_runs[k] - runs0[k] == 2, "%s %s: pass %d ran %ld times as im2col GEMMs of 2 (a fallback)",
                       q->name, label, k, gc->conv_col_runs[k] - runs0[k]);
+        // the same chunks with the weight gradient as one GEMM a chunk (MEMOPT_CONV_WGRAD_SPLIT=0), not the
+        // row slabs' batched GEMMs and their in-order sum that the default runs where the output is small
+        for (int k = 0; k < 2; k++) yu[k] = hnew(ny * e), dxu[k] = hnew(nx * e), dwu[k] = fnew(nw);
+        gc->conv_wgrad_split = 0;
+        memcpy(runs0, gc->conv_col_runs, sizeof runs0);
+        oku = rows > 0 && imgs > 0 && conv_twice(dt, &s, &d, dw0, yu, dxu, dwu);
+        if (oku)
+            CHECK_MSG(gc->conv_col_runs[2] - runs0[2] == 2,
+                      "%s %s: the unsplit weight gradient ran %ld times as im2col GEMMs of 2", q->name, label,
+                      gc->conv_col_runs[2] - runs0[2]);
+        gc->conv_wgrad_split = 1;
         gc->conv_col_rows = 0;
         gc->conv_dgrad_chunk = 0;
         if (rows0 < M || imgs0 < N) {
@@ -248,10 +268,11 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     if (ok) conv_check(q->name, dt, tol_conv(q), &s, y, dx, dw, y_ref, dx_ref, dwr, dw0, "");
 #ifdef MEMOPT_HAVE_CUDA
     if (okc) conv_check(q->name, dt, tol_conv(q), &s, yc, dxc, dwc, y_ref, dx_ref, dwr, dw0, ", all passes im2col, chunked");
+    if (oku) conv_check(q->name, dt, tol_conv(q), &s, yu, dxu, dwu, y_ref, dx_ref, dwr, dw0, ", all passes im2col, chunked, weight gradient unsplit");
     if (okf) conv_check(q->name, dt, tol_conv(q), &s, yf, dxf, dwf, y_ref, dx_ref, dwr, dw0, ", CONV_GEMM=1x1");
     if (okn) conv_check(q->name, dt, tol_conv(q), &s, yn, dxn, dwn, y_ref, dx_ref, dwr, dw0, ", all passes im2col, workspace chunks");
     for (int k = 0; k < 2; k++) free(yc[k]), free(dxc[k]), free(dwc[k]), free(yf[k]), free(dxf[k]), free(dwf[k]);
-    for (int k = 0; k < 2; k++) free(yn[k]), free(dxn[k]), free(dwn[k]);
+    for (int k = 0; k < 2; k++) free(yn[k]), free(dxn[k]), free(dwn[k]), free(yu[k]), free(dxu[k]), free(dwu[k]);
 #endif
     }
     dfree(d.x); dfree(d.w); dfree(d.dy); dfree(d.y); dfree(d.dx); dfree(d.dw);
@@ -707,6 +728,10 @@ static void timing_col_gemm(void) {
             for (int op = 0; op < 3; op++) ms[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
             sum[v] += ms[v][0] + ms[v][1] + ms[v][2];
         }
+        gc->conv_gemm = MO_CONV_GEMM_ALL; // the weight gradient as one GEMM a chunk (what the slabs replace)
+        gc->conv_wgrad_split = 0;
+        const double unsplit = time_op(2, &precs[0], &t, x, w, y, dw, bn, 0);
+        gc->conv_wgrad_split = 1;
         gc->conv_gemm = MO_CONV_GEMM_AUTO;
         const double g = mo_conv_flops(&t) * 1e-9;
         const int M = 128 * t.P * t.Q;
@@ -716,6 +741,15 @@ static void timing_col_gemm(void) {
                g / ms[0][0], ms[0][1], g / ms[0][1], ms[0][2], g / ms[0][2]);
         printf("    cuDNN        fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f), bwd filter %.3f (%.1f)\n", ms[1][0],
                g / ms[1][0], ms[1][1], g / ms[1][1], ms[1][2], g / ms[1][2]);
+        printf("    bwd filter as one GEMM a chunk (MEMOPT_CONV_WGRAD_SPLIT=0) %.3f ms (%.1f); %d row slabs a chunk\n",
+               unsplit, g / unsplit, conv_wgrad_slabs(gc, &t));
+        if (j == 0) { // the stem under TF32: its weight gradient as TF32 slab GEMMs (auto) or on cuDNN (1x1)
+            const double ta = time_op(2, &precs[1], &t, x, w, y, dw, bn, 0);
+            gc->conv_gemm = MO_CONV_GEMM_1X1;
+            const double tc = time_op(2, &precs[1], &t, x, w, y, dw, bn, 0);
+            gc->conv_gemm = MO_CONV_GEMM_AUTO;
+            printf("    tf32 bwd filter: TF32 slab GEMMs %.3f ms (%.1f), cuDNN %.3f (%.1f)\n", ta, g / ta, tc, g / tc);
+        }
     }
     printf("  the seven shapes' three passes: %.3f ms as im2col GEMMs, %.3f on cuDNN\n", sum[0], sum[1]);
     dfree(x), dfree(y), dfree(w), dfree(dw);
