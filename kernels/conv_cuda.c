@@ -783,14 +783,19 @@ static mo_status col_rows(mo_ctx *c, int kind, const mo_conv_shape *s, const flo
 // batched GEMM (cuBLAS), part_j (K, RSC) = slab j's dout^T @ its col, the chunk's last short slab one
 // more, then acc (+)= part_0 + part_1 + ... in order (conv_sum_partials_cuda): deterministic, no atomics.
 // Workspace: [col chunk | the partials | cuBLAS's workspace, KEEP_BYTES at least]. Taken when the output
-// has fewer than 64 tiles (K and RSC in 128s), with enough slabs for about SPLIT_CTAS tiles in all; off
+// has fewer than 8 tiles (K and RSC in 128s), with enough slabs for about SPLIT_CTAS tiles in all; off
 // under MEMOPT_CONV_WGRAD_SPLIT=0 (one GEMM a chunk, as before). TF32 (CUBLAS_COMPUTE_32F_FAST_TF32) under
-// ctx->tf32: conv_is_col_gemm takes the stem's weight gradient then.
+// ctx->tf32: conv_is_col_gemm takes the stem's weight gradient then. gpu_resnet_ops timing at batch 128,
+// 32 MiB workspace, H100 (session 21), ms, slabs / one GEMM a chunk / cuDNN: the stem (2 tiles) 4.28 /
+// 5.64 / 3.56, TF32 3.82 / - / 3.58; layer1 3x3 (5) 2.00 / 3.09 / 1.78; layer2 3x3 (9) 1.94 / 2.54 / 1.59;
+// layer3 3x3 (36) 1.87 / 1.36 / 1.21; layer2's strided 1x1 (8, auto's GEMM) 0.85 / 0.82 / 1.28. At the
+// ResNet's 256 MiB (fewer, longer chunks) the TF32 stem's slabs took 0.6 ms off the tf32 step (48.0 and
+// 47.9 against 48.6 and 48.5 ms, two interleaved rounds, H100).
 #define SPLIT_CTAS 256
 int conv_wgrad_slabs(const mo_ctx *c, const mo_conv_shape *s) {
     if (!c->conv_wgrad_split) return 0;
     const int RSC = s->R * s->S * s->C, tiles = ((s->K + 127) / 128) * ((RSC + 127) / 128);
-    return tiles >= 64 ? 0 : (SPLIT_CTAS + tiles - 1) / tiles;
+    return tiles >= 8 ? 0 : (SPLIT_CTAS + tiles - 1) / tiles;
 }
 
 // *done = 0: the workspace does not take COL_ROW_ALIGN rows beside the partials (col_rows then runs it)
