@@ -725,8 +725,8 @@ static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x,
 //   weight gradient: the strided 1x1 only (0.83 vs 1.29): cuDNN's RxS ones win, the stem 5.61 vs 3.83,
 //     layer1-3 3x3 3.33 / 2.67 / 1.36 vs 1.78 / 1.59 / 1.21 (layer4 0.88 vs 0.90, a tie kept on cuDNN);
 //   input gradient: all (layer1 1.58 vs 3.35 as the flipped filter's forward, layer2 stride 2 1.29 vs 14.4).
-// Under TF32 only the stem's weight gradient (C 3, which cuDNN's fast TF32 engines do not take: 3.49 ms on
-// the H200 at batch 128), as TF32 GEMMs split over row slabs (col_wgrad_slabs).
+// Under TF32 only the stem's weight gradient (C 3: cuDNN 9.14's deterministic TF32 engines for it took 3.49 ms
+// on the H200 at batch 128, the 16-bit ones 0.3-0.6), as TF32 GEMMs split over row slabs (col_wgrad_slabs).
 static int conv_is_col_gemm(const mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape *s) {
     if ((c->conv_gemm != MO_CONV_GEMM_ALL && c->conv_gemm != MO_CONV_GEMM_AUTO) || dt != MO_F32 ||
         (s->R == 1 && s->S == 1 && s->stride == 1 && s->pad == 0))
@@ -778,8 +778,8 @@ static mo_status col_rows(mo_ctx *c, int kind, const mo_conv_shape *s, const flo
 // The weight gradient's GEMMs split over row slabs. A chunk's one GEMM acc (K, RSC) += dout^T @ col has a
 // small output (the stem's 64 x 147, two 128 x 128 tiles) and a long reduction (the chunk's rows), so
 // cuBLASLt ran it on a few CTAs: the stem's at 2.8 TFLOP/s and layer1's 3x3 at 6.4 on an H100 (gpu_resnet_ops
-// timing, session 12), and under TF32 cuDNN's only engines for the stem's C 3 took 3.49 ms on the H200
-// (session 21's tuning run; bf16's took 0.58). Here each chunk's rows go in slabs of L rows to one strided
+// timing, session 12), and under TF32 cuDNN's deterministic engines for the stem's C 3 took 3.49 ms on the
+// H200 (session 21's tuning run, the best of 3 kept; bf16's took 0.58). Here each chunk's rows go in slabs of L rows to one strided
 // batched GEMM (cuBLAS), part_j (K, RSC) = slab j's dout^T @ its col, the chunk's last short slab one
 // more, then acc (+)= part_0 + part_1 + ... in order (conv_sum_partials_cuda): deterministic, no atomics.
 // Workspace: [col chunk | the partials | cuBLAS's workspace, KEEP_BYTES at least]. Taken when the output
@@ -819,7 +819,8 @@ static mo_status col_wgrad_slabs(mo_ctx *c, const mo_conv_shape *s, const float 
     const float one = 1.0f, zero = 0.0f;
     const cublasComputeType_t ct = c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
-    CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH)); // the compute type alone says TF32 or not
+    // as every other caller of this handle sets it; the compute type alone says TF32 or not
+    CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     // cuBLAS's workspace is the context's (ctx.c): past the chunk and the partials for these calls
     CUBLAS_CHECK(cublasSetWorkspace(h, (char *)part + part_bytes, c->gemm_ws_bytes - used - part_bytes));
     // st keeps the first failure; what follows it is skipped, and cuBLAS gets its whole workspace back
