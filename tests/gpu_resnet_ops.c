@@ -172,8 +172,9 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
 #endif
     int ok = conv_twice(dt, &s, &d, dw0, y, dx, dw);
 #ifdef MEMOPT_HAVE_CUDA
-    // TF32 takes the stem's weight gradient (C not a multiple of 4, not 1x1 stride 1) as TF32 GEMMs over row slabs, not
-    // cuDNN's engine (conv_cuda.c): both runs must have gone that way, or the check above was of cuDNN
+    // TF32 takes the stem's weight gradient (C not a multiple of 4, not 1x1 stride 1) as TF32 GEMMs over
+    // row slabs, not cuDNN's engine (conv_cuda.c): both runs must have gone that way, or the check below is
+    // of cuDNN
     if (ok && q->tf32 && C % 4 != 0 && !(R == 1 && st == 1 && pad == 0))
         CHECK_MSG(gc->conv_col_runs[2] - wruns0 == 2,
                   "%s %s: the weight gradient ran %ld times as TF32 slab GEMMs of 2 (a fallback to cuDNN)", q->name,
