@@ -15,9 +15,9 @@
 // Each pass has a vectorized form (16 bytes a thread, below the scalar kernels) used when C and the
 // pointers allow; the forward's normalize pass can add a residual before the ReLU, and the backward's
 // first pass can apply a ReLU mask to dy in place (batchnorm.h's fused forms).
-// The partial sums live in the context's library workspace (ctx->gemm_ws, the model's budget unless MEMOPT_WORKSPACE_MIB,
-// already counted as workspace on every backend), so the dry backend's peak needs nothing new; the rows per group grow
-// until the partials fit it.
+// The partial sums live in the context's library workspace (ctx->gemm_ws, the model's budget unless
+// MEMOPT_WORKSPACE_MIB, already counted as workspace on every backend), so the dry backend's peak needs
+// nothing new; the rows per group grow until the partials fit it.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -33,11 +33,12 @@
 #define BN_RPB 256 // rows per group at least (-D overridable to A/B)
 #endif
 // Rows whose loads a vectorized kernel's thread issues at once: the statistics, the normalize and the
-// backward's two passes; BN_UNROLL_FINAL: groups' partials a lane of the final merges loads at once. Any value
-// gives the same bits; 1 gives the one-row loops. Set at build time (-DBN_UNROLL_STATS=1 ...) to A/B them in
-// one call. ResNet-50 batch 128 on an H100 (session 21, two interleaved rounds, median of 10 steps), the one-row
-// loops against these: fp32 115.44 / 115.48 -> 114.79 / 114.84 ms, tf32 49.62 / 49.67 -> 49.13 / 49.07, bf16
-// 26.68 / 26.64 -> 26.52 / 26.62. Normalize 2 rows: bf16 27.09 / 27.11; BN_RPB 512: bf16 27.22 / 27.17 (slower).
+// backward's two passes; BN_UNROLL_FINAL: groups' partials a lane of the final merges loads at once. Any
+// value gives the same bits; 1 gives the one-row loops. Set at build time (-DBN_UNROLL_STATS=1 ...) to A/B
+// them in one call. ResNet-50 batch 128 on an H100 (session 21, two interleaved rounds, median of 10
+// steps), the one-row loops against these: fp32 115.44 / 115.48 -> 114.79 / 114.84 ms, tf32 49.62 / 49.67
+// -> 49.13 / 49.07, bf16 26.68 / 26.64 -> 26.52 / 26.62. Normalize 2 rows: bf16 27.09 / 27.11; BN_RPB 512:
+// bf16 27.22 / 27.17 (slower).
 #ifndef BN_UNROLL_STATS
 #define BN_UNROLL_STATS 4
 #endif

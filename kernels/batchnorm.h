@@ -35,8 +35,8 @@ mo_status mo_batchnorm_normalize(mo_ctx *c, mo_dtype dt, void *out, const void *
                                  const float *beta, const float *mean, const float *rstd, const void *res, int M,
                                  int C, int relu);
 // din (M,C) dt overwritten, and may be in (each element of in is read before its din is written; not with
-// MEMOPT_BN=cudnn, whose backward does not promise it: MO_ERR_INVALID); dgamma, dbeta (C) fp32 +=. out is the forward's output: read for the ReLU mask
-// when relu (dout is taken as 0 where out <= 0), ignored otherwise (may be NULL).
+// MEMOPT_BN=cudnn, whose backward does not promise it: MO_ERR_INVALID); dgamma, dbeta (C) fp32 +=. out is
+// the forward's output: read for the ReLU mask when relu (dout is taken as 0 where out <= 0), ignored otherwise (may be NULL).
 // Scratch: mo_batchnorm_backward_scratch_bytes (the masked dout, when relu).
 mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
                                 const void *in, const void *out, const float *gamma, const float *mean,

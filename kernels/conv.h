@@ -10,9 +10,9 @@
 // fp32 accumulation; each dt output rounded once. fp32 convolutions use TF32 tensor cores only when
 // ctx->tf32. dw is fp32 and accumulates (+=); in 16 bits the gradient of the 16-bit weight copy is
 // rounded to dt first and then added in fp32 (dw += float(round_dt(g))), as PyTorch autocast does.
-// Workspace: the context's GEMM workspace (c->gemm_ws, c->gemm_ws_bytes: a fixed budget per context, the model's
-// (the ResNet's 256 MiB) unless MEMOPT_WORKSPACE_MIB; cuDNN engines that need more are not used), so a convolution allocates nothing but the backward filter's
-// staging buffer (mo_conv_backward_filter_scratch_bytes), taken on every backend: cuDNN writes the
+// Workspace: the context's GEMM workspace (c->gemm_ws, c->gemm_ws_bytes: a fixed budget per context, the
+// model's (the ResNet's 256 MiB) unless MEMOPT_WORKSPACE_MIB; cuDNN engines that need more are not used),
+// so a convolution allocates nothing but the backward filter's staging buffer (mo_conv_backward_filter_scratch_bytes), taken on every backend: cuDNN writes the
 // gradient there (beta 0, which every engine takes; beta 1 in place is not guaranteed) and a kernel adds
 // it to dw.
 // Deterministic: only cuDNN engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC run. The engine is chosen

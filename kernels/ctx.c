@@ -127,12 +127,12 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
                    : strcmp(cg, "all") == 0            ? MO_CONV_GEMM_ALL
                    : strcmp(cg, "1x1") == 0            ? MO_CONV_GEMM_1X1
                                                        : MO_CONV_GEMM_NONE;
-    const char *ws = getenv("MEMOPT_CONV_WGRAD_SPLIT");
-    if (ws && *ws && strcmp(ws, "0") != 0 && strcmp(ws, "1") != 0) {
+    const char *wsp = getenv("MEMOPT_CONV_WGRAD_SPLIT");
+    if (wsp && *wsp && strcmp(wsp, "0") != 0 && strcmp(wsp, "1") != 0) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_WGRAD_SPLIT=%s: expected 0 or 1", ws);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_WGRAD_SPLIT=%s: expected 0 or 1", wsp);
     }
-    c->conv_wgrad_split = !(ws && strcmp(ws, "0") == 0);
+    c->conv_wgrad_split = !(wsp && strcmp(wsp, "0") == 0);
     const char *bn = getenv("MEMOPT_BN");
     c->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");

@@ -120,10 +120,10 @@ typedef struct mo_model_ops {
     void (*info)(void *m, mo_model_step_info *out);
 
     const mo_model_split_ops *split;
-    const char *no_split_reason;
+    const char *no_split_reason; // split == NULL: why, for the --tp/--pp refusal (NULL: none given)
     // The libraries' workspace budget of its runs (cuBLASLt, cuDNN, the im2col chunks: ctx.h), MiB; 0: the
     // suite's 32 (MO_GEMM_WORKSPACE_BYTES). MEMOPT_WORKSPACE_MIB overrides it. mo_model_workspace_bytes.
-    int workspace_mib; // split == NULL: why, for the --tp/--pp refusal (NULL: none given)
+    int workspace_mib;
 } mo_model_ops;
 
 // The registry. Built-in models are there from the start; mo_model_register adds one (tests), a

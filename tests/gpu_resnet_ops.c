@@ -27,6 +27,7 @@
 
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
+#include "kernels/conv_table.h" // MO_CONV_FWD, _BWD_DATA, _BWD_FILTER: conv_col_runs' index
 #include "kernels/ops_mixed.h"
 #include "kernels/pool.h"
 #ifdef MEMOPT_HAVE_CUDA
@@ -168,7 +169,7 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     if (q != pr) printf("conv %s %s: the same inputs and reference\n", q->name, label);
     gc->tf32 = q->tf32;
 #ifdef MEMOPT_HAVE_CUDA
-    const long wruns0 = gc->conv_col_runs[2]; // [2]: MO_CONV_BWD_FILTER (conv_table.h)
+    const long wruns0 = gc->conv_col_runs[MO_CONV_BWD_FILTER];
 #endif
     int ok = conv_twice(dt, &s, &d, dw0, y, dx, dw);
 #ifdef MEMOPT_HAVE_CUDA
@@ -176,9 +177,9 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     // row slabs, not cuDNN's engine (conv_cuda.c): both runs must have gone that way, or the check below is
     // of cuDNN
     if (ok && q->tf32 && C % 4 != 0 && !(R == 1 && st == 1 && pad == 0))
-        CHECK_MSG(gc->conv_col_runs[2] - wruns0 == 2,
+        CHECK_MSG(gc->conv_col_runs[MO_CONV_BWD_FILTER] - wruns0 == 2,
                   "%s %s: the weight gradient ran %ld times as TF32 slab GEMMs of 2 (a fallback to cuDNN)", q->name,
-                  label, gc->conv_col_runs[2] - wruns0);
+                  label, gc->conv_col_runs[MO_CONV_BWD_FILTER] - wruns0);
     // cuDNN writes every element of the staged filter gradient: the same call with its scratch poisoned
     // (NaN) must give run 0's bits, NaN-free. compute-sanitizer's initcheck reports acc_f32_kernel's reads
     // of that scratch when it is fresh memory (tools/gpu_sanitize.sh); this shows the bytes it reads are
@@ -243,9 +244,9 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
         memcpy(runs0, gc->conv_col_runs, sizeof runs0);
         oku = rows > 0 && imgs > 0 && conv_twice(dt, &s, &d, dw0, yu, dxu, dwu);
         if (oku)
-            CHECK_MSG(gc->conv_col_runs[2] - runs0[2] == 2,
+            CHECK_MSG(gc->conv_col_runs[MO_CONV_BWD_FILTER] - runs0[MO_CONV_BWD_FILTER] == 2,
                       "%s %s: the unsplit weight gradient ran %ld times as im2col GEMMs of 2", q->name, label,
-                      gc->conv_col_runs[2] - runs0[2]);
+                      gc->conv_col_runs[MO_CONV_BWD_FILTER] - runs0[MO_CONV_BWD_FILTER]);
         gc->conv_wgrad_split = 1;
         gc->conv_col_rows = 0;
         gc->conv_dgrad_chunk = 0;

@@ -72,24 +72,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     // CI). Rows past 4096 of them are read, keyed, compared and plotted, not traced: neither timed nor
     // given to the fit.
     mo_csv_row *tr = nr ? malloc(nr * sizeof *tr) : NULL;
+    mo_run_config *trc = nr ? malloc(nr * sizeof *trc) : NULL; // tr[i]'s configuration, validated once
     size_t nt = 0;
-    for (size_t i = 0; tr && i < nr; i++) {
+    for (size_t i = 0; tr && trc && i < nr; i++) {
         mo_run_config rc;
         if (mo_plan_config_from_row(&rows[i], &rc) != MO_OK) continue;
         if (mo_run_config_validate(&rc) != MO_OK) continue;
         if ((long long)rc.layers * (rc.accum > 0 ? rc.accum : 1) > 4096) continue;
+        trc[nt] = rc;
         tr[nt++] = rows[i];
     }
     for (size_t i = 0; h200 && i < nt; i++) {
-        mo_run_config rc;
-        if (mo_plan_config_from_row(&tr[i], &rc) != MO_OK || mo_run_config_validate(&rc) != MO_OK) continue;
         mo_roofline roof;
-        mo_roofline_step(&rc, h200, &roof);
+        mo_roofline_step(&trc[i], h200, &roof);
         mo_plan_calib c;
         mo_plan_calib_fit(&c, h200, tr, nt, (long)i);
-        (void)mo_plan_step_ms(&roof, &c, rc.precision);
+        (void)mo_plan_step_ms(&roof, &c, trc[i].precision);
     }
     free(tr);
+    free(trc);
     // plot: the data files of the four figures
     (void)mo_plot_results(rows, nr, outdir, NULL);
     mo_clear_error();
