@@ -97,7 +97,8 @@ done:
 }
 
 // din[n,h,w,c] = sum over r, s with h = p*st-pad+r, w = q*st-pad+s, and k of dout[n,p,q,k] * w[k,r,s,c]
-mo_status conv_backward_data_cpu(mo_dtype dt, void *din, const void *dout, const void *w, const mo_conv_shape *s) {
+// add: din = round_dt(float(din) + that sum) instead (one rounding)
+static mo_status dgrad_cpu(mo_dtype dt, void *din, const void *dout, const void *w, const mo_conv_shape *s, int add) {
     CONV_DIMS;
     const size_t nout = (size_t)N * P * Q * K, nw = (size_t)K * R * S * C;
     float *dy = to_f32(dt, dout, nout), *f = to_f32(dt, w, nw), *acc = malloc((size_t)C * sizeof *acc);
@@ -124,11 +125,19 @@ mo_status conv_backward_data_cpu(mo_dtype dt, void *din, const void *dout, const
                     }
                 }
                 const size_t o = (((size_t)n * H + h) * W + ww) * C;
-                for (int ch = 0; ch < C; ch++) rn_st(dt, din, o + ch, acc[ch]);
+                for (int ch = 0; ch < C; ch++) rn_st(dt, din, o + ch, add ? rn_ld(dt, din, o + ch) + acc[ch] : acc[ch]);
             }
 done:
     free(dy), free(f), free(acc);
     return rs;
+}
+
+mo_status conv_backward_data_cpu(mo_dtype dt, void *din, const void *dout, const void *w, const mo_conv_shape *s) {
+    return dgrad_cpu(dt, din, dout, w, s, 0);
+}
+
+mo_status conv_backward_data_add_cpu(mo_dtype dt, void *din, const void *dout, const void *w, const mo_conv_shape *s) {
+    return dgrad_cpu(dt, din, dout, w, s, 1);
 }
 
 // g[k,r,s,c] = sum over n, p, q of dout[n,p,q,k] * in[n, p*st-pad+r, q*st-pad+s, c]; dw += float(round_dt(g))
@@ -204,6 +213,21 @@ mo_status mo_conv_backward_data(mo_ctx *c, mo_dtype dt, void *din, const void *d
     case MO_BACKEND_DRY: return MO_OK;
     }
     return MO_FAIL(MO_ERR_INTERNAL, "conv_backward_data: unknown backend %d", (int)c->backend);
+}
+
+mo_status mo_conv_backward_data_add(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
+                                    const mo_conv_shape *s) {
+    MO_TRY(resnet_check_dtype(dt, "conv_backward_data_add"));
+    MO_TRY(mo_conv_shape_check(s, "conv_backward_data_add"));
+    // conv_bwd_data's bytes and din read once more (the add in the epilogue)
+    const double e = (double)mo_dtype_size(dt), nin = (double)s->N * s->H * s->W * s->C;
+    mo_cost_record(c, "conv_bwd_data", MO_COST_CONV, mo_conv_flops(s), conv_bytes(dt, s) + e * nin);
+    switch (c->backend) {
+    case MO_BACKEND_CPU: return conv_backward_data_add_cpu(dt, din, dout, w, s);
+    case MO_BACKEND_CUDA: CONV_CUDA(conv_backward_data_add_cuda(c, dt, din, dout, w, s));
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "conv_backward_data_add: unknown backend %d", (int)c->backend);
 }
 
 mo_status mo_conv_backward_filter(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,

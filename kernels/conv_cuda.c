@@ -31,6 +31,8 @@
 #include "cuda_check.h"
 #include "lib_writes.h"
 #include "lt_gemm.h"
+#include "ops_mixed_impl.h"
+#include "residual.h"
 #include "resnet_ops_impl.h"
 
 #define DNN_SLOTS 256    // ResNet-152 has ~60 distinct convolution keys per precision (x3 kinds)
@@ -422,14 +424,21 @@ static mo_status time_plan(mo_ctx *c, mo_dnn_cache *d, cudnnBackendDescriptor_t 
     return st;
 }
 
+// The stored choice of k; for a beta-1 key without one, the beta-0 key's (a tuning run cannot time a beta-1
+// plan, which adds to its output each run; plan_build takes it only where the same engine is kept at its rank)
 static const mo_conv_choice *table_find(const mo_ctx *c, const mo_dnn_cache *d, const mo_conv_key *k) {
     if (!c->conv_table) return NULL;
     const long ver = (long)cudnnGetVersion();
+    mo_conv_key k0 = *k;
+    k0.beta_one = 0;
+    const mo_conv_choice *as_beta0 = NULL;
     for (int i = 0; i < mo_conv_table_n; i++) {
         const mo_conv_choice *t = &mo_conv_table[i];
-        if (t->cudnn_version == ver && strcmp(t->device, d->device) == 0 && mo_conv_key_eq(&t->key, k)) return t;
+        if (t->cudnn_version != ver || strcmp(t->device, d->device) != 0) continue;
+        if (mo_conv_key_eq(&t->key, k)) return t;
+        if (k->beta_one && mo_conv_key_eq(&t->key, &k0)) as_beta0 = t;
     }
-    return NULL;
+    return as_beta0;
 }
 
 // Builds p for key: the graph, then the heuristics' candidates in order until the one to run is found.
@@ -542,10 +551,10 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
         }
     }
     if (getenv("MEMOPT_CONV_LOG")) // which engine each new plan runs, and why the others were dropped
-        fprintf(stderr, "conv-plan: %s %s%s N %d H %d W %d C %d K %d %dx%d s%d p%d: engine %ld (notes %s), workspace "
+        fprintf(stderr, "conv-plan: %s%s %s%s N %d H %d W %d C %d K %d %dx%d s%d p%d: engine %ld (notes %s), workspace "
                         "%lld B, kept #%d of %d; %d seen: %d nondeterministic, %d TF32 not allowed, %d refused, %d "
                         "over the budget%s\n",
-                kind_name(k->kind), mo_dtype_name((mo_dtype)k->dt), k->tf32 ? " tf32" : "", k->N, k->H, k->W, k->C,
+                kind_name(k->kind), k->beta_one ? " (beta 1)" : "", mo_dtype_name((mo_dtype)k->dt), k->tf32 ? " tf32" : "", k->N, k->H, k->W, k->C,
                 k->K, k->R, k->S, k->stride, k->pad, kept_eng[pick], kept_notes[pick], (long long)kept_ws[pick], pick,
                 nk, cc.seen, cc.nondet, cc.tf32, cc.unsupported, cc.too_big, want ? " (stored choice)" : "");
     p->plan = kept_plan[pick];
@@ -563,9 +572,15 @@ done:
     return st;
 }
 
+// A key no engine runs (MO_ERR_UNSUPPORTED: its caller has another path) is cached too, as a slot without a
+// plan, so that the heuristics are not asked again every step; it counts as neither hit nor miss.
 static mo_status plan_get(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, void *ptr[3], dnn_plan **out) {
     for (int i = 0; i < d->n; i++)
         if (mo_conv_key_eq(&d->slot[i].key, k)) {
+            if (!d->slot[i].plan)
+                return MO_FAIL(MO_ERR_UNSUPPORTED, "conv %s (N %d H %d W %d C %d K %d %dx%d): no deterministic cuDNN "
+                                                   "engine fits (found when its plan was first built)",
+                               kind_name(k->kind), k->N, k->H, k->W, k->C, k->K, k->R, k->S);
             d->hits++;
             *out = &d->slot[i];
             return MO_OK;
@@ -574,11 +589,9 @@ static mo_status plan_get(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, void
     memset(&fresh, 0, sizeof fresh);
     fresh.key = *k;
     mo_status st = plan_build(c, d, k, &fresh, ptr);
-    if (st != MO_OK) {
-        plan_release(&fresh);
-        return st;
-    }
-    d->misses++;
+    if (st != MO_OK) plan_release(&fresh);
+    if (st != MO_OK && st != MO_ERR_UNSUPPORTED) return st;
+    if (st == MO_OK) d->misses++;
     dnn_plan *slot;
     if (d->n < DNN_SLOTS) {
         slot = &d->slot[d->n++];
@@ -591,7 +604,7 @@ static mo_status plan_get(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, void
     }
     *slot = fresh;
     *out = slot;
-    return MO_OK;
+    return st;
 }
 
 static mo_conv_key make_key(const mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape *s, const void *x,
@@ -654,7 +667,7 @@ static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
 // (the GPT's, matmul_cuda.c; row-major seen column-major: each GEMM computes the transpose of its
 // row-major result):
 //   MO_CONV_FWD         y (M, K) = x (M, Ck) @ w (K, Ck)^T
-//   MO_CONV_BWD_DATA    x (M, Ck) = y (M, K) @ w (K, Ck)          x: the input gradient, overwritten
+//   MO_CONV_BWD_DATA    x (M, Ck) = y (M, K) @ w (K, Ck) + beta x   x: the input gradient (beta 1: added)
 //   MO_CONV_BWD_FILTER  w (K, Ck) = y (M, K)^T @ x (M, Ck) + beta w   w: fp32 (beta 1: added in place)
 // *done = 0: cuBLASLt has no algorithm for it (nothing ran).
 static mo_status gemm_rows(mo_ctx *c, int kind, int M, int Ck, int K, void *x, void *w, void *y, float beta, int *done) {
@@ -663,7 +676,7 @@ static mo_status gemm_rows(mo_ctx *c, int kind, int M, int Ck, int K, void *x, v
         g = (mo_lt_gemm){CUBLAS_OP_T, CUBLAS_OP_N, K, M, Ck, w, Ck, x, Ck, y, K, CUDA_R_32F, CUDA_R_32F, 0.0f,
                          CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
     else if (kind == MO_CONV_BWD_DATA) // x^T (Ck, M) = w^T (Ck, K) @ y^T (K, M)
-        g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_N, Ck, M, K, w, Ck, y, K, x, Ck, CUDA_R_32F, CUDA_R_32F, 0.0f,
+        g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_N, Ck, M, K, w, Ck, y, K, x, Ck, CUDA_R_32F, CUDA_R_32F, beta,
                          CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
     else // w^T (Ck, K) += x^T (Ck, M) @ op_T(y^T (K, M))
         g = (mo_lt_gemm){CUBLAS_OP_N, CUBLAS_OP_T, Ck, K, M, x, Ck, y, K, w, Ck, CUDA_R_32F, CUDA_R_32F, beta,
@@ -693,8 +706,11 @@ static int conv_is_gemm(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
     return c->conv_gemm != MO_CONV_GEMM_NONE && dt == MO_F32 && !c->tf32 && s->R == 1 && s->S == 1 &&
            s->stride == 1 && s->pad == 0;
 }
-static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x, void *w, void *y, int *done) {
-    return gemm_rows(c, kind, s->N * s->H * s->W, s->C, s->K, x, w, y, 1.0f, done);
+// beta: the input gradient's (0 overwrites, 1 adds); the weight gradient always adds, the forward never
+static mo_status conv_gemm(mo_ctx *c, int kind, const mo_conv_shape *s, void *x, void *w, void *y, float beta,
+                           int *done) {
+    if (kind != MO_CONV_BWD_DATA) beta = kind == MO_CONV_BWD_FILTER ? 1.0f : 0.0f;
+    return gemm_rows(c, kind, s->N * s->H * s->W, s->C, s->K, x, w, y, beta, done);
 }
 
 // Every other fp32 convolution (3x3, the 7x7 stem, strided 1x1; without TF32) as GEMMs over its column
@@ -902,7 +918,7 @@ static mo_status col_backward_data(mo_ctx *c, const mo_conv_shape *s, float *din
 
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {
     int done = 0;
-    if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_FWD, s, (void *)in, (void *)w, out, &done));
+    if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_FWD, s, (void *)in, (void *)w, out, 0.0f, &done));
     else if (conv_is_col_gemm(c, MO_CONV_FWD, dt, s)) {
         MO_TRY(col_forward(c, s, out, in, w, &done));
         c->conv_col_runs[MO_CONV_FWD] += done;
@@ -994,7 +1010,7 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
                                   const mo_conv_shape *s) {
     if (conv_is_gemm(c, dt, s) && !c->conv_dgrad_cudnn) { // MEMOPT_CONV_DGRAD=cudnn: every fp32 one on the engine
         int done = 0;
-        MO_TRY(conv_gemm(c, MO_CONV_BWD_DATA, s, din, (void *)w, (void *)dout, &done));
+        MO_TRY(conv_gemm(c, MO_CONV_BWD_DATA, s, din, (void *)w, (void *)dout, 0.0f, &done));
         if (done) return MO_OK;
     }
     if (dt == MO_F32 && !c->tf32) { // the GEMMs over the column matrix, else the flipped filter's forward
@@ -1012,6 +1028,61 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
     return conv_run(c, MO_CONV_BWD_DATA, dt, s, din, (void *)w, (void *)dout, 0);
 }
 
+// din += the input gradient (conv.h's mo_conv_backward_data_add: the ResNet's shortcut gradient added where
+// the input gradient is written, instead of a pass of its own that reads both and writes the sum):
+//   - the fp32 1x1 stride-1 GEMM (conv_is_gemm): beta 1, one rounding;
+//   - cuDNN's backward-data engine (16 bits, TF32; fp32 with MEMOPT_CONV_DGRAD=cudnn): beta 1 (its own plan
+//     key; the stored choice of the beta-0 key applies where the same engine is kept at its rank), one
+//     rounding;
+//   - otherwise (the other fp32 paths, or no beta-1 engine that fits): the gradient of a chunk of images
+//     into the head of the workspace (beta 0, rounded to dt), added to din's images (rounded again), the
+//     chunk at most half the workspace so that the paths above keep the rest as their budget. The
+//     gradient of one image must fit; otherwise MO_ERR_UNSUPPORTED, as a convolution no engine runs.
+mo_status conv_dgrad_add_chunked_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
+                                      const mo_conv_shape *s, int max_images) {
+    const size_t e = mo_dtype_size(dt), img = (size_t)s->H * s->W * s->C * e;
+    int nc = (int)(c->gemm_ws_bytes / 2 / img);
+    if (nc > s->N) nc = s->N;
+    if (max_images > 0 && nc > max_images) nc = max_images;
+    if (nc < 1)
+        return MO_FAIL(MO_ERR_UNSUPPORTED,
+                       "conv backward data add (N %d H %d W %d C %d K %d %dx%d stride %d): one image's input "
+                       "gradient (%zu B) is over half the %zu-byte workspace",
+                       s->N, s->H, s->W, s->C, s->K, s->R, s->S, s->stride, img, c->gemm_ws_bytes);
+    void *chunk = c->gemm_ws;
+    c->conv_dgrad_add_chunked++;
+    for (int n0 = 0; n0 < s->N; n0 += nc) {
+        const int nb = s->N - n0 < nc ? s->N - n0 : nc;
+        mo_conv_shape t = *s;
+        t.N = nb;
+        const ws_save sv = ws_skip(c, round256((size_t)nc * img));
+        const mo_status st = conv_backward_data_cuda(c, dt, chunk, (const char *)dout + (size_t)n0 * s->P * s->Q * s->K * e,
+                                                     w, &t);
+        ws_restore(c, sv);
+        MO_TRY(st);
+        void *dx = (char *)din + (size_t)n0 * img;
+        const size_t n = (size_t)nb * s->H * s->W * s->C;
+        MO_TRY(dt == MO_F32 ? residual_forward_cuda(c, (float *)dx, (const float *)dx, (const float *)chunk, n)
+                            : residual_forward_mixed_cuda(c, dt, dx, dx, chunk, n));
+    }
+    return MO_OK;
+}
+
+mo_status conv_backward_data_add_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
+                                      const mo_conv_shape *s) {
+    if (conv_is_gemm(c, dt, s) && !c->conv_dgrad_cudnn) {
+        int done = 0;
+        MO_TRY(conv_gemm(c, MO_CONV_BWD_DATA, s, din, (void *)w, (void *)dout, 1.0f, &done));
+        if (done) return MO_OK;
+    }
+    if (dt != MO_F32 || c->tf32 || c->conv_dgrad_cudnn) {
+        const mo_status st = conv_run(c, MO_CONV_BWD_DATA, dt, s, din, (void *)w, (void *)dout, 1);
+        if (st != MO_ERR_UNSUPPORTED) return st;
+        mo_clear_error(); // no beta-1 engine fits: the chunks below
+    }
+    return conv_dgrad_add_chunked_cuda(c, dt, din, dout, w, s, 0);
+}
+
 // On cuDNN the gradient into scratch (dt, beta 0), then dw += float(scratch): the same path in every
 // precision (an in-place beta 1 for fp32 would save the pass but not every deterministic engine is known to
 // take it). The 1x1 stride-1 GEMM adds to dw in place (beta 1, one GEMM); the im2col GEMMs sum their
@@ -1019,7 +1090,7 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
 mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                     const mo_conv_shape *s, void *scratch) {
     int done = 0;
-    if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_BWD_FILTER, s, (void *)in, dw, (void *)dout, &done));
+    if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_BWD_FILTER, s, (void *)in, dw, (void *)dout, 1.0f, &done));
     else if (conv_is_col_gemm(c, MO_CONV_BWD_FILTER, dt, s)) {
         MO_TRY(col_backward_filter(c, s, dw, dout, in, (float *)scratch, &done));
         c->conv_col_runs[MO_CONV_BWD_FILTER] += done;

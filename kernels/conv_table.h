@@ -15,8 +15,9 @@ enum { MO_CONV_FWD = 0, MO_CONV_BWD_DATA = 1, MO_CONV_BWD_FILTER = 2 };
 
 // Everything an execution plan depends on: which convolution, dtype (mo_dtype), TF32, the shape, the
 // byte alignment class (largest power of two <= 256 dividing the address) of the three tensors (x, w, y
-// order: in, filter, out, whichever is input or output), beta (always 0 since the filter gradient is
-// staged and added, conv_cuda.c; kept in the table's format) and the workspace budget. Field order is the table's initializer order.
+// order: in, filter, out, whichever is input or output), beta (1 only for an input gradient added to
+// din, conv.h's mo_conv_backward_data_add; the filter gradient is staged and added, conv_cuda.c) and the
+// workspace budget. Field order is the table's initializer order.
 typedef struct mo_conv_key {
     int kind, dt, tf32;
     int N, H, W, C, K, R, S, stride, pad;

@@ -133,6 +133,13 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_WGRAD_SPLIT=%s: expected 0 or 1", wsp);
     }
     c->conv_wgrad_split = !(wsp && strcmp(wsp, "0") == 0);
+    const char *dga = getenv("MEMOPT_DGRAD_ADD");
+    if (dga && *dga && strcmp(dga, "0") != 0 && strcmp(dga, "1") != 0) {
+        free(c);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DGRAD_ADD=%s: expected 0 or 1", dga);
+    }
+    c->conv_dgrad_add = !(dga && strcmp(dga, "0") == 0);
+    c->maxpool_two_pass = 1;
     const char *bn = getenv("MEMOPT_BN");
     c->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");

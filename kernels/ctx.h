@@ -113,6 +113,13 @@ typedef struct mo_ctx {
                                   // gradient (conv_cuda.c; 0: as many as the workspace takes)
     long conv_col_runs[3];        // tests: the convolution passes (MO_CONV_FWD, _BWD_DATA, _BWD_FILTER) that
                                   // ran as im2col GEMMs, so a silent fallback to cuDNN shows
+    long conv_dgrad_add_chunked;  // tests: input gradients added to din (mo_conv_backward_data_add) through
+                                  // image chunks in the workspace, not in the pass's epilogue (conv_cuda.c)
+    int conv_dgrad_add;           // the ResNet's shortcut gradient added in a convolution's input gradient
+                                  // (1, the default: mo_conv_backward_data_add); MEMOPT_DGRAD_ADD=0 sets 0
+                                  // (a residual-add pass of its own, as before)
+    int maxpool_two_pass;         // the max pool's backward through argmax bytes in the workspace (1, the
+                                  // default), or its one-pass scan (0; tests, to compare: pool.cu)
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the

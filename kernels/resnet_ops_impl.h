@@ -37,6 +37,7 @@ static inline float rn_round(mo_dtype dt, float f) {
 // ---- cpu references ----
 mo_status conv_forward_cpu(mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s);
 mo_status conv_backward_data_cpu(mo_dtype dt, void *din, const void *dout, const void *w, const mo_conv_shape *s);
+mo_status conv_backward_data_add_cpu(mo_dtype dt, void *din, const void *dout, const void *w, const mo_conv_shape *s);
 mo_status conv_backward_filter_cpu(mo_dtype dt, float *dw, const void *dout, const void *in, const mo_conv_shape *s);
 mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd, float *run_mean, float *run_var,
                                 const void *in, const float *gamma, const float *beta, int M, int C, float momentum,
@@ -67,6 +68,12 @@ void conv_col2im_cpu(float *din, const float *dcol, const mo_conv_shape *s, int 
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s);
 mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                   const mo_conv_shape *s);
+mo_status conv_backward_data_add_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
+                                      const mo_conv_shape *s);
+// its path through image chunks in the workspace (conv_cuda.c), at most max_images a chunk (0: as many as
+// half the workspace takes); counts c->conv_dgrad_add_chunked
+mo_status conv_dgrad_add_chunked_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
+                                      const mo_conv_shape *s, int max_images);
 // scratch: mo_conv_backward_filter_scratch_bytes (the gradient, in dt, before it is added to dw)
 mo_status conv_backward_filter_cuda(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                     const mo_conv_shape *s, void *scratch);

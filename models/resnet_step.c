@@ -256,10 +256,13 @@ static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_a
 
 // dout (N,P,P,cout of u): the gradient of the unit's BN output (relu: of its ReLU's, masked here in place
 // by bn_out, the ReLU's output: whoever reads dout after sees the masked gradient). The BN's and the conv's
-// weight gradients accumulate; *din (N,H,H,cin) gets the input gradient (NULL: not wanted). in: the
-// conv's input. free_dout: *free_dout (== dout) is freed after the BN.
+// weight gradients accumulate; *din (N,H,H,cin) gets the input gradient (NULL: not wanted), or with
+// add_to != NULL the input gradient is added to add_to (N,H,H,cin) in the convolution's pass instead
+// (mo_conv_backward_data_add: the block's shortcut gradient; nothing allocated). in: the conv's input.
+// free_dout: *free_dout (== dout) is freed after the BN.
 static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *dout,
-                               void **free_dout, const void *in, const void *bn_out, int relu, void **din) {
+                               void **free_dout, const void *in, const void *bn_out, int relu, void **din,
+                               void *add_to) {
     mo_ctx *x = m->ctx;
     mo_conv_shape sh;
     unit_shape(u, s->N, &sh);
@@ -281,7 +284,9 @@ static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_
     act_free(m, &ua->c); act_free(m, &ua->mean); act_free(m, &ua->rstd);
     if (free_dout) act_free(m, free_dout);
     OP(MO_PROF_GEMM, mo_conv_backward_filter(x, DT, m->grads + u->w_off, s->dc, in, &sh));
-    if (din) {
+    if (add_to) {
+        OP(MO_PROF_GEMM, mo_conv_backward_data_add(x, DT, add_to, s->dc, Wt(m, u->w_off), &sh));
+    } else if (din) {
         MO_TRY(mo_step_act_alloc(m->ctx, DT, (size_t)s->N * u->H * u->H * u->cin, din, "&s->dsc"));
         OP(MO_PROF_GEMM, mo_conv_backward_data(x, DT, *din, s->dc, Wt(m, u->w_off), &sh));
     }
@@ -326,32 +331,41 @@ static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, i
 }
 
 // s->g: the gradient of the block's out on entry (owned), of its in on return; frees the block's out.
+// The shortcut's gradient joins the main path's in the convolution that comes last (ctx->conv_dgrad_add,
+// the default): the first main unit's input gradient is added to s->g (an identity shortcut), the
+// downsampling unit's to the main path's (mo_conv_backward_data_add), so no input gradient is allocated
+// for it and no residual-add pass runs. MEMOPT_DGRAD_ADD=0: a buffer for it and the add as a pass.
 static mo_status block_backward(resnet *m, step_state *s, int l, block_acts *a) {
     mo_ctx *x = m->ctx;
     const rn_arch *ar = &m->a;
     const rn_block *k = &ar->blocks[l];
     size_t nin = (size_t)s->N * k->H * k->H * k->cin;
+    const int fuse = x->conv_dgrad_add;
     // The main path, last unit first; s->gi: the gradient of the unit's output, then of its input. The last
     // unit's backward masks s->g in place by the block's final ReLU (its output a->out) first: s->g is then
     // the gradient of the sum (the last BN's output and the shortcut's) for the shortcut below.
     for (int j = k->nu - 1; j >= 0; j--) {
         int last = j == k->nu - 1;
         const void *in = j == 0 ? a->in : a->u[j - 1].a;
+        void *add_to = fuse && j == 0 && k->ds < 0 ? s->g : NULL; // s->g: then the block input's gradient
         MO_TRY(unit_backward(m, s, &ar->units[k->u[j]], &a->u[j], last ? s->g : s->gi, last ? NULL : &s->gi, in,
-                             last ? a->out : a->u[j].a, 1, &s->dsc));
+                             last ? a->out : a->u[j].a, 1, &s->dsc, add_to));
         if (!last) act_free(m, &a->u[j].a);
         s->gi = s->dsc;
         s->dsc = NULL;
     }
-    if (k->ds >= 0) {
-        MO_TRY(unit_backward(m, s, &ar->units[k->ds], &a->ds, s->g, NULL, a->in, NULL, 0, &s->dsc));
+    if (k->ds >= 0 && fuse) {
+        MO_TRY(unit_backward(m, s, &ar->units[k->ds], &a->ds, s->g, NULL, a->in, NULL, 0, NULL, s->gi));
+    } else if (k->ds >= 0) {
+        MO_TRY(unit_backward(m, s, &ar->units[k->ds], &a->ds, s->g, NULL, a->in, NULL, 0, &s->dsc, NULL));
         OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, s->gi, s->gi, s->dsc, nin));
         act_free(m, &s->dsc);
-    } else {
+    } else if (!fuse) {
         OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, s->gi, s->gi, s->g, nin));
     }
-    act_free(m, &s->g);
     act_free(m, &a->out);
+    if (k->ds < 0 && fuse) return MO_OK; // s->g is the block input's gradient already
+    act_free(m, &s->g);
     s->g = s->gi;
     s->gi = NULL;
     return MO_OK;
@@ -514,7 +528,7 @@ static mo_status backward(step_state *s) {
                                                 3, 2, 1));
     act_free(m, &s->g);
     act_free(m, &s->pool);
-    MO_TRY(unit_backward(m, s, u, &s->stem, s->gi, &s->gi, images_of(s), s->stem.a, 1, NULL));
+    MO_TRY(unit_backward(m, s, u, &s->stem, s->gi, &s->gi, images_of(s), s->stem.a, 1, NULL, NULL));
     act_free(m, &s->stem.a);
     act_free(m, &s->xin);
     return MO_OK;

@@ -283,6 +283,51 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
 }
 
 #ifdef MEMOPT_HAVE_CUDA
+// din += the input gradient (mo_conv_backward_data_add, the ResNet's shortcut gradient) against the cpu
+// reference (round(din + the fp32 gradient)), per precision, twice for the same bits; the route it took
+// (conv_cuda.c): the fp32 1x1 stride-1 GEMM's beta 1, cuDNN's beta 1 (16 bits, TF32) or the chunks in the
+// workspace (every other fp32 one, or no beta-1 engine), which must have run where the test says; and
+// the chunked path itself at most 2 images a chunk (N 3: two chunks, the last short) in every precision.
+static void gpu_conv_add(mo_dtype dt, int N, int H, int W, int C, int K, int R, int st, int pad, const char *label) {
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, N, H, W, C, K, R, R, st, pad);
+    const size_t e = mo_dtype_size(dt), nx = (size_t)N * H * W * C, nw = (size_t)K * R * R * C,
+                 ny = (size_t)N * s.P * s.Q * K;
+    void *w = hrand(dt, nw, -1, 1), *dy = hrand(dt, ny, -1, 1), *d0 = hrand(dt, nx, -1, 1);
+    void *ref = hnew(nx * e), *got[2] = {hnew(nx * e), hnew(nx * e)};
+    memcpy(ref, d0, nx * e);
+    CHECK_OK(mo_conv_backward_data_add(hc, dt, ref, dy, w, &s));
+    void *dw = dup_d(w, nw * e), *ddy = dup_d(dy, ny * e), *dd = dnew(nx * e);
+    for (int tf = 0; tf < (dt == MO_F32 ? 2 : 1); tf++) {
+        const prec *q = dt == MO_F32 ? &precs[tf] : dt == MO_BF16 ? &precs[2] : &precs[3];
+        gc->tf32 = tf;
+        for (int chunked = 0; chunked < 2; chunked++) {
+            const long ch0 = gc->conv_dgrad_add_chunked;
+            int ok = 1;
+            for (int run = 0; run < 2 && ok; run++) {
+                up(dd, d0, nx * e);
+                ok &= CHECK_OK(chunked ? conv_dgrad_add_chunked_cuda(gc, dt, dd, ddy, dw, &s, 2)
+                                       : mo_conv_backward_data_add(gc, dt, dd, ddy, dw, &s));
+                down(got[run], dd, nx * e);
+            }
+            if (!ok) break;
+            const long nch = gc->conv_dgrad_add_chunked - ch0;
+            // where it must go: fp32 (no TF32) 1x1 stride 1 the GEMM, the other fp32 ones the chunks
+            const int want_chunked = chunked ? 1 : dt == MO_F32 && !tf && !(R == 1 && st == 1 && pad == 0) ? 1 : -1;
+            if (want_chunked >= 0)
+                CHECK_MSG((nch == 2) == want_chunked, "%s %s: %ld of 2 runs through the workspace chunks, want %d",
+                          q->name, label, nch, 2 * want_chunked);
+            char what[96];
+            snprintf(what, sizeof what, "backward data add, %s", chunked ? "2-image chunks" : nch ? "chunks (no beta-1 path)"
+                                                               : dt == MO_F32 && !tf ? "GEMM beta 1" : "cuDNN beta 1");
+            check(q->name, dt, got[0], got[1], ref, nx, tol_conv(q), what);
+        }
+    }
+    gc->tf32 = 0;
+    dfree(dw); dfree(ddy); dfree(dd);
+    free(w); free(dy); free(d0); free(ref); free(got[0]); free(got[1]);
+}
+
 // The im2col and col2im kernels (im2col.cu) against their cpu references (im2col.c) on fresh random data:
 // the same bits (tolerance 0; im2col copies, col2im adds each element's taps in the reference's order),
 // and the same bits twice. im2col of all rows at once and in three pieces (cut inside images); both
@@ -521,12 +566,28 @@ static void gpu_bn_fused(mo_dtype dt, int M, int C, int impl) {
     gc->bn_cudnn = 0;
 }
 
-static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int pad) {
+// relu_in: the max pool's input ReLU'd (as the stem's: half of it zeros, so windows tie, all-zero ones
+// too, and the first equal position must take the gradient). The max pool's backward runs its two paths
+// (pool.cu: the argmax bytes in the workspace, the default; the one-pass scan, maxpool_two_pass 0): both
+// must give the reference's bits.
+static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int pad, int relu_in) {
     const char *pn = mo_dtype_name(dt);
     const int P = mo_pool_out_dim(H, R, st, pad), Q = mo_pool_out_dim(W, R, st, pad);
     const size_t e = mo_dtype_size(dt), nx = (size_t)N * H * W * C, ny = (size_t)N * P * Q * C, na = (size_t)N * C;
-    printf("pools %s N %d %dx%dx%d window %d s%d p%d\n", pn, N, H, W, C, R, st, pad);
-    void *x = hrand(dt, nx, -1, 1), *dy = hrand(dt, ny, -1, 1), *da = hrand(dt, na, -1, 1), *dr = hrand(dt, nx, -1, 1);
+    printf("pools %s N %d %dx%dx%d window %d s%d p%d%s\n", pn, N, H, W, C, R, st, pad, relu_in ? ", input ReLU'd" : "");
+    void *x = hrand(dt, relu_in ? 0 : nx, -1, 1), *dy = hrand(dt, ny, -1, 1), *da = hrand(dt, na, -1, 1),
+         *dr = hrand(dt, nx, -1, 1);
+    if (relu_in) { // max(u, 0), u uniform in [-1, 1)
+        free(x);
+        float *f = frand(nx, -1, 1);
+        for (size_t i = 0; i < nx; i++) f[i] = f[i] > 0 ? f[i] : 0.0f;
+        x = f;
+        if (dt != MO_F32) {
+            x = hnew(nx * 2);
+            mo_convert_from_f32(dt, x, f, nx);
+            free(f);
+        }
+    }
     void *y_ref = hnew(ny * e), *dx_ref = hnew(nx * e), *a_ref = hnew(na * e), *dxa_ref = hnew(nx * e),
          *dxr_ref = hnew(nx * e), *rf_ref = hnew(nx * e);
     CHECK_OK(mo_maxpool_forward(hc, dt, y_ref, x, N, H, W, C, R, st, pad));
@@ -537,10 +598,10 @@ static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int
     CHECK_OK(mo_relu_forward(hc, dt, rf_ref, dr, nx));
     void *d_x = dup_d(x, nx * e), *d_dy = dup_d(dy, ny * e), *d_da = dup_d(da, na * e), *d_dr = dnew(nx * e);
     void *d_y = dnew(ny * e), *d_dx = dnew(nx * e), *d_a = dnew(na * e);
-    void *o[2][6];
+    void *o[2][7];
     for (int k = 0; k < 2; k++) {
         o[k][0] = hnew(ny * e), o[k][1] = hnew(nx * e), o[k][2] = hnew(na * e), o[k][3] = hnew(nx * e);
-        o[k][4] = hnew(nx * e), o[k][5] = hnew(nx * e);
+        o[k][4] = hnew(nx * e), o[k][5] = hnew(nx * e), o[k][6] = hnew(nx * e);
     }
     int ok = 1;
     for (int run = 0; run < 2 && ok; run++) {
@@ -548,6 +609,11 @@ static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int
         ok &= CHECK_OK(mo_maxpool_forward(gc, dt, d_y, d_x, N, H, W, C, R, st, pad));
         ok &= CHECK_OK(mo_maxpool_backward(gc, dt, d_dx, d_dy, d_x, d_y, N, H, W, C, R, st, pad));
         down(o[run][0], d_y, ny * e), down(o[run][1], d_dx, nx * e);
+        poison(d_dx, nx * e);
+        gc->maxpool_two_pass = 0;
+        ok &= CHECK_OK(mo_maxpool_backward(gc, dt, d_dx, d_dy, d_x, d_y, N, H, W, C, R, st, pad));
+        gc->maxpool_two_pass = 1;
+        down(o[run][6], d_dx, nx * e);
         ok &= CHECK_OK(mo_avgpool_forward(gc, dt, d_a, d_x, N, H * W, C));
         ok &= CHECK_OK(mo_avgpool_backward(gc, dt, d_dx, d_da, N, H * W, C));
         down(o[run][2], d_a, na * e), down(o[run][3], d_dx, nx * e);
@@ -561,6 +627,7 @@ static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int
     if (ok) {
         check(pn, dt, o[0][0], o[1][0], y_ref, ny, 0, "maxpool forward");
         check(pn, dt, o[0][1], o[1][1], dx_ref, nx, 0, "maxpool backward");
+        check(pn, dt, o[0][6], o[1][6], dx_ref, nx, 0, "maxpool backward, one-pass scan");
         check(pn, dt, o[0][2], o[1][2], a_ref, na, 0, "avgpool forward");
         check(pn, dt, o[0][3], o[1][3], dxa_ref, nx, 0, "avgpool backward");
         check(pn, dt, o[0][4], o[1][4], dxr_ref, nx, 0, "relu backward (in place)");
@@ -569,7 +636,7 @@ static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int
     dfree(d_x); dfree(d_dy); dfree(d_da); dfree(d_dr); dfree(d_y); dfree(d_dx); dfree(d_a);
     free(x); free(dy); free(da); free(dr); free(y_ref); free(dx_ref); free(a_ref); free(dxa_ref); free(dxr_ref); free(rf_ref);
     for (int k = 0; k < 2; k++)
-        for (int j = 0; j < 6; j++) free(o[k][j]);
+        for (int j = 0; j < 7; j++) free(o[k][j]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -649,6 +716,45 @@ static void timing(void) {
         const double mb = (double)n * mo_dtype_size(pr->dt) * 1e-6;
         printf("  %-4s bn+add+relu fwd %.3f ms (%.0f GB/s at 4 passes), bn+relu bwd in place %.3f ms (%.0f GB/s at 7)\n",
                pr->name, ff, 4 * mb / ff, fb, 7 * mb / fb);
+    }
+    // the max pool's backward at the stem's shape (batch 128, 112x112x64 -> 56x56, the input ReLU'd as
+    // the stem's: zeros and uniform values), its two paths (pool.cu)
+    {
+        const size_t nx = (size_t)128 * 112 * 112 * 64, ny = (size_t)128 * 56 * 56 * 64;
+        for (int k = 0; k < 3; k++) {
+            const mo_dtype dt = k == 0 ? MO_F32 : k == 1 ? MO_BF16 : MO_F16;
+            const size_t e = mo_dtype_size(dt);
+            float *f = frand(nx, -1, 1);
+            for (size_t i = 0; i < nx; i++) f[i] = f[i] > 0 ? f[i] : 0.0f;
+            void *h = f;
+            if (dt != MO_F32) h = hnew(nx * 2), mo_convert_from_f32(dt, h, f, nx);
+            void *px = dup_d(h, nx * e), *py = dnew(ny * e), *pdx = dnew(nx * e), *pdy = dnew(ny * e);
+            CHECK_OK(mo_memset_zero(gc, pdy, ny * e));
+            CHECK_OK(mo_maxpool_forward(gc, dt, py, px, 128, 112, 112, 64, 3, 2, 1));
+            double ms[2];
+            for (int two = 1; two >= 0; two--) {
+                double t[TREPS];
+                mo_timer tm;
+                CHECK_OK(mo_timer_init(gc, &tm));
+                gc->maxpool_two_pass = two;
+                for (int r = -2; r < TREPS; r++) {
+                    double x = 0;
+                    CHECK_OK(mo_timer_start(gc, &tm));
+                    CHECK_OK(mo_maxpool_backward(gc, dt, pdx, pdy, px, py, 128, 112, 112, 64, 3, 2, 1));
+                    CHECK_OK(mo_timer_stop(gc, &tm, &x));
+                    if (r >= 0) t[r] = x;
+                }
+                mo_timer_destroy(&tm);
+                qsort(t, TREPS, sizeof t[0], cmp_d);
+                ms[two] = 0.5 * (t[TREPS / 2 - 1] + t[TREPS / 2]);
+            }
+            gc->maxpool_two_pass = 1;
+            printf("  %-4s maxpool bwd (stem, batch 128): argmax bytes, two passes %.3f ms; one-pass scan %.3f ms\n",
+                   mo_dtype_name(dt), ms[1], ms[0]);
+            dfree(px), dfree(py), dfree(pdx), dfree(pdy);
+            if (h != f) free(h);
+            free(f);
+        }
     }
     // fp32's strided input gradients: as chunked forward convolutions (the default) and on the engine
     {
@@ -799,6 +905,14 @@ int main(void) {
     // rows; 3 + 1 images)
     TEST_PART(gpu_conv(&precs[0], 4, 56, 56, 64, 64, 3, 1, 1, "layer1 3x3, two workspace chunks"));
 #ifdef MEMOPT_HAVE_CUDA
+    for (int k = 0; k < 3; k++) {
+        const mo_dtype dt = k == 0 ? MO_F32 : k == 1 ? MO_BF16 : MO_F16;
+        printf("conv backward data add %s\n", mo_dtype_name(dt));
+        TEST_PART(gpu_conv_add(dt, 3, hw, hw, 256, 64, 1, 1, 0, "layer1 1x1 (bottleneck unit 0)"));
+        TEST_PART(gpu_conv_add(dt, 3, hw, hw, 256, 512, 1, 2, 0, "layer2 downsample 1x1 s2"));
+        TEST_PART(gpu_conv_add(dt, 3, hw2, hw2, 64, 64, 3, 1, 1, "3x3 (basic block unit 0)"));
+        TEST_PART(gpu_conv_add(dt, 3, 13, 11, 6, 8, 1, 2, 0, "odd 1x1 stride 2"));
+    }
     TEST_PART(gpu_im2col(2, 56, 56, 64, 3, 1, 1));
     TEST_PART(gpu_im2col(2, 56, 56, 128, 3, 2, 1));
     TEST_PART(gpu_im2col(2, 224, 224, 3, 7, 2, 3));
@@ -822,9 +936,11 @@ int main(void) {
         for (int impl = 0; impl < 2; impl++) TEST_PART(gpu_bn_fused(dts[k], 2 * 56 * 56, 64, impl));
         TEST_PART(gpu_bn_fused(dts[k], 3 * 41 * 37 + 5, 96, 0));
         TEST_PART(gpu_bn_fused(dts[k], 37, 5, 0)); // the scalar kernels
-        TEST_PART(gpu_pool(dts[k], 2, 112, 112, 64, 3, 2, 1));
-        TEST_PART(gpu_pool(dts[k], 3, 9, 7, 5, 3, 2, 1));
-        TEST_PART(gpu_pool(dts[k], 1, 6, 5, 3, 2, 1, 0));
+        TEST_PART(gpu_pool(dts[k], 2, 112, 112, 64, 3, 2, 1, 0));
+        TEST_PART(gpu_pool(dts[k], 2, 112, 112, 64, 3, 2, 1, 1));
+        TEST_PART(gpu_pool(dts[k], 3, 9, 7, 8, 3, 2, 1, 1)); // odd sizes, the vector kernels (C 8)
+        TEST_PART(gpu_pool(dts[k], 3, 9, 7, 5, 3, 2, 1, 0));
+        TEST_PART(gpu_pool(dts[k], 1, 6, 5, 3, 2, 1, 0, 1));
     }
     timing();
 #ifdef MEMOPT_HAVE_CUDA

@@ -8,6 +8,7 @@
 //     exactly converted inputs), fp32 outputs bit-identical (16-bit dw: dw += round(g));
 //   - the fused BN + residual + ReLU forms: the bits of their ops run apart, every dtype; so are the add over
 //     res, the backward's din over in, and the normalize pass with the forward's statistics (a recompute's);
+//   - the input gradient added to din (the ResNet's shortcut gradient): round(din + the fp32 gradient);
 //   - bad shapes and dtypes refused; scratch given back; dry workspace peaks equal cpu peaks;
 //   - the column matrix (im2col.c, the references of the kernels under the fp32 GEMM path): im2col and a
 //     plain matmul give the direct convolution's forward and weight gradient bit for bit, col2im of
@@ -162,6 +163,32 @@ static void test_conv_mixed(mo_dtype dt, int N, int H, int W, int C, int K, int 
            R, st, rel);
     free(x); free(w); free(g); free(xf); free(wf); free(gf); free(of); free(dxf); free(dwf); free(o); free(dx);
     free(want); free(dw0); free(dw);
+}
+
+// din += the input gradient (mo_conv_backward_data_add): din = round_dt(float(din) + the fp32 gradient),
+// one rounding; in fp32 the bits of mo_conv_backward_data and a residual add
+static void test_conv_add(mo_dtype dt, int N, int H, int W, int C, int K, int R, int st, int pad) {
+    mo_conv_shape s;
+    mo_conv_shape_init(&s, N, H, W, C, K, R, R, st, pad);
+    const size_t nx = (size_t)N * H * W * C, nw = (size_t)K * R * R * C, no = (size_t)N * s.P * s.Q * K;
+    const size_t e = mo_dtype_size(dt);
+    uint16_t *w16 = NULL, *g16 = NULL, *d16 = NULL; // the 16-bit operands (fp32: the float arrays themselves)
+    const int h = dt != MO_F32;
+    float *wf = h ? frand_dt(dt, nw, -1, 1, &w16) : frand(nw, -1, 1);
+    float *gf = h ? frand_dt(dt, no, -1, 1, &g16) : frand(no, -1, 1);
+    float *d0f = h ? frand_dt(dt, nx, -1, 1, &d16) : frand(nx, -1, 1);
+    const void *w = h ? (void *)w16 : wf, *g = h ? (void *)g16 : gf, *d0 = h ? (void *)d16 : d0f;
+    float *dxf = fnew(nx);
+    void *d = malloc(nx * e), *want = malloc(nx * e);
+    CHECK_OK(mo_conv_backward_data(hc, MO_F32, dxf, gf, wf, &s));
+    for (size_t i = 0; i < nx; i++) rn_st(dt, want, i, d0f[i] + dxf[i]);
+    memcpy(d, d0, nx * e);
+    CHECK_OK(mo_conv_backward_data_add(hc, dt, d, g, w, &s));
+    CHECK_MSG(memcmp(d, want, nx * e) == 0, "%s conv backward data add %dx%d s%d != round(din + fp32 gradient)",
+              mo_dtype_name(dt), R, R, st);
+    printf("  %-5s conv backward data add %dx%d s%d: == round(din + fp32 gradient)\n", mo_dtype_name(dt), R, R, st);
+    free(w16); free(g16); free(d16);
+    free(wf); free(gf); free(d0f); free(dxf); free(d); free(want);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -746,6 +773,12 @@ int main(void) {
         const mo_dtype dt = k ? MO_BF16 : MO_F16;
         test_conv_mixed(dt, 2, 6, 5, 8, 6, 3, 1, 1);
         test_conv_mixed(dt, 1, 9, 9, 3, 4, 7, 2, 3);
+    }
+    for (int k = 0; k < 3; k++) {
+        const mo_dtype dt = k == 0 ? MO_F32 : k == 1 ? MO_F16 : MO_BF16;
+        test_conv_add(dt, 2, 6, 5, 8, 6, 1, 1, 0); // the first unit of a bottleneck
+        test_conv_add(dt, 2, 7, 7, 4, 8, 1, 2, 0); // a downsampling 1x1
+        test_conv_add(dt, 1, 6, 6, 4, 4, 3, 1, 1); // the first unit of a basic block
     }
     test_bn_hand();
     printf("batchnorm: gradients\n");
