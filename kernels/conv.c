@@ -125,7 +125,8 @@ static mo_status dgrad_cpu(mo_dtype dt, void *din, const void *dout, const void 
                     }
                 }
                 const size_t o = (((size_t)n * H + h) * W + ww) * C;
-                for (int ch = 0; ch < C; ch++) rn_st(dt, din, o + ch, add ? rn_ld(dt, din, o + ch) + acc[ch] : acc[ch]);
+                for (int ch = 0; ch < C; ch++)
+                    rn_st(dt, din, o + ch, add ? rn_ld(dt, din, o + ch) + acc[ch] : acc[ch]);
             }
 done:
     free(dy), free(f), free(acc);

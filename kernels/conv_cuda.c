@@ -554,7 +554,8 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
         fprintf(stderr, "conv-plan: %s%s %s%s N %d H %d W %d C %d K %d %dx%d s%d p%d: engine %ld (notes %s), workspace "
                         "%lld B, kept #%d of %d; %d seen: %d nondeterministic, %d TF32 not allowed, %d refused, %d "
                         "over the budget%s\n",
-                kind_name(k->kind), k->beta_one ? " (beta 1)" : "", mo_dtype_name((mo_dtype)k->dt), k->tf32 ? " tf32" : "", k->N, k->H, k->W, k->C,
+                kind_name(k->kind), k->beta_one ? " (beta 1)" : "", mo_dtype_name((mo_dtype)k->dt),
+                k->tf32 ? " tf32" : "", k->N, k->H, k->W, k->C,
                 k->K, k->R, k->S, k->stride, k->pad, kept_eng[pick], kept_notes[pick], (long long)kept_ws[pick], pick,
                 nk, cc.seen, cc.nondet, cc.tf32, cc.unsupported, cc.too_big, want ? " (stored choice)" : "");
     p->plan = kept_plan[pick];
@@ -1056,8 +1057,8 @@ mo_status conv_dgrad_add_chunked_cuda(mo_ctx *c, mo_dtype dt, void *din, const v
         mo_conv_shape t = *s;
         t.N = nb;
         const ws_save sv = ws_skip(c, round256((size_t)nc * img));
-        const mo_status st = conv_backward_data_cuda(c, dt, chunk, (const char *)dout + (size_t)n0 * s->P * s->Q * s->K * e,
-                                                     w, &t);
+        const void *dy = (const char *)dout + (size_t)n0 * s->P * s->Q * s->K * e;
+        const mo_status st = conv_backward_data_cuda(c, dt, chunk, dy, w, &t);
         ws_restore(c, sv);
         MO_TRY(st);
         void *dx = (char *)din + (size_t)n0 * img;

@@ -318,8 +318,10 @@ static void gpu_conv_add(mo_dtype dt, int N, int H, int W, int C, int K, int R, 
                 CHECK_MSG((nch == 2) == want_chunked, "%s %s: %ld of 2 runs through the workspace chunks, want %d",
                           q->name, label, nch, 2 * want_chunked);
             char what[96];
-            snprintf(what, sizeof what, "backward data add, %s", chunked ? "2-image chunks" : nch ? "chunks (no beta-1 path)"
-                                                               : dt == MO_F32 && !tf ? "GEMM beta 1" : "cuDNN beta 1");
+            const char *route = chunked ? "2-image chunks"
+                                : nch   ? "chunks (no beta-1 path)"
+                                : dt == MO_F32 && !tf ? "GEMM beta 1" : "cuDNN beta 1";
+            snprintf(what, sizeof what, "backward data add, %s", route);
             check(q->name, dt, got[0], got[1], ref, nx, tol_conv(q), what);
         }
     }
