@@ -15,17 +15,6 @@
 #include "resnet_dev.cuh"
 #include "resnet_ops_impl.h"
 
-// The output windows containing input position (h, w): rows p0..p1 (p*st - pad <= h <= p*st - pad + R - 1)
-// and columns q0..q1 likewise, clipped to the output (empty when p0 > p1 or q0 > q1)
-__device__ __forceinline__ void windows_of(int h, int w, int R, int st, int pad, int P, int Q, int *p0, int *p1,
-                                           int *q0, int *q1) {
-    const int a = h + pad - R + 1, b = w + pad - R + 1;
-    *p0 = a <= 0 ? 0 : (a + st - 1) / st;
-    *p1 = (h + pad) / st < P - 1 ? (h + pad) / st : P - 1;
-    *q0 = b <= 0 ? 0 : (b + st - 1) / st;
-    *q1 = (w + pad) / st < Q - 1 ? (w + pad) / st : Q - 1;
-}
-
 // out (N,P,Q,C): one thread per output element
 template <class D>
 __global__ void maxpool_fwd_kernel(typename D::S *out, const typename D::S *in, int N, int H, int W, int C, int R,
@@ -67,8 +56,15 @@ __global__ void maxpool_bwd_kernel(typename D::S *din, const typename D::S *dout
         t /= W;
         const int h = (int)(t % H);
         const int n = (int)(t / H);
-        int p0, p1, q0, q1;
-        windows_of(h, w, R, st, pad, P, Q, &p0, &p1, &q0, &q1);
+        // p with p*st - pad <= h <= p*st - pad + R - 1
+        int p0 = h + pad - R + 1;
+        p0 = p0 <= 0 ? 0 : (p0 + st - 1) / st;
+        int p1 = (h + pad) / st;
+        if (p1 > P - 1) p1 = P - 1;
+        int q0 = w + pad - R + 1;
+        q0 = q0 <= 0 ? 0 : (q0 + st - 1) / st;
+        int q1 = (w + pad) / st;
+        if (q1 > Q - 1) q1 = Q - 1;
         float acc = 0.0f;
         for (int p = p0; p <= p1; p++)
             for (int q = q0; q <= q1; q++) {
@@ -147,8 +143,14 @@ __global__ void maxpool_bwd_vec_kernel(typename D::S *din, const typename D::S *
         t /= W;
         const int h = (int)(t % H);
         const int n = (int)(t / H);
-        int p0, p1, q0, q1;
-        windows_of(h, w, R, st, pad, P, Q, &p0, &p1, &q0, &q1);
+        int p0 = h + pad - R + 1;
+        p0 = p0 <= 0 ? 0 : (p0 + st - 1) / st;
+        int p1 = (h + pad) / st;
+        if (p1 > P - 1) p1 = P - 1;
+        int q0 = w + pad - R + 1;
+        q0 = q0 <= 0 ? 0 : (q0 + st - 1) / st;
+        int q1 = (w + pad) / st;
+        if (q1 > Q - 1) q1 = Q - 1;
         float x[V], acc[V];
         VD::ld(x, in + (((size_t)n * H + h) * W + w) * C + c0);
 #pragma unroll
@@ -246,8 +248,14 @@ __global__ void maxpool_bwd_idx_vec_kernel(typename D::S *din, const typename D:
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < work; i += gridDim.x * blockDim.x) {
         const unsigned c0 = (i % CV) * V, t = i / CV;
         const int w = (int)(t % W), h = (int)((t / W) % H), n = (int)(t / ((unsigned)W * H));
-        int p0, p1, q0, q1;
-        windows_of(h, w, R, st, pad, P, Q, &p0, &p1, &q0, &q1);
+        int p0 = h + pad - R + 1;
+        p0 = p0 <= 0 ? 0 : (p0 + st - 1) / st;
+        int p1 = (h + pad) / st;
+        if (p1 > P - 1) p1 = P - 1;
+        int q0 = w + pad - R + 1;
+        q0 = q0 <= 0 ? 0 : (q0 + st - 1) / st;
+        int q1 = (w + pad) / st;
+        if (q1 > Q - 1) q1 = Q - 1;
         float acc[V];
 #pragma unroll
         for (int k = 0; k < V; k++) acc[k] = 0.0f;
