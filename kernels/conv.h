@@ -48,9 +48,10 @@ mo_status mo_conv_forward(mo_ctx *c, mo_dtype dt, void *out, const void *in, con
 // din (N,H,W,C) = the input gradient from dout (N,P,Q,K) and w; din overwritten.
 mo_status mo_conv_backward_data(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                 const mo_conv_shape *s);
-// din (N,H,W,C) += the input gradient: din = round_dt(float(din) + the gradient's fp32 sum), one rounding
-// where the pass adds in its epilogue (cuDNN's and cuBLASLt's beta 1); the ResNet's shortcut gradient
-// added without a pass of its own (conv_cuda.c says where it takes two roundings).
+// din (N,H,W,C) += the input gradient: din = round_dt(float(din) + the gradient's fp32 sum) (the cpu
+// reference; on cuda fp32 data adds in the pass's epilogue, cuDNN's and cuBLASLt's beta 1, and 16 bits round
+// the gradient first, then the sum: conv_cuda.c says why); the ResNet's shortcut gradient added without a
+// pass of its own.
 mo_status mo_conv_backward_data_add(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                     const mo_conv_shape *s);
 // dw (K,R,S,C) fp32 += the filter gradient from dout (N,P,Q,K) and in (N,H,W,C).

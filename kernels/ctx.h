@@ -115,9 +115,11 @@ typedef struct mo_ctx {
                                   // ran as im2col GEMMs, so a silent fallback to cuDNN shows
     long conv_dgrad_add_chunked;  // tests: input gradients added to din (mo_conv_backward_data_add) through
                                   // image chunks in the workspace, not in the pass's epilogue (conv_cuda.c)
-    int conv_dgrad_add;           // the ResNet's shortcut gradient added in a convolution's input gradient
-                                  // (1, the default: mo_conv_backward_data_add); MEMOPT_DGRAD_ADD=0 sets 0
-                                  // (a residual-add pass of its own, as before)
+    int conv_dgrad_add;           // fp32 data (fp32, tf32): the ResNet's shortcut gradient added in a
+                                  // convolution's input gradient (1, the default: mo_conv_backward_data_add);
+                                  // MEMOPT_DGRAD_ADD=0 sets 0 (a residual-add pass of its own, as 16 bits
+                                  // always take: models/resnet_step.c says why)
+    long maxpool_two_pass_runs;   // tests: max pool backwards that ran the two-pass kernels (pool.cu)
     int maxpool_two_pass;         // the max pool's backward through argmax bytes in the workspace (1, the
                                   // default), or its one-pass scan (0; tests, to compare: pool.cu)
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the

@@ -363,6 +363,7 @@ extern "C" mo_status maxpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, co
         DISPATCH(dt, L);
 #undef L
         CUDA_CHECK_LAUNCH();
+        c->maxpool_two_pass_runs++;
         return MO_OK;
     }
     if (vec) {

@@ -258,7 +258,8 @@ static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_a
 // by bn_out, the ReLU's output: whoever reads dout after sees the masked gradient). The BN's and the conv's
 // weight gradients accumulate; *din (N,H,H,cin) gets the input gradient (NULL: not wanted), or with
 // add_to != NULL the input gradient is added to add_to (N,H,H,cin) in the convolution's pass instead
-// (mo_conv_backward_data_add: the block's shortcut gradient; nothing allocated). in: the conv's input.
+// (mo_conv_backward_data_add: add_to holds the block input's gradient from its other path, the shortcut
+// or the main path; nothing allocated). in: the conv's input.
 // free_dout: *free_dout (== dout) is freed after the BN.
 static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *dout,
                                void **free_dout, const void *in, const void *bn_out, int relu, void **din,
@@ -331,19 +332,23 @@ static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, i
 }
 
 // s->g: the gradient of the block's out on entry (owned), of its in on return; frees the block's out.
-// The shortcut's gradient joins the main path's in the convolution that comes last (ctx->conv_dgrad_add,
-// the default): the first main unit's input gradient is added to s->g (an identity shortcut), the
-// downsampling unit's to the main path's (mo_conv_backward_data_add), so no input gradient is allocated
-// for it and no residual-add pass runs. MEMOPT_DGRAD_ADD=0: a buffer for it and the add as a pass.
+// fp32 data (fp32, tf32; ctx->conv_dgrad_add, the default): the shortcut's gradient joins the main path's
+// in the convolution that comes last: the first main unit's input gradient is added to s->g (an identity
+// shortcut), the downsampling unit's to the main path's (mo_conv_backward_data_add), so no input gradient
+// is allocated for it and no residual-add pass runs. 16-bit data, or MEMOPT_DGRAD_ADD=0: a buffer for it
+// and the add as a pass. (16 bits through cuDNN's beta-1 backward-data plans trained wrongly on the H100,
+// session 22: ResNet-50 batch 128 fp16 loss 2.91 after 13 steps against 0.16, bf16 1.85 against 0.63,
+// while fp32 and tf32 gave the bits of the pass; conv_cuda.c now adds 16 bits through chunks instead.)
 static mo_status block_backward(resnet *m, step_state *s, int l, block_acts *a) {
     mo_ctx *x = m->ctx;
     const rn_arch *ar = &m->a;
     const rn_block *k = &ar->blocks[l];
     size_t nin = (size_t)s->N * k->H * k->H * k->cin;
-    const int fuse = x->conv_dgrad_add;
+    const int fuse = x->conv_dgrad_add && DT == MO_F32;
     // The main path, last unit first; s->gi: the gradient of the unit's output, then of its input. The last
     // unit's backward masks s->g in place by the block's final ReLU (its output a->out) first: s->g is then
-    // the gradient of the sum (the last BN's output and the shortcut's) for the shortcut below.
+    // the gradient of the sum (the last BN's output and the shortcut's) for the shortcut below (fused: the
+    // tensor unit 0's input gradient is added to when the shortcut is the identity).
     for (int j = k->nu - 1; j >= 0; j--) {
         int last = j == k->nu - 1;
         const void *in = j == 0 ? a->in : a->u[j - 1].a;

@@ -285,8 +285,8 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
 #ifdef MEMOPT_HAVE_CUDA
 // din += the input gradient (mo_conv_backward_data_add, the ResNet's shortcut gradient) against the cpu
 // reference (round(din + the fp32 gradient)), per precision, twice for the same bits; the route it took
-// (conv_cuda.c): the fp32 1x1 stride-1 GEMM's beta 1, cuDNN's beta 1 (16 bits, TF32) or the chunks in the
-// workspace (every other fp32 one, or no beta-1 engine), which must have run where the test says; and
+// (conv_cuda.c): the fp32 1x1 stride-1 GEMM's beta 1, cuDNN's beta 1 (TF32) or the chunks in the
+// workspace (every other fp32 one, 16 bits), which must have run where the test says; and
 // the chunked path itself at most 2 images a chunk (N 3: two chunks, the last short) in every precision.
 static void gpu_conv_add(mo_dtype dt, int N, int H, int W, int C, int K, int R, int st, int pad, const char *label) {
     mo_conv_shape s;
@@ -312,15 +312,18 @@ static void gpu_conv_add(mo_dtype dt, int N, int H, int W, int C, int K, int R, 
             }
             if (!ok) break;
             const long nch = gc->conv_dgrad_add_chunked - ch0;
-            // where it must go: fp32 (no TF32) 1x1 stride 1 the GEMM, the other fp32 ones the chunks
-            const int want_chunked = chunked ? 1 : dt == MO_F32 && !tf && !(R == 1 && st == 1 && pad == 0) ? 1 : -1;
-            if (want_chunked >= 0)
-                CHECK_MSG((nch == 2) == want_chunked, "%s %s: %ld of 2 runs through the workspace chunks, want %d",
-                          q->name, label, nch, 2 * want_chunked);
+            // where it must go (conv_cuda.c): fp32 (no TF32) 1x1 stride 1 the GEMM, the other fp32 ones and 16
+            // bits the chunks, TF32 cuDNN's beta-1 plans (every case here had one on the H100, session 22)
+            const int gemm = dt == MO_F32 && !tf && R == 1 && st == 1 && pad == 0;
+            const int want_chunked = chunked || (dt == MO_F32 && !tf && !gemm) || dt != MO_F32;
+            CHECK_MSG((nch == 2) == want_chunked && (nch == 0) == !want_chunked,
+                      "%s %s: %ld of 2 runs through the workspace chunks, want %d", q->name, label, nch,
+                      2 * want_chunked);
             char what[96];
-            const char *route = chunked ? "2-image chunks"
-                                : nch   ? "chunks (no beta-1 path)"
-                                : dt == MO_F32 && !tf ? "GEMM beta 1" : "cuDNN beta 1";
+            const char *route = chunked        ? "2-image chunks"
+                                : nch          ? (dt == MO_F32 ? "chunks (fp32's other paths)" : "chunks (16 bits)")
+                                : gemm         ? "GEMM beta 1"
+                                               : "cuDNN beta 1";
             snprintf(what, sizeof what, "backward data add, %s", route);
             check(q->name, dt, got[0], got[1], ref, nx, tol_conv(q), what);
         }
@@ -606,6 +609,7 @@ static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int
         o[k][4] = hnew(nx * e), o[k][5] = hnew(nx * e), o[k][6] = hnew(nx * e);
     }
     int ok = 1;
+    const long two0 = gc->maxpool_two_pass_runs;
     for (int run = 0; run < 2 && ok; run++) {
         poison(d_y, ny * e), poison(d_dx, nx * e), poison(d_a, na * e);
         ok &= CHECK_OK(mo_maxpool_forward(gc, dt, d_y, d_x, N, H, W, C, R, st, pad));
@@ -626,6 +630,10 @@ static void gpu_pool(mo_dtype dt, int N, int H, int W, int C, int R, int st, int
         ok &= CHECK_OK(mo_relu_forward(gc, dt, d_dr, d_dr, nx)); // in place
         down(o[run][5], d_dr, nx * e);
     }
+    // the default ran the two-pass kernels where C takes the 16-byte vector (twice), the scan otherwise
+    const int two_want = C % (int)(16 / e) == 0 ? 2 : 0;
+    CHECK_MSG(!ok || gc->maxpool_two_pass_runs - two0 == two_want, "%s pool: %ld two-pass max pool backwards, want %d",
+              pn, gc->maxpool_two_pass_runs - two0, two_want);
     if (ok) {
         check(pn, dt, o[0][0], o[1][0], y_ref, ny, 0, "maxpool forward");
         check(pn, dt, o[0][1], o[1][1], dx_ref, nx, 0, "maxpool backward");

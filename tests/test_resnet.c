@@ -309,10 +309,31 @@ static void test_ckpt_saves(void) {
     CHECK(act[0] > act[1] && act[1] > act[2] && act[3] == act[0] && act[4] < act[0]);
 }
 
-// The shortcut's gradient added in the convolution's input gradient (MEMOPT_DGRAD_ADD, default 1) against a
-// pass of its own (=0): in fp32 the same float additions (a + b either way), so the same gradient bits,
-// basic and bottleneck blocks; and at ResNet-50's shape (dry, exact) no higher a peak (the buffer it saves
-// lives in backward, after the step's peak: the same peak, 5852 MiB, either way at batch 64).
+// Device allocations one forward/backward of rc makes on the cpu backend
+static uint64_t allocs_of(const mo_run_config *rc) {
+    mo_allocator *a = NULL;
+    mo_ctx *x = NULL;
+    void *m = NULL;
+    CHECK_OK(mo_allocator_create(&a, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
+    CHECK_OK(mo_ctx_create(&x, MO_BACKEND_CPU, a));
+    CHECK_OK(mo_resnet_model.create(rc, x, &m));
+    CHECK_OK(mo_resnet_model.set_synthetic_batch(m, rc->seed));
+    mo_alloc_stats s0, s1;
+    mo_allocator_stats(a, &s0);
+    CHECK_OK(mo_resnet_forward_backward(m, NULL));
+    mo_allocator_stats(a, &s1);
+    mo_resnet_model.destroy(m);
+    mo_ctx_destroy(x);
+    mo_allocator_destroy(a);
+    return s1.num_allocs - s0.num_allocs;
+}
+
+// The shortcut's gradient added in the convolution's input gradient (MEMOPT_DGRAD_ADD, default 1; fp32
+// data only) against a pass of its own (=0): in fp32 the same float additions (a + b either way), so the
+// same gradient bits, basic and bottleneck blocks, with one allocation fewer a block (the knob took
+// effect); 16 bits allocate the same either way (they keep the pass: models/resnet_step.c says why); and
+// at ResNet-50's shape (dry, exact) no higher a peak (the buffer it saves lives in backward, after the
+// step's peak: the same peak, 5852 MiB, either way at batch 64).
 static void test_dgrad_add(void) {
     static const char *const depths[] = {"10", "14"};
     for (int d = 0; d < 2; d++) {
@@ -323,12 +344,24 @@ static void test_dgrad_add(void) {
         double l0, l1;
         setenv("MEMOPT_DGRAD_ADD", "0", 1);
         float *g0 = grads_of(&rc, &n0, &l0, NULL, NULL);
+        const uint64_t a0 = allocs_of(&rc);
         unsetenv("MEMOPT_DGRAD_ADD");
         float *g1 = grads_of(&rc, &n1, &l1, NULL, NULL);
+        const uint64_t a1 = allocs_of(&rc);
         CHECK_MSG(n0 == n1 && l0 == l1 && !memcmp(g0, g1, n0 * sizeof(float)),
                   "depth %s fp32: MEMOPT_DGRAD_ADD=0 and 1 give different gradients or loss", depths[d]);
+        CHECK_MSG(a1 + 4 <= a0, "depth %s fp32: %llu allocations with the add in the convolution, %llu without "
+                  "(4 blocks: 4 fewer at least)", depths[d], (unsigned long long)a1, (unsigned long long)a0);
         free(g0);
         free(g1);
+        const char *kh[] = {"--layers", depths[d], "--batch", "8", "--precision", "bf16", NULL};
+        config_of(kh, &rc);
+        setenv("MEMOPT_DGRAD_ADD", "0", 1);
+        const uint64_t h0 = allocs_of(&rc);
+        unsetenv("MEMOPT_DGRAD_ADD");
+        const uint64_t h1 = allocs_of(&rc);
+        CHECK_MSG(h0 == h1, "depth %s bf16: %llu allocations with MEMOPT_DGRAD_ADD=1, %llu with 0 (16 bits keep the "
+                  "pass)", depths[d], (unsigned long long)h1, (unsigned long long)h0);
     }
     int64_t peak[2];
     mo_run_env env;
