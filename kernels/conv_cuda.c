@@ -446,10 +446,11 @@ static const mo_conv_choice *table_find(const mo_ctx *c, const mo_dnn_cache *d, 
 static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dnn_plan *p, void *ptr[3]) {
     cudnnBackendDescriptor_t graph = NULL;
     MO_TRY(build_graph(d, k, p, &graph));
-    const mo_conv_choice *want = table_find(c, d, k);
+    const int force = c->conv_force_rank; // tests: this rank, whatever is stored
+    const mo_conv_choice *want = force >= 0 ? NULL : table_find(c, d, k);
     const int rerunnable = !k->beta_one;
-    const int tune = c->conv_tune && rerunnable && !want;
-    int need = want ? want->rank + 1 : tune ? CONV_TUNE_MAX : 1; // kept candidates to look at
+    const int tune = c->conv_tune && rerunnable && !want && force < 0;
+    int need = force >= 0 ? force + 1 : want ? want->rank + 1 : tune ? CONV_TUNE_MAX : 1; // kept candidates to look at
     if (need > CONV_TUNE_MAX) need = CONV_TUNE_MAX;
     cudnnBackendDescriptor_t kept_plan[CONV_TUNE_MAX + 1], kept_cfg[CONV_TUNE_MAX + 1];
     long kept_eng[CONV_TUNE_MAX + 1];
@@ -520,7 +521,14 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
         goto done;
     }
     int pick = 0;
-    if (want) {
+    if (force >= 0) {
+        if (nk <= force) {
+            st = MO_FAIL(MO_ERR_UNSUPPORTED, "conv %s (%s, N %d H %d W %d C %d K %d): rank %d asked, %d kept",
+                         kind_name(k->kind), mo_dtype_name((mo_dtype)k->dt), k->N, k->H, k->W, k->C, k->K, force, nk);
+            goto done;
+        }
+        pick = force;
+    } else if (want) {
         if (nk > want->rank && kept_eng[want->rank] == want->engine) {
             pick = want->rank;
             d->table_used++;
@@ -642,6 +650,7 @@ static mo_status conv_run(mo_ctx *c, int kind, mo_dtype dt, const mo_conv_shape 
         st = mo_mark_lib_write(c, ptr[kind == MO_CONV_FWD ? 2 : kind == MO_CONV_BWD_DATA ? 0 : 1], 0, n * e, 1);
     }
     if (st == MO_OK) st = run_plan(c, d, p->plan, ptr);
+    if (st == MO_OK) c->conv_last_engine = p->engine;
     if (st != MO_OK && st != MO_ERR_UNSUPPORTED) { // say which convolution (the no-engine message already does)
         char why[1024];
         snprintf(why, sizeof why, "%s", mo_errmsg());
@@ -1038,10 +1047,11 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
 //     plan key; the stored choice of the beta-0 key applies where the same engine is kept at its rank): the
 //     epilogue's fp32 acc + din, the bits of a beta-0 pass and a residual add (the H100's ResNet-50 tf32 step
 //     gave the same loss bits either way, session 22);
-//   - 16 bits: not beta 1. The ResNet-50 batch 128 step through the beta-1 plans trained wrongly on the H100
-//     (session 22: fp16 loss 2.91 after 13 steps against 0.16, bf16 1.85 against 0.63) although
-//     gpu_resnet_ops' batch-3 cases matched the reference; which of the batch-128 plans (engines 63, 67, 73,
-//     78) is wrong is not known yet. So 16 bits take the chunks below;
+//   - 16 bits: not beta 1 unless ctx->conv_add16_beta1 (MEMOPT_DGRAD_ADD=all). The ResNet-50 batch 128 step
+//     through the beta-1 plans trained wrongly on the H100 (session 22: fp16 loss 2.91 after 13 steps
+//     against 0.16, bf16 1.85 against 0.63) although gpu_resnet_ops' batch-3 cases matched the reference;
+//     which of the batch-128 plans (engines 63, 67, 73, 78) is wrong is not known yet (gpu_conv_add_n128
+//     tries each). So 16 bits take the chunks below;
 //   - otherwise (the other fp32 paths, or no beta-1 engine that fits): the gradient of a chunk of images
 //     into the head of the workspace (beta 0, rounded to dt), added to din's images (rounded again), the
 //     chunk at most half the workspace so that the paths above keep the rest as their budget. The
@@ -1083,7 +1093,7 @@ mo_status conv_backward_data_add_cuda(mo_ctx *c, mo_dtype dt, void *din, const v
         MO_TRY(conv_gemm(c, MO_CONV_BWD_DATA, s, din, (void *)w, (void *)dout, 1.0f, &done));
         if (done) return MO_OK;
     }
-    if (dt == MO_F32 && (c->tf32 || c->conv_dgrad_cudnn)) {
+    if (dt == MO_F32 ? c->tf32 || c->conv_dgrad_cudnn : c->conv_add16_beta1) {
         const mo_status st = conv_run(c, MO_CONV_BWD_DATA, dt, s, din, (void *)w, (void *)dout, 1);
         if (st != MO_ERR_UNSUPPORTED) return st;
         mo_clear_error(); // no beta-1 engine fits: the chunks below

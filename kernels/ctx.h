@@ -118,7 +118,14 @@ typedef struct mo_ctx {
     int conv_dgrad_add;           // fp32 data (fp32, tf32): the ResNet's shortcut gradient added in a
                                   // convolution's input gradient (1, the default: mo_conv_backward_data_add);
                                   // MEMOPT_DGRAD_ADD=0 sets 0 (a residual-add pass of its own, as 16 bits
-                                  // always take: models/resnet_step.c says why)
+                                  // take unless conv_add16_beta1: models/resnet_step.c says why)
+    int conv_add16_beta1;         // 16-bit data too: the step adds the shortcut gradient in the conv's pass
+                                  // and mo_conv_backward_data_add runs cuDNN's beta-1 plans for 16 bits
+                                  // (MEMOPT_DGRAD_ADD=all; 0, the default: conv_cuda.c says why)
+    int conv_force_rank;          // tests: every new cuDNN plan runs the kept candidate of this rank (the
+                                  // stored choices and tuning ignored; MO_ERR_UNSUPPORTED when fewer are
+                                  // kept); -1, the default: off
+    long conv_last_engine;        // tests: the global index of the engine of the last cuDNN plan run (-1)
     long maxpool_two_pass_runs;   // tests: max pool backwards that ran the two-pass kernels (pool.cu)
     int maxpool_two_pass;         // the max pool's backward through argmax bytes in the workspace (1, the
                                   // default), or its one-pass scan (0; tests, to compare: pool.cu)
