@@ -928,10 +928,22 @@ static mo_status col_backward_data(mo_ctx *c, const mo_conv_shape *s, float *din
     return MO_OK;
 }
 
+// The fp32 (no TF32) convolutions with a filter wider than 1x1 that the implicit-GEMM kernel takes
+// (conv_implicit.cu): ctx->conv_implicit under MEMOPT_CONV_GEMM=auto (=all: every pass through im2col), C % 8,
+// K % 64 (not the stem's 3 channels).
+static int conv_is_implicit(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
+    return c->conv_implicit && c->conv_gemm == MO_CONV_GEMM_AUTO && dt == MO_F32 && !c->tf32 &&
+           (s->R > 1 || s->S > 1) && conv_implicit_takes(s);
+}
+
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {
     int done = 0;
     if (conv_is_gemm(c, dt, s)) MO_TRY(conv_gemm(c, MO_CONV_FWD, s, (void *)in, (void *)w, out, 0.0f, &done));
-    else if (conv_is_col_gemm(c, MO_CONV_FWD, dt, s)) {
+    else if (conv_is_implicit(c, dt, s)) {
+        MO_TRY(conv_implicit_forward_cuda(c, (float *)out, (const float *)in, (const float *)w, s, &done));
+        c->conv_implicit_runs += done;
+    }
+    if (!done && conv_is_col_gemm(c, MO_CONV_FWD, dt, s)) {
         MO_TRY(col_forward(c, s, out, in, w, &done));
         c->conv_col_runs[MO_CONV_FWD] += done;
     }
@@ -1027,6 +1039,13 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
     }
     if (dt == MO_F32 && !c->tf32) { // the GEMMs over the column matrix, else the flipped filter's forward
         int done = 0;
+        // stride 1: the flipped filter's forward on the implicit-GEMM kernel first (dgrad_as_forward)
+        if (s->stride == 1 && s->R == s->S && s->pad <= s->R - 1) {
+            mo_conv_shape t;
+            mo_conv_shape_init(&t, s->N, s->P, s->Q, s->K, s->C, s->R, s->S, 1, s->R - 1 - s->pad);
+            if (conv_is_implicit(c, dt, &t)) MO_TRY(dgrad_as_forward(c, din, dout, w, s, &done));
+            if (done) return MO_OK;
+        }
         if (conv_is_col_gemm(c, MO_CONV_BWD_DATA, dt, s)) {
             MO_TRY(col_backward_data(c, s, din, dout, w, &done));
             c->conv_col_runs[MO_CONV_BWD_DATA] += done;

@@ -133,6 +133,12 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_WGRAD_SPLIT=%s: expected 0 or 1", wsp);
     }
     c->conv_wgrad_split = !(wsp && strcmp(wsp, "0") == 0);
+    const char *cim = getenv("MEMOPT_CONV_IMPLICIT");
+    if (cim && *cim && strcmp(cim, "0") != 0 && strcmp(cim, "1") != 0) {
+        free(c);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_IMPLICIT=%s: expected 0 or 1", cim);
+    }
+    c->conv_implicit = !(cim && strcmp(cim, "0") == 0);
     const char *dga = getenv("MEMOPT_DGRAD_ADD");
     if (dga && *dga && strcmp(dga, "0") != 0 && strcmp(dga, "1") != 0 && strcmp(dga, "all") != 0) {
         free(c);

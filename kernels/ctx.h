@@ -106,6 +106,10 @@ typedef struct mo_ctx {
     int conv_wgrad_split;         // fp32 weight gradients through im2col split over row slabs, one strided
                                   // batched GEMM a chunk (1, the default; conv_cuda.c col_wgrad_slabs says
                                   // why); MEMOPT_CONV_WGRAD_SPLIT=0 sets 0 (one GEMM a chunk)
+    int conv_implicit;            // fp32 convolutions other than 1x1 (no TF32): the forward, and the stride-1
+                                  // input gradient as the flipped filter's forward, on the suite's implicit-
+                                  // GEMM kernel (1, the default: conv_implicit.cu says why);
+                                  // MEMOPT_CONV_IMPLICIT=0 sets 0 (im2col GEMMs, as before)
     int conv_dgrad_chunk;         // tests: at most this many images a chunk of the fp32 input gradients that
                                   // run in chunks (im2col's and the strided ones; conv_cuda.c; 0: as many as
                                   // the workspace takes)
@@ -113,6 +117,7 @@ typedef struct mo_ctx {
                                   // gradient (conv_cuda.c; 0: as many as the workspace takes)
     long conv_col_runs[3];        // tests: the convolution passes (MO_CONV_FWD, _BWD_DATA, _BWD_FILTER) that
                                   // ran as im2col GEMMs, so a silent fallback to cuDNN shows
+    long conv_implicit_runs;      // tests: convolutions run on the implicit-GEMM kernel (conv_implicit.cu)
     long conv_dgrad_add_chunked;  // tests: input gradients added to din (mo_conv_backward_data_add) through
                                   // image chunks in the workspace, not in the pass's epilogue (conv_cuda.c)
     int conv_dgrad_add;           // fp32 data (fp32, tf32): the ResNet's shortcut gradient added in a

@@ -17,6 +17,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_CE", "loop: the fp32 cross-entropy on the kernel that reads each row twice"},
     {"MEMOPT_CONV_DGRAD", "cudnn: fp32 input gradients on cuDNN's backward-data engine, not as GEMMs or forward convolutions"},
     {"MEMOPT_CONV_GEMM", "auto|all|1x1|0: fp32 convolutions as cuBLASLt GEMMs: where faster (default), all (im2col), 1x1 stride-1 only, none"},
+    {"MEMOPT_CONV_IMPLICIT", "0: fp32 3x3 forwards (and stride-1 input gradients) as im2col GEMMs, not the implicit-GEMM kernel"},
     {"MEMOPT_CONV_TABLE", "0: the stored cuDNN convolution engine choices ignored"},
     {"MEMOPT_CONV_TUNE", "1: every new convolution plan times its deterministic candidates that fit"},
     {"MEMOPT_CONV_WGRAD_SPLIT", "0: im2col weight gradients as one GEMM a chunk, not split over row slabs"},

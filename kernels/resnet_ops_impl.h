@@ -103,6 +103,14 @@ mo_status avgpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in
 mo_status avgpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, int N, int HW, int C);
 mo_status relu_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, size_t n); // out may alias in
 mo_status relu_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *out, size_t n);
+// The fp32 forward as an implicit GEMM (conv_implicit.cu): y (N, P, Q, K) of x (N, H, W, C) and w (K, R, S, C),
+// the filter transposed into the head of c's workspace (conv_implicit_ws_bytes of it). *done 0 (nothing run)
+// when the kernel does not take s (conv_implicit_takes: C % 8 == 0, K % 64 == 0), the workspace is too small
+// or x or y is not 16-byte aligned.
+int conv_implicit_takes(const mo_conv_shape *s);
+size_t conv_implicit_ws_bytes(const mo_conv_shape *s);
+mo_status conv_implicit_forward_cuda(mo_ctx *c, float *y, const float *x, const float *w, const mo_conv_shape *s,
+                                     int *done);
 // wf (C, R, S, K) = w (K, R, S, C) flipped in R and S (fp32)
 mo_status conv_flip_filter_cuda(mo_ctx *c, float *wf, const float *w, int K, int R, int S, int C);
 // z (n, Hz, Wz, K) = dy (n, P, Q, K) at every st-th row and column, zeros between (fp32)

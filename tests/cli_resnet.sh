@@ -35,6 +35,9 @@ MEMOPT_CONV_GEMM=1 "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
 MEMOPT_CONV_WGRAD_SPLIT=yes "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "MEMOPT_CONV_WGRAD_SPLIT=yes: expected 0 or 1" "$tmp/err" &&
   ok || no "MEMOPT_CONV_WGRAD_SPLIT=yes: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/err")"
+MEMOPT_CONV_IMPLICIT=yes "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "MEMOPT_CONV_IMPLICIT=yes: expected 0 or 1" "$tmp/err" &&
+  ok || no "MEMOPT_CONV_IMPLICIT=yes: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/err")"
 MEMOPT_DGRAD_ADD=on "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "MEMOPT_DGRAD_ADD=on: expected 0, 1 or all" "$tmp/err" &&
   ok || no "MEMOPT_DGRAD_ADD=on: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/err")"

@@ -169,10 +169,20 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     if (q != pr) printf("conv %s %s: the same inputs and reference\n", q->name, label);
     gc->tf32 = q->tf32;
 #ifdef MEMOPT_HAVE_CUDA
-    const long wruns0 = gc->conv_col_runs[MO_CONV_BWD_FILTER];
+    const long wruns0 = gc->conv_col_runs[MO_CONV_BWD_FILTER], iruns0 = gc->conv_implicit_runs;
 #endif
     int ok = conv_twice(dt, &s, &d, dw0, y, dx, dw);
 #ifdef MEMOPT_HAVE_CUDA
+    // fp32 (no TF32) with a filter wider than 1x1, C % 8 and K % 64: the forward, and the stride-1 input
+    // gradient (the flipped filter's forward: K % 8, C % 64), on the implicit-GEMM kernel (conv_implicit.cu)
+    if (ok && dt == MO_F32 && !q->tf32 && R > 1) {
+        mo_conv_shape t;
+        mo_conv_shape_init(&t, N, s.P, s.Q, K, C, R, R, 1, pad <= R - 1 ? R - 1 - pad : 0);
+        const long want = 2 * conv_implicit_takes(&s) + 2 * (st == 1 && pad <= R - 1 && conv_implicit_takes(&t));
+        CHECK_MSG(gc->conv_implicit_runs - iruns0 == want, "%s %s: %ld convolutions ran on the implicit-GEMM kernel, "
+                  "want %ld", q->name, label, gc->conv_implicit_runs - iruns0, want);
+        printf("  %-4s implicit-GEMM kernel: %ld of the passes\n", q->name, gc->conv_implicit_runs - iruns0);
+    }
     // TF32 takes the stem's weight gradient (C not a multiple of 4, not 1x1 stride 1) as TF32 GEMMs over
     // row slabs, not cuDNN's engine (conv_cuda.c): both runs must have gone that way, or the check below is
     // of cuDNN
@@ -846,6 +856,10 @@ static void timing_col_gemm(void) {
             for (int op = 0; op < 3; op++) ms[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
             sum[v] += ms[v][0] + ms[v][1] + ms[v][2];
         }
+        gc->conv_gemm = MO_CONV_GEMM_AUTO; // the default: the implicit-GEMM kernel where it takes the shape
+        const long i0 = gc->conv_implicit_runs;
+        const double fi = time_op(0, &precs[0], &t, x, w, y, dw, bn, 0), di = time_op(1, &precs[0], &t, x, w, y, dw, bn, 0);
+        const long iruns = gc->conv_implicit_runs - i0;
         gc->conv_gemm = MO_CONV_GEMM_ALL; // the weight gradient as one GEMM a chunk (what the slabs replace)
         gc->conv_wgrad_split = 0;
         const double unsplit = time_op(2, &precs[0], &t, x, w, y, dw, bn, 0);
@@ -859,6 +873,8 @@ static void timing_col_gemm(void) {
                g / ms[0][0], ms[0][1], g / ms[0][1], ms[0][2], g / ms[0][2]);
         printf("    cuDNN        fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f), bwd filter %.3f (%.1f)\n", ms[1][0],
                g / ms[1][0], ms[1][1], g / ms[1][1], ms[1][2], g / ms[1][2]);
+        printf("    default      fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f); %ld of the runs on the implicit-GEMM "
+               "kernel\n", fi, g / fi, di, g / di, iruns);
         printf("    bwd filter as one GEMM a chunk (MEMOPT_CONV_WGRAD_SPLIT=0) %.3f ms (%.1f); %d row slabs a chunk\n",
                unsplit, g / unsplit, conv_wgrad_slabs(gc, &t));
         if (j == 0) { // the stem under TF32: its weight gradient as TF32 slab GEMMs (auto) or on cuDNN (1x1)
@@ -910,6 +926,9 @@ int main(void) {
         TEST_PART(gpu_conv(p, 3, 13, 11, 6, 8, 1, 2, 0, "odd 1x1 stride 2"));
         TEST_PART(gpu_conv(p, 3, 9, 10, 7, 6, 3, 1, 1, "odd C 3x3 stride 1"));
         TEST_PART(gpu_conv(p, 2, 8, 9, 4, 5, 3, 1, 2, "3x3 pad 2 (> R - 1)"));
+        // the implicit-GEMM kernel's tiles cut at odd sizes: 64 and 128 channels, both strides
+        TEST_PART(gpu_conv(p, 3, 13, 11, 8, 64, 3, 1, 1, "odd 3x3, C 8 K 64"));
+        TEST_PART(gpu_conv(p, 3, 13, 11, 64, 128, 3, 2, 1, "odd 3x3 stride 2, C 64 K 128"));
     }
     // fp32 and tf32: layer1's 3x3 at batch 4 takes two chunks of the workspace in every pass (10880 + 1664
     // rows; 3 + 1 images)
