@@ -140,12 +140,12 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     }
     c->conv_implicit = !(cim && strcmp(cim, "0") == 0);
     const char *dga = getenv("MEMOPT_DGRAD_ADD");
-    if (dga && *dga && strcmp(dga, "0") != 0 && strcmp(dga, "1") != 0 && strcmp(dga, "all") != 0) {
+    if (dga && *dga && strcmp(dga, "0") != 0 && strcmp(dga, "1") != 0) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DGRAD_ADD=%s: expected 0, 1 or all", dga);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DGRAD_ADD=%s: expected 0 or 1", dga);
     }
     c->conv_dgrad_add = !(dga && strcmp(dga, "0") == 0);
-    c->conv_add16_beta1 = dga && strcmp(dga, "all") == 0;
+    c->conv_add16_beta1 = 1;
     c->conv_force_rank = -1;
     c->conv_last_engine = -1;
     c->maxpool_two_pass = 1;

@@ -120,13 +120,11 @@ typedef struct mo_ctx {
     long conv_implicit_runs;      // tests: convolutions run on the implicit-GEMM kernel (conv_implicit.cu)
     long conv_dgrad_add_chunked;  // tests: input gradients added to din (mo_conv_backward_data_add) through
                                   // image chunks in the workspace, not in the pass's epilogue (conv_cuda.c)
-    int conv_dgrad_add;           // fp32 data (fp32, tf32): the ResNet's shortcut gradient added in a
+    int conv_dgrad_add;           // the ResNet's shortcut gradient added in a
                                   // convolution's input gradient (1, the default: mo_conv_backward_data_add);
-                                  // MEMOPT_DGRAD_ADD=0 sets 0 (a residual-add pass of its own, as 16 bits
-                                  // take unless conv_add16_beta1: models/resnet_step.c says why)
-    int conv_add16_beta1;         // 16-bit data too: the step adds the shortcut gradient in the conv's pass
-                                  // and mo_conv_backward_data_add runs cuDNN's beta-1 plans for 16 bits
-                                  // (MEMOPT_DGRAD_ADD=all; 0, the default: conv_cuda.c says why)
+                                  // MEMOPT_DGRAD_ADD=0 sets 0 (a residual-add pass of its own)
+    int conv_add16_beta1;         // mo_conv_backward_data_add in 16 bits on cuDNN's beta-1 plans (1, the
+                                  // default), or tests: 0, through chunks in the workspace (conv_cuda.c)
     int conv_force_rank;          // tests: every new cuDNN plan runs the kept candidate of this rank (the
                                   // stored choices and tuning ignored; MO_ERR_UNSUPPORTED when fewer are
                                   // kept); -1, the default: off

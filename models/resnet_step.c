@@ -332,19 +332,18 @@ static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, i
 }
 
 // s->g: the gradient of the block's out on entry (owned), of its in on return; frees the block's out.
-// fp32 data (fp32, tf32; ctx->conv_dgrad_add, the default): the shortcut's gradient joins the main path's
-// in the convolution that comes last: the first main unit's input gradient is added to s->g (an identity
-// shortcut), the downsampling unit's to the main path's (mo_conv_backward_data_add), so no input gradient
-// is allocated for it and no residual-add pass runs. 16-bit data (unless MEMOPT_DGRAD_ADD=all), or
-// MEMOPT_DGRAD_ADD=0: a buffer for it and the add as a pass. (16 bits through cuDNN's beta-1 backward-data
-// plans trained wrongly on the H100, session 22: ResNet-50 batch 128 fp16 loss 2.91 after 13 steps against
-// 0.16, bf16 1.85 against 0.63, while fp32 and tf32 gave the bits of the pass.)
+// ctx->conv_dgrad_add (the default): the shortcut's gradient joins the main path's in the convolution that
+// comes last: the first main unit's input gradient is added to s->g (an identity shortcut), the
+// downsampling unit's to the main path's (mo_conv_backward_data_add), so no input gradient is allocated
+// for it and no residual-add pass runs. MEMOPT_DGRAD_ADD=0: a buffer for it and the add as a pass. (16 bits
+// kept the pass in session 22: through one cuDNN engine the op's beta-1 sum was wrong, which conv_cuda.c
+// now refuses.)
 static mo_status block_backward(resnet *m, step_state *s, int l, block_acts *a) {
     mo_ctx *x = m->ctx;
     const rn_arch *ar = &m->a;
     const rn_block *k = &ar->blocks[l];
     size_t nin = (size_t)s->N * k->H * k->H * k->cin;
-    const int fuse = x->conv_dgrad_add && (DT == MO_F32 || x->conv_add16_beta1);
+    const int fuse = x->conv_dgrad_add;
     // The main path, last unit first; s->gi: the gradient of the unit's output, then of its input. The last
     // unit's backward masks s->g in place by the block's final ReLU (its output a->out) first: s->g is then
     // the gradient of the sum (the last BN's output and the shortcut's) for the shortcut below (fused: the

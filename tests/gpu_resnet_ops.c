@@ -295,8 +295,8 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
 #ifdef MEMOPT_HAVE_CUDA
 // din += the input gradient (mo_conv_backward_data_add, the ResNet's shortcut gradient) against the cpu
 // reference (round(din + the fp32 gradient)), per precision, twice for the same bits; the route it took
-// (conv_cuda.c): the fp32 1x1 stride-1 GEMM's beta 1, cuDNN's beta 1 (TF32) or the chunks in the
-// workspace (every other fp32 one, 16 bits), which must have run where the test says; and
+// (conv_cuda.c): the fp32 1x1 stride-1 GEMM's beta 1, cuDNN's beta 1 (TF32, 16 bits) or the chunks in the
+// workspace (every other fp32 one), which must have run where the test says; and
 // the chunked path itself at most 2 images a chunk (N 3: two chunks, the last short) in every precision.
 static void gpu_conv_add(mo_dtype dt, int N, int H, int W, int C, int K, int R, int st, int pad, const char *label) {
     mo_conv_shape s;
@@ -322,16 +322,16 @@ static void gpu_conv_add(mo_dtype dt, int N, int H, int W, int C, int K, int R, 
             }
             if (!ok) break;
             const long nch = gc->conv_dgrad_add_chunked - ch0;
-            // where it must go (conv_cuda.c): fp32 (no TF32) 1x1 stride 1 the GEMM, the other fp32 ones and 16
-            // bits the chunks, TF32 cuDNN's beta-1 plans (every case here had one on the H100, session 22)
+            // where it must go (conv_cuda.c): fp32 (no TF32) 1x1 stride 1 the GEMM, the other fp32 ones the
+            // chunks, TF32 and 16 bits cuDNN's beta-1 plans (every case here had one on the H100, session 22)
             const int gemm = dt == MO_F32 && !tf && R == 1 && st == 1 && pad == 0;
-            const int want_chunked = chunked || (dt == MO_F32 && !tf && !gemm) || dt != MO_F32;
+            const int want_chunked = chunked || (dt == MO_F32 && !tf && !gemm);
             CHECK_MSG((nch == 2) == want_chunked && (nch == 0) == !want_chunked,
                       "%s %s: %ld of 2 runs through the workspace chunks, want %d", q->name, label, nch,
                       2 * want_chunked);
             char what[96];
             const char *route = chunked        ? "2-image chunks"
-                                : nch          ? (dt == MO_F32 ? "chunks (fp32's other paths)" : "chunks (16 bits)")
+                                : nch          ? "chunks (fp32's other paths)"
                                 : gemm         ? "GEMM beta 1"
                                                : "cuDNN beta 1";
             snprintf(what, sizeof what, "backward data add, %s", route);
@@ -842,6 +842,8 @@ static void timing_col_gemm(void) {
     CHECK_OK(mo_memset_zero(gc, y, nbig * 4));
     CHECK_OK(mo_memset_zero(gc, w, nw * 4));
     CHECK_OK(mo_memset_zero(gc, dw, nw * 4));
+    mo_ctx *g256 = NULL; // the ResNet's workspace budget (models/resnet.c)
+    CHECK_OK(mo_ctx_create_ws(&g256, MO_BACKEND_CUDA, ga, (size_t)256 << 20));
     printf("timing: fp32 convolutions at batch 128, im2col GEMMs (MEMOPT_CONV_GEMM=all) against =1x1 (cuDNN); "
            "median of %d\n", TREPS);
     double sum[2] = {0, 0};
@@ -884,8 +886,23 @@ static void timing_col_gemm(void) {
             gc->conv_gemm = MO_CONV_GEMM_AUTO;
             printf("    tf32 bwd filter: TF32 slab GEMMs %.3f ms (%.1f), cuDNN %.3f (%.1f)\n", ta, g / ta, tc, g / tc);
         }
+        if (g256 && sh[j].R > 1 && sh[j].C % 8 == 0) { // at the ResNet's budget: the im2col chunks 8x longer
+            mo_ctx *g32 = gc;
+            gc = g256;
+            double m2[2][2];
+            for (int v = 0; v < 2; v++) {
+                gc->conv_gemm = v ? MO_CONV_GEMM_AUTO : MO_CONV_GEMM_ALL;
+                for (int op = 0; op < 2; op++) m2[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
+            }
+            gc->conv_gemm = MO_CONV_GEMM_AUTO;
+            gc = g32;
+            printf("    256 MiB workspace: im2col GEMMs fwd %.3f ms (%.1f), bwd data %.3f (%.1f); implicit-GEMM kernel "
+                   "fwd %.3f (%.1f), bwd data %.3f (%.1f)\n", m2[0][0], g / m2[0][0], m2[0][1], g / m2[0][1],
+                   m2[1][0], g / m2[1][0], m2[1][1], g / m2[1][1]);
+        }
     }
     printf("  the seven shapes' three passes: %.3f ms as im2col GEMMs, %.3f on cuDNN\n", sum[0], sum[1]);
+    if (g256) mo_ctx_destroy(g256);
     dfree(x), dfree(y), dfree(w), dfree(dw);
 }
 #endif
