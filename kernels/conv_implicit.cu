@@ -140,8 +140,9 @@ extern "C" mo_status conv_implicit_forward_cuda(mo_ctx *c, float *y, const float
     const cudaStream_t st = (cudaStream_t)c->stream;
     implicit_transpose_kernel<<<dim3((RSC + 31) / 32, (s->K + 31) / 32), dim3(32, 8), 0, st>>>(wt, w, s->K, RSC);
     CUDA_CHECK_LAUNCH();
-    const dim3 grid((M + IG_BM - 1) / IG_BM, s->K % 128 == 0 ? s->K / 128 : s->K / 64);
-    if (s->K % 128 == 0)
+    const int bn128 = s->K % 128 == 0 && !c->conv_implicit_bn64;
+    const dim3 grid((M + IG_BM - 1) / IG_BM, bn128 ? s->K / 128 : s->K / 64);
+    if (bn128)
         conv_implicit_fwd_kernel<128><<<grid, 256, 0, st>>>(y, x, wt, M, s->H, s->W, s->C, s->K, s->S, s->stride,
                                                            s->pad, s->P, s->Q, RSC / IG_BK);
     else

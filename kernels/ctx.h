@@ -118,6 +118,7 @@ typedef struct mo_ctx {
     long conv_col_runs[3];        // tests: the convolution passes (MO_CONV_FWD, _BWD_DATA, _BWD_FILTER) that
                                   // ran as im2col GEMMs, so a silent fallback to cuDNN shows
     long conv_implicit_runs;      // tests: convolutions run on the implicit-GEMM kernel (conv_implicit.cu)
+    int conv_implicit_bn64;       // tests: the implicit-GEMM kernel on 64-channel tiles whatever K (to time)
     long conv_dgrad_add_chunked;  // tests: input gradients added to din (mo_conv_backward_data_add) through
                                   // image chunks in the workspace, not in the pass's epilogue (conv_cuda.c)
     int conv_dgrad_add;           // the ResNet's shortcut gradient added in a

@@ -889,16 +889,19 @@ static void timing_col_gemm(void) {
         if (g256 && sh[j].R > 1 && sh[j].C % 8 == 0) { // at the ResNet's budget: the im2col chunks 8x longer
             mo_ctx *g32 = gc;
             gc = g256;
-            double m2[2][2];
-            for (int v = 0; v < 2; v++) {
+            double m2[3][2]; // im2col, the implicit kernel, the implicit kernel on 64-channel tiles only
+            for (int v = 0; v < 3; v++) {
                 gc->conv_gemm = v ? MO_CONV_GEMM_AUTO : MO_CONV_GEMM_ALL;
+                gc->conv_implicit_bn64 = v == 2;
                 for (int op = 0; op < 2; op++) m2[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
             }
             gc->conv_gemm = MO_CONV_GEMM_AUTO;
+            gc->conv_implicit_bn64 = 0;
             gc = g32;
             printf("    256 MiB workspace: im2col GEMMs fwd %.3f ms (%.1f), bwd data %.3f (%.1f); implicit-GEMM kernel "
-                   "fwd %.3f (%.1f), bwd data %.3f (%.1f)\n", m2[0][0], g / m2[0][0], m2[0][1], g / m2[0][1],
-                   m2[1][0], g / m2[1][0], m2[1][1], g / m2[1][1]);
+                   "fwd %.3f (%.1f), bwd data %.3f (%.1f); on 64-channel tiles fwd %.3f, bwd data %.3f\n", m2[0][0],
+                   g / m2[0][0], m2[0][1], g / m2[0][1], m2[1][0], g / m2[1][0], m2[1][1], g / m2[1][1], m2[2][0],
+                   m2[2][1]);
         }
     }
     printf("  the seven shapes' three passes: %.3f ms as im2col GEMMs, %.3f on cuDNN\n", sum[0], sum[1]);
