@@ -182,6 +182,17 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
         CHECK_MSG(gc->conv_implicit_runs - iruns0 == want, "%s %s: %ld convolutions ran on the implicit-GEMM kernel, "
                   "want %ld", q->name, label, gc->conv_implicit_runs - iruns0, want);
         printf("  %-4s implicit-GEMM kernel: %ld of the passes\n", q->name, gc->conv_implicit_runs - iruns0);
+        if (conv_implicit_takes(&s) && K % 128 == 0) { // on 64-channel tiles: each output's sum is the same
+            void *y64 = hnew(ny * e);
+            gc->conv_implicit_bn64 = 1;
+            poison(d.y, ny * e);
+            ok &= CHECK_OK(mo_conv_forward(gc, dt, d.y, d.x, d.w, &s));
+            gc->conv_implicit_bn64 = 0;
+            down(y64, d.y, ny * e);
+            CHECK_MSG(memcmp(y64, y[0], ny * e) == 0, "%s %s: the implicit kernel's 64-channel tiles change the bits",
+                      q->name, label);
+            free(y64);
+        }
     }
     // TF32 takes the stem's weight gradient (C not a multiple of 4, not 1x1 stride 1) as TF32 GEMMs over
     // row slabs, not cuDNN's engine (conv_cuda.c): both runs must have gone that way, or the check below is
