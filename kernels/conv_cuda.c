@@ -942,10 +942,22 @@ static mo_status col_backward_data(mo_ctx *c, const mo_conv_shape *s, float *din
 
 // The fp32 (no TF32) convolutions with a filter wider than 1x1 that the implicit-GEMM kernel takes
 // (conv_implicit.cu): ctx->conv_implicit under MEMOPT_CONV_GEMM=auto (=all: every pass through im2col), C % 8,
-// K % 64 (not the stem's 3 channels).
+// K % 64 (not the stem's 3 channels), and (MO_CONV_IMPLICIT_AUTO) where it measured faster than im2col: at
+// least IMPLICIT_MIN_TILES output tiles, or a column matrix over the workspace (im2col's chunks: short
+// GEMMs). gpu_resnet_ops at batch 128 with the ResNet's 256 MiB (H100, session 23), forward / stride-1 input
+// gradient in ms, implicit against im2col: layer1 (3136 tiles) 0.92 / 0.92 against 1.36 / 1.39, layer2
+// (784) 0.81 / 0.81 against 1.00 / 0.97, but layer3 (392; its 231 MB matrix in one chunk) 0.83 / 0.84
+// against 0.81 / 0.75 and layer4 (196) 1.08 / 1.10 against 0.67 / 0.68, where the one long SGEMM wins; with
+// 32 MiB (37 and 10 chunks) layer3 0.82 against 1.37.
+#define IMPLICIT_MIN_TILES 512
 static int conv_is_implicit(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
-    return c->conv_implicit && c->conv_gemm == MO_CONV_GEMM_AUTO && dt == MO_F32 && !c->tf32 &&
-           (s->R > 1 || s->S > 1) && conv_implicit_takes(s);
+    if (!c->conv_implicit || c->conv_gemm != MO_CONV_GEMM_AUTO || dt != MO_F32 || c->tf32 ||
+        (s->R == 1 && s->S == 1) || !conv_implicit_takes(s))
+        return 0;
+    if (c->conv_implicit == MO_CONV_IMPLICIT_ALWAYS) return 1;
+    const size_t M = (size_t)s->N * s->P * s->Q, tiles = (M + 127) / 128 * (s->K % 128 == 0 ? s->K / 128 : s->K / 64);
+    const size_t col = M * s->R * s->S * s->C * sizeof(float);
+    return tiles >= IMPLICIT_MIN_TILES || col + KEEP_BYTES > c->gemm_ws_bytes;
 }
 
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {

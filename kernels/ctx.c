@@ -138,7 +138,7 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         free(c);
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_IMPLICIT=%s: expected 0 or 1", cim);
     }
-    c->conv_implicit = !(cim && strcmp(cim, "0") == 0);
+    c->conv_implicit = cim && strcmp(cim, "0") == 0 ? MO_CONV_IMPLICIT_OFF : MO_CONV_IMPLICIT_AUTO;
     const char *dga = getenv("MEMOPT_DGRAD_ADD");
     if (dga && *dga && strcmp(dga, "0") != 0 && strcmp(dga, "1") != 0) {
         free(c);

@@ -27,6 +27,8 @@ typedef struct mo_dnn_cache mo_dnn_cache; // conv_cuda.c
 typedef struct mo_attn_dnn_cache mo_attn_dnn_cache; // attention_cudnn_cuda.c
 struct mo_cost_trace;                    // cost.h
 
+enum { MO_CONV_IMPLICIT_OFF = 0, MO_CONV_IMPLICIT_AUTO = 1, MO_CONV_IMPLICIT_ALWAYS = 2 }; // ctx->conv_implicit
+
 typedef struct mo_ctx {
     mo_backend_kind backend;
     mo_allocator *alloc;  // not owned
@@ -108,8 +110,9 @@ typedef struct mo_ctx {
                                   // why); MEMOPT_CONV_WGRAD_SPLIT=0 sets 0 (one GEMM a chunk)
     int conv_implicit;            // fp32 convolutions other than 1x1 (no TF32): the forward, and the stride-1
                                   // input gradient as the flipped filter's forward, on the suite's implicit-
-                                  // GEMM kernel (1, the default: conv_implicit.cu says why);
-                                  // MEMOPT_CONV_IMPLICIT=0 sets 0 (im2col GEMMs, as before)
+                                  // GEMM kernel: MO_CONV_IMPLICIT_AUTO (the default) where it measured faster
+                                  // (conv_cuda.c conv_is_implicit), _ALWAYS (tests) wherever it takes the
+                                  // shape; MEMOPT_CONV_IMPLICIT=0 sets _OFF (im2col GEMMs, as before)
     int conv_dgrad_chunk;         // tests: at most this many images a chunk of the fp32 input gradients that
                                   // run in chunks (im2col's and the strided ones; conv_cuda.c; 0: as many as
                                   // the workspace takes)

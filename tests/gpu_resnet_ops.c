@@ -869,7 +869,7 @@ static void timing_col_gemm(void) {
             for (int op = 0; op < 3; op++) ms[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
             sum[v] += ms[v][0] + ms[v][1] + ms[v][2];
         }
-        gc->conv_gemm = MO_CONV_GEMM_AUTO; // the default: the implicit-GEMM kernel where it takes the shape
+        gc->conv_gemm = MO_CONV_GEMM_AUTO; // the implicit-GEMM kernel (gc: wherever it takes the shape)
         const long i0 = gc->conv_implicit_runs;
         const double fi = time_op(0, &precs[0], &t, x, w, y, dw, bn, 0), di = time_op(1, &precs[0], &t, x, w, y, dw, bn, 0);
         const long iruns = gc->conv_implicit_runs - i0;
@@ -886,7 +886,7 @@ static void timing_col_gemm(void) {
                g / ms[0][0], ms[0][1], g / ms[0][1], ms[0][2], g / ms[0][2]);
         printf("    cuDNN        fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f), bwd filter %.3f (%.1f)\n", ms[1][0],
                g / ms[1][0], ms[1][1], g / ms[1][1], ms[1][2], g / ms[1][2]);
-        printf("    default      fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f); %ld of the runs on the implicit-GEMM "
+        printf("    implicit     fwd %.3f ms (%.1f TFLOP/s), bwd data %.3f (%.1f); %ld of the runs on the implicit-GEMM "
                "kernel\n", fi, g / fi, di, g / di, iruns);
         printf("    bwd filter as one GEMM a chunk (MEMOPT_CONV_WGRAD_SPLIT=0) %.3f ms (%.1f); %d row slabs a chunk\n",
                unsplit, g / unsplit, conv_wgrad_slabs(gc, &t));
@@ -900,19 +900,22 @@ static void timing_col_gemm(void) {
         if (g256 && sh[j].R > 1 && sh[j].C % 8 == 0) { // at the ResNet's budget: the im2col chunks 8x longer
             mo_ctx *g32 = gc;
             gc = g256;
-            double m2[3][2]; // im2col, the implicit kernel, the implicit kernel on 64-channel tiles only
-            for (int v = 0; v < 3; v++) {
+            // im2col, the implicit kernel, the implicit kernel on 64-channel tiles only, the default (auto)
+            double m2[4][2];
+            for (int v = 0; v < 4; v++) {
                 gc->conv_gemm = v ? MO_CONV_GEMM_AUTO : MO_CONV_GEMM_ALL;
+                gc->conv_implicit = v == 3 ? MO_CONV_IMPLICIT_AUTO : MO_CONV_IMPLICIT_ALWAYS;
                 gc->conv_implicit_bn64 = v == 2;
                 for (int op = 0; op < 2; op++) m2[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
             }
             gc->conv_gemm = MO_CONV_GEMM_AUTO;
+            gc->conv_implicit = MO_CONV_IMPLICIT_AUTO;
             gc->conv_implicit_bn64 = 0;
             gc = g32;
             printf("    256 MiB workspace: im2col GEMMs fwd %.3f ms (%.1f), bwd data %.3f (%.1f); implicit-GEMM kernel "
-                   "fwd %.3f (%.1f), bwd data %.3f (%.1f); on 64-channel tiles fwd %.3f, bwd data %.3f\n", m2[0][0],
-                   g / m2[0][0], m2[0][1], g / m2[0][1], m2[1][0], g / m2[1][0], m2[1][1], g / m2[1][1], m2[2][0],
-                   m2[2][1]);
+                   "fwd %.3f (%.1f), bwd data %.3f (%.1f); on 64-channel tiles fwd %.3f, bwd data %.3f; the default "
+                   "route fwd %.3f, bwd data %.3f\n", m2[0][0], g / m2[0][0], m2[0][1], g / m2[0][1], m2[1][0],
+                   g / m2[1][0], m2[1][1], g / m2[1][1], m2[2][0], m2[2][1], m2[3][0], m2[3][1]);
         }
     }
     printf("  the seven shapes' three passes: %.3f ms as im2col GEMMs, %.3f on cuDNN\n", sum[0], sum[1]);
@@ -936,6 +939,9 @@ int main(void) {
     CHECK_OK(mo_ctx_create(&gc, MO_BACKEND_CUDA, ga));
     CHECK_OK(mo_ctx_create(&hc, MO_BACKEND_CPU, ha));
     if (!gc || !hc) return test_finish();
+    // the implicit-GEMM kernel wherever it takes the shape (by default only where it measured faster than
+    // im2col at batch 128: these batch-2 shapes would all go to im2col), so that both paths are checked
+    gc->conv_implicit = MO_CONV_IMPLICIT_ALWAYS;
     // MEMOPT_TEST_REDUCED=2 (racecheck, initcheck): the ResNet-50 shapes keep their filter, stride, padding
     // and channels (what picks the path and the engine) at one image of 8x8 (the stem 32x32): the
     // sanitized library kernels cost in proportion to the work, and session 13's racecheck of every kernel
