@@ -19,6 +19,12 @@ void mo_conv_shape_init(mo_conv_shape *s, int N, int H, int W, int C, int K, int
     if (stride > 0 && W + 2 * pad - S < 0) s->Q = 0;
 }
 
+int mo_conv_implicit_prefers(const mo_conv_shape *s, size_t ws_bytes) {
+    const size_t M = (size_t)s->N * s->P * s->Q, tiles = (M + 127) / 128 * (size_t)(s->K % 128 == 0 ? s->K / 128 : s->K / 64);
+    const size_t col = M * s->R * s->S * s->C * sizeof(float), keep = (size_t)8 << 20;
+    return tiles >= 512 || col + keep > ws_bytes;
+}
+
 mo_status mo_conv_shape_check(const mo_conv_shape *s, const char *op) {
     if (s->N < 1 || s->H < 1 || s->W < 1 || s->C < 1 || s->K < 1 || s->R < 1 || s->S < 1 || s->stride < 1 ||
         s->pad < 0 || s->P < 1 || s->Q < 1)

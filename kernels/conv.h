@@ -2,7 +2,8 @@
 // direct convolution (conv.c), cuda -> cuDNN 9's backend graph API (conv_cuda.c), dry -> nothing computed.
 // On cuda, fp32 without TF32 runs as cuBLASLt GEMMs instead where it can (MEMOPT_CONV_GEMM, conv_cuda.c):
 // 1x1 stride-1 convolutions directly, the others over their im2col column matrix, a chunk at a time in
-// the workspace.
+// the workspace, or (their forwards and stride-1 input gradients, where mo_conv_implicit_prefers) on the
+// suite's implicit-GEMM kernel (conv_implicit.cu).
 //
 // Shapes: input (N, H, W, C), filter (K, R, S, C), output (N, P, Q, K), all NHWC / KRSC row-major;
 // cross-correlation (as PyTorch), the same stride and zero padding in both dims, no dilation, groups 1.
@@ -49,11 +50,16 @@ mo_status mo_conv_forward(mo_ctx *c, mo_dtype dt, void *out, const void *in, con
 mo_status mo_conv_backward_data(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                 const mo_conv_shape *s);
 // din (N,H,W,C) += the input gradient: din = round_dt(float(din) + the gradient's fp32 sum) (the cpu
-// reference; on cuda fp32 data adds in the pass's epilogue, cuDNN's and cuBLASLt's beta 1, and 16 bits round
-// the gradient first, then the sum: conv_cuda.c says why); the ResNet's shortcut gradient added without a
-// pass of its own.
+// reference; on cuda it adds in the pass's epilogue, cuDNN's and cuBLASLt's beta 1, where it can, else a
+// chunk of images' gradient is rounded first, then the sum: conv_cuda.c says where); the ResNet's shortcut
+// gradient added without a pass of its own.
 mo_status mo_conv_backward_data_add(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                     const mo_conv_shape *s);
+// Whether the fp32 implicit-GEMM kernel (conv_implicit.cu) should take s, with ws_bytes of library workspace,
+// where it takes the shape at all: where it measured faster than the im2col GEMMs, at 512 output tiles or
+// more (128 positions by 64 or 128 channels), or where s's column matrix with the 8 MiB the GEMM keeps is
+// over the workspace (im2col's chunks: short GEMMs). conv_cuda.c gives the times.
+int mo_conv_implicit_prefers(const mo_conv_shape *s, size_t ws_bytes);
 // dw (K,R,S,C) fp32 += the filter gradient from dout (N,P,Q,K) and in (N,H,W,C).
 mo_status mo_conv_backward_filter(mo_ctx *c, mo_dtype dt, float *dw, const void *dout, const void *in,
                                   const mo_conv_shape *s);

@@ -297,7 +297,7 @@ static mo_status build_graph(mo_dnn_cache *d, const mo_conv_key *k, dnn_plan *p,
 }
 
 // Why candidates were dropped (for the error when none is kept, and the tuning lines).
-typedef struct cand_count { int seen, nondet, tf32, unsupported, too_big, kept; } cand_count;
+typedef struct cand_count { int seen, nondet, tf32, bad16, unsupported, too_big, kept; } cand_count;
 
 // Engines that get a 16-bit beta-1 backward-data pass (din += dgrad) wrong: gpu_conv_add_n128 on the H100
 // (session 23, cuDNN 9.14) at ResNet-50 batch 128 gave engine 78 relative errors of 0.08-0.21 against the
@@ -342,7 +342,7 @@ static mo_status engine_ok(const mo_conv_key *k, cudnnBackendDescriptor_t cfg, i
         bad |= gi == BETA1_16_BAD[i];
     if (nondet) cc->nondet++;
     else if (k->dt == MO_F32 && !k->tf32 && tc) cc->tf32++;
-    else if (bad) cc->unsupported++;
+    else if (bad) cc->bad16++;
     else *ok = 1;
 done:
     cudnnBackendDestroyDescriptor(eng);
@@ -525,10 +525,10 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
     if (nk == 0) {
         st = MO_FAIL(MO_ERR_UNSUPPORTED,
                      "conv %s (%s%s, N %d H %d W %d C %d K %d %dx%d stride %d pad %d): no deterministic cuDNN engine "
-                     "fits the %zu-byte workspace (%d candidates: %d nondeterministic, %d TF32 not allowed, %d refused "
-                     "the graph, %d needed more workspace)",
+                     "fits the %zu-byte workspace (%d candidates: %d nondeterministic, %d TF32 not allowed, %d known "
+                     "wrong for 16-bit beta 1, %d refused the graph, %d needed more workspace)",
                      kind_name(k->kind), mo_dtype_name((mo_dtype)k->dt), k->tf32 ? " tf32" : "", k->N, k->H, k->W,
-                     k->C, k->K, k->R, k->S, k->stride, k->pad, k->ws_bytes, cc.seen, cc.nondet, cc.tf32,
+                     k->C, k->K, k->R, k->S, k->stride, k->pad, k->ws_bytes, cc.seen, cc.nondet, cc.tf32, cc.bad16,
                      cc.unsupported, cc.too_big);
         goto done;
     }
@@ -572,12 +572,12 @@ static mo_status plan_build(mo_ctx *c, mo_dnn_cache *d, const mo_conv_key *k, dn
     }
     if (getenv("MEMOPT_CONV_LOG")) // which engine each new plan runs, and why the others were dropped
         fprintf(stderr, "conv-plan: %s%s %s%s N %d H %d W %d C %d K %d %dx%d s%d p%d: engine %ld (notes %s), workspace "
-                        "%lld B, kept #%d of %d; %d seen: %d nondeterministic, %d TF32 not allowed, %d refused, %d "
-                        "over the budget%s\n",
+                        "%lld B, kept #%d of %d; %d seen: %d nondeterministic, %d TF32 not allowed, %d known wrong "
+                        "for 16-bit beta 1, %d refused, %d over the budget%s\n",
                 kind_name(k->kind), k->beta_one ? " (beta 1)" : "", mo_dtype_name((mo_dtype)k->dt),
                 k->tf32 ? " tf32" : "", k->N, k->H, k->W, k->C,
                 k->K, k->R, k->S, k->stride, k->pad, kept_eng[pick], kept_notes[pick], (long long)kept_ws[pick], pick,
-                nk, cc.seen, cc.nondet, cc.tf32, cc.unsupported, cc.too_big, want ? " (stored choice)" : "");
+                nk, cc.seen, cc.nondet, cc.tf32, cc.bad16, cc.unsupported, cc.too_big, want ? " (stored choice)" : "");
     p->plan = kept_plan[pick];
     kept_plan[pick] = NULL;
     p->keep[p->nkeep++] = kept_cfg[pick]; // build_graph used 6 of DNN_KEEP
@@ -942,22 +942,18 @@ static mo_status col_backward_data(mo_ctx *c, const mo_conv_shape *s, float *din
 
 // The fp32 (no TF32) convolutions with a filter wider than 1x1 that the implicit-GEMM kernel takes
 // (conv_implicit.cu): ctx->conv_implicit under MEMOPT_CONV_GEMM=auto (=all: every pass through im2col), C % 8,
-// K % 64 (not the stem's 3 channels), and (MO_CONV_IMPLICIT_AUTO) where it measured faster than im2col: at
-// least IMPLICIT_MIN_TILES output tiles, or a column matrix over the workspace (im2col's chunks: short
-// GEMMs). gpu_resnet_ops at batch 128 with the ResNet's 256 MiB (H100, session 23), forward / stride-1 input
-// gradient in ms, implicit against im2col: layer1 (3136 tiles) 0.92 / 0.92 against 1.36 / 1.39, layer2
-// (784) 0.81 / 0.81 against 1.00 / 0.97, but layer3 (392; its 231 MB matrix in one chunk) 0.83 / 0.84
-// against 0.81 / 0.75 and layer4 (196) 1.08 / 1.10 against 0.67 / 0.68, where the one long SGEMM wins; with
-// 32 MiB (37 and 10 chunks) layer3 0.82 against 1.37.
-#define IMPLICIT_MIN_TILES 512
+// K % 64 (not the stem's 3 channels), and (MO_CONV_IMPLICIT_AUTO) where it measured faster than im2col
+// (mo_conv_implicit_prefers): 512 output tiles or more, or a column matrix over the workspace (im2col's
+// chunks: short GEMMs). gpu_resnet_ops at batch 128 with the ResNet's 256 MiB (H100, session 23), forward /
+// stride-1 input gradient in ms, implicit against im2col: layer1 (3136 tiles) 0.92 / 0.92 against 1.36 /
+// 1.39, layer2 (784) 0.81 / 0.81 against 1.00 / 0.97, but layer3 (392; its 231 MB matrix in one chunk) 0.83
+// / 0.84 against 0.81 / 0.75 and layer4 (196) 1.08 / 1.10 against 0.67 / 0.68, where the one long SGEMM
+// wins; with 32 MiB (10 chunks of rows) layer3's forward 0.82 against 1.37.
 static int conv_is_implicit(const mo_ctx *c, mo_dtype dt, const mo_conv_shape *s) {
     if (!c->conv_implicit || c->conv_gemm != MO_CONV_GEMM_AUTO || dt != MO_F32 || c->tf32 ||
         (s->R == 1 && s->S == 1) || !conv_implicit_takes(s))
         return 0;
-    if (c->conv_implicit == MO_CONV_IMPLICIT_ALWAYS) return 1;
-    const size_t M = (size_t)s->N * s->P * s->Q, tiles = (M + 127) / 128 * (s->K % 128 == 0 ? s->K / 128 : s->K / 64);
-    const size_t col = M * s->R * s->S * s->C * sizeof(float);
-    return tiles >= IMPLICIT_MIN_TILES || col + KEEP_BYTES > c->gemm_ws_bytes;
+    return c->conv_implicit == MO_CONV_IMPLICIT_ALWAYS || mo_conv_implicit_prefers(s, c->gemm_ws_bytes);
 }
 
 mo_status conv_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *w, const mo_conv_shape *s) {

@@ -757,8 +757,32 @@ static void test_conv_table(void) {
     CHECK(!mo_conv_key_eq(&a, &b));
 }
 
+// Which ResNet-50 3x3s (batch 128) the fp32 implicit-GEMM kernel takes (mo_conv_implicit_prefers, where
+// it measured faster than im2col): with the ResNet's 256 MiB workspace layer1 and layer2 (3136 and 784
+// output tiles, both strides), not layer3 or layer4 (392 and 196 tiles; their column matrices, 231 and 116
+// MB, fit whole: one long SGEMM); with 32 MiB every one of them (the matrices over the workspace); at
+// batch 2 none at 256 MiB.
+static void test_implicit_prefers(void) {
+    static const struct { int H, C, st, at256, at32; } sh[5] = {
+        {56, 64, 1, 1, 1}, {56, 128, 2, 1, 1}, {28, 128, 1, 1, 1}, {14, 256, 1, 0, 1}, {7, 512, 1, 0, 1}};
+    for (int i = 0; i < 5; i++) {
+        mo_conv_shape s;
+        mo_conv_shape_init(&s, 128, sh[i].H, sh[i].H, sh[i].C, sh[i].C, 3, 3, sh[i].st, 1);
+        CHECK_MSG(mo_conv_implicit_prefers(&s, (size_t)256 << 20) == sh[i].at256,
+                  "3x3 H %d C %d stride %d, 256 MiB: the implicit kernel %s", sh[i].H, sh[i].C, sh[i].st,
+                  sh[i].at256 ? "not taken" : "taken");
+        CHECK_MSG(mo_conv_implicit_prefers(&s, (size_t)32 << 20) == sh[i].at32,
+                  "3x3 H %d C %d stride %d, 32 MiB: the implicit kernel %s", sh[i].H, sh[i].C, sh[i].st,
+                  sh[i].at32 ? "not taken" : "taken");
+        mo_conv_shape_init(&s, 2, sh[i].H, sh[i].H, sh[i].C, sh[i].C, 3, 3, sh[i].st, 1);
+        CHECK_MSG(!mo_conv_implicit_prefers(&s, (size_t)256 << 20), "3x3 H %d C %d batch 2: the implicit kernel taken",
+                  sh[i].H, sh[i].C);
+    }
+}
+
 int main(void) {
     test_rng_seed(&rng, 1616);
+    test_implicit_prefers();
     CHECK_OK(mo_allocator_create(&ha, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
     CHECK_OK(mo_ctx_create(&hc, MO_BACKEND_CPU, ha));
     if (!hc) return test_finish();
