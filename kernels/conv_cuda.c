@@ -1090,10 +1090,11 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
 //     rounded once, but never on engine 78 (BETA1_16_BAD: session 22's ResNet-50 batch 128 steps trained
 //     wrongly through it, fp16 loss 2.91 after 13 steps against 0.16; gpu_conv_add_n128 checks every kept
 //     engine at the step's eight shapes);
-//   - otherwise (the other fp32 paths, tests' conv_add16_beta1 0, or no beta-1 engine that fits): the gradient of a chunk of images
-//     into the head of the workspace (beta 0, rounded to dt), added to din's images (rounded again), the
-//     chunk at most half the workspace so that the paths above keep the rest as their budget. The
-//     gradient of one image must fit; otherwise MO_ERR_UNSUPPORTED, as a convolution no engine runs.
+//   - otherwise (the other fp32 paths, tests' conv_add16_beta1 0, or no beta-1 engine that fits): the
+//     gradient of a chunk of images into the head of the workspace (beta 0, rounded to dt), added to din's
+//     images (rounded again), the chunk at most half the workspace so that the paths above keep the rest as
+//     their budget. The gradient of one image must fit; otherwise MO_ERR_UNSUPPORTED, as a convolution no
+//     engine runs.
 mo_status conv_dgrad_add_chunked_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                       const mo_conv_shape *s, int max_images) {
     const size_t e = mo_dtype_size(dt), img = (size_t)s->H * s->W * s->C * e;
