@@ -19,6 +19,12 @@ void mo_conv_shape_init(mo_conv_shape *s, int N, int H, int W, int C, int K, int
     if (stride > 0 && W + 2 * pad - S < 0) s->Q = 0;
 }
 
+int mo_conv_dgrad_forward_shape(const mo_conv_shape *s, mo_conv_shape *t) {
+    if (s->stride != 1 || s->R != s->S || s->pad > s->R - 1) return 0;
+    mo_conv_shape_init(t, s->N, s->P, s->Q, s->K, s->C, s->R, s->S, 1, s->R - 1 - s->pad);
+    return 1;
+}
+
 int mo_conv_implicit_prefers(const mo_conv_shape *s, size_t ws_bytes) {
     const size_t M = (size_t)s->N * s->P * s->Q, tiles = (M + 127) / 128 * (size_t)(s->K % 128 == 0 ? s->K / 128 : s->K / 64);
     const size_t col = M * s->R * s->S * s->C * sizeof(float), keep = (size_t)8 << 20;

@@ -55,6 +55,10 @@ mo_status mo_conv_backward_data(mo_ctx *c, mo_dtype dt, void *din, const void *d
 // gradient added without a pass of its own.
 mo_status mo_conv_backward_data_add(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *w,
                                     const mo_conv_shape *s);
+// A stride-1 convolution's input gradient is the forward convolution t of dout (N, P, Q, K) with the filter
+// flipped in R and S and transposed to (C, R, S, K), padding R-1-pad (conv_cuda.c runs fp32 input gradients
+// so): 1 and t where s has stride 1, R == S and pad <= R-1; 0 otherwise (t untouched).
+int mo_conv_dgrad_forward_shape(const mo_conv_shape *s, mo_conv_shape *t);
 // Whether the fp32 implicit-GEMM kernel (conv_implicit.cu) should take s, with ws_bytes of library workspace,
 // where it takes the shape at all: where it measured faster than the im2col GEMMs, at 512 output tiles or
 // more (128 positions by 64 or 128 channels), or where s's column matrix with the 8 MiB the GEMM keeps is

@@ -991,13 +991,12 @@ static mo_status forward_past(mo_ctx *c, size_t used, const mo_conv_shape *t, co
 static mo_status dgrad_as_forward(mo_ctx *c, void *din, const void *dout, const void *w, const mo_conv_shape *s,
                                   int *done) {
     *done = 0;
-    if (c->conv_dgrad_cudnn || s->stride != 1 || s->R != s->S || s->pad > s->R - 1) return MO_OK;
+    mo_conv_shape t;
+    if (c->conv_dgrad_cudnn || !mo_conv_dgrad_forward_shape(s, &t)) return MO_OK;
     const size_t wb = (size_t)s->K * s->R * s->S * s->C * sizeof(float), off = (wb + 255) & ~(size_t)255;
     if (off + KEEP_BYTES > c->gemm_ws_bytes) return MO_OK; // keep 8 MiB at least for the forward's engine
     float *wf = (float *)c->gemm_ws;
     MO_TRY(conv_flip_filter_cuda(c, wf, (const float *)w, s->K, s->R, s->S, s->C));
-    mo_conv_shape t;
-    mo_conv_shape_init(&t, s->N, s->P, s->Q, s->K, s->C, s->R, s->S, 1, s->R - 1 - s->pad);
     const mo_status st = forward_past(c, off, &t, dout, wf, din);
     if (st == MO_ERR_UNSUPPORTED) return MO_OK; // no forward engine fits the rest: the backward-data engine runs it
     *done = st == MO_OK;
@@ -1060,12 +1059,10 @@ mo_status conv_backward_data_cuda(mo_ctx *c, mo_dtype dt, void *din, const void 
     if (dt == MO_F32 && !c->tf32) { // the GEMMs over the column matrix, else the flipped filter's forward
         int done = 0;
         // stride 1: the flipped filter's forward on the implicit-GEMM kernel first (dgrad_as_forward)
-        if (s->stride == 1 && s->R == s->S && s->pad <= s->R - 1) {
-            mo_conv_shape t;
-            mo_conv_shape_init(&t, s->N, s->P, s->Q, s->K, s->C, s->R, s->S, 1, s->R - 1 - s->pad);
-            if (conv_is_implicit(c, dt, &t)) MO_TRY(dgrad_as_forward(c, din, dout, w, s, &done));
-            if (done) return MO_OK;
-        }
+        mo_conv_shape t;
+        if (mo_conv_dgrad_forward_shape(s, &t) && conv_is_implicit(c, dt, &t))
+            MO_TRY(dgrad_as_forward(c, din, dout, w, s, &done));
+        if (done) return MO_OK;
         if (conv_is_col_gemm(c, MO_CONV_BWD_DATA, dt, s)) {
             MO_TRY(col_backward_data(c, s, din, dout, w, &done));
             c->conv_col_runs[MO_CONV_BWD_DATA] += done;

@@ -124,9 +124,9 @@ typedef struct mo_ctx {
     int conv_implicit_bn64;       // tests: the implicit-GEMM kernel on 64-channel tiles whatever K (to time)
     long conv_dgrad_add_chunked;  // tests: input gradients added to din (mo_conv_backward_data_add) through
                                   // image chunks in the workspace, not in the pass's epilogue (conv_cuda.c)
-    int conv_dgrad_add;           // the ResNet's shortcut gradient added in a
-                                  // convolution's input gradient (1, the default: mo_conv_backward_data_add);
-                                  // MEMOPT_DGRAD_ADD=0 sets 0 (a residual-add pass of its own)
+    int conv_dgrad_add;           // the ResNet's shortcut gradient added in a convolution's input gradient
+                                  // (1, the default: mo_conv_backward_data_add); MEMOPT_DGRAD_ADD=0 sets 0
+                                  // (a residual-add pass of its own)
     int conv_add16_beta1;         // mo_conv_backward_data_add in 16 bits on cuDNN's beta-1 plans (1, the
                                   // default), or tests: 0, through chunks in the workspace (conv_cuda.c)
     int conv_force_rank;          // tests: every new cuDNN plan runs the kept candidate of this rank (the

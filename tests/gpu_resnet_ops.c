@@ -177,8 +177,8 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
     // gradient (the flipped filter's forward: K % 8, C % 64), on the implicit-GEMM kernel (conv_implicit.cu)
     if (ok && dt == MO_F32 && !q->tf32 && R > 1) {
         mo_conv_shape t;
-        mo_conv_shape_init(&t, N, s.P, s.Q, K, C, R, R, 1, pad <= R - 1 ? R - 1 - pad : 0);
-        const long want = 2 * conv_implicit_takes(&s) + 2 * (st == 1 && pad <= R - 1 && conv_implicit_takes(&t));
+        const long want = 2 * conv_implicit_takes(&s) +
+                          2 * (mo_conv_dgrad_forward_shape(&s, &t) && conv_implicit_takes(&t));
         CHECK_MSG(gc->conv_implicit_runs - iruns0 == want, "%s %s: %ld convolutions ran on the implicit-GEMM kernel, "
                   "want %ld", q->name, label, gc->conv_implicit_runs - iruns0, want);
         printf("  %-4s implicit-GEMM kernel: %ld of the passes\n", q->name, gc->conv_implicit_runs - iruns0);

@@ -757,6 +757,24 @@ static void test_conv_table(void) {
     CHECK(!mo_conv_key_eq(&a, &b));
 }
 
+// The flipped filter's forward that gives a stride-1 input gradient: layer1's 3x3 (pad 1) is a 3x3 forward
+// of dout (N, 56, 56, K) to C channels with pad 1; a 3x3 without padding takes pad 2 (the output's size
+// back); strided, R != S or pad > R-1 have none.
+static void test_dgrad_forward_shape(void) {
+    mo_conv_shape s, t;
+    mo_conv_shape_init(&s, 2, 56, 56, 64, 128, 3, 3, 1, 1);
+    CHECK(mo_conv_dgrad_forward_shape(&s, &t) && t.N == 2 && t.H == 56 && t.W == 56 && t.C == 128 && t.K == 64 &&
+          t.R == 3 && t.S == 3 && t.stride == 1 && t.pad == 1 && t.P == 56 && t.Q == 56);
+    mo_conv_shape_init(&s, 1, 9, 7, 8, 4, 3, 3, 1, 0); // valid 3x3: dout 7x5, padding 2 brings back 9x7
+    CHECK(mo_conv_dgrad_forward_shape(&s, &t) && t.H == 7 && t.W == 5 && t.pad == 2 && t.P == 9 && t.Q == 7);
+    mo_conv_shape_init(&s, 1, 9, 9, 8, 4, 3, 3, 2, 1);
+    CHECK(!mo_conv_dgrad_forward_shape(&s, &t));
+    mo_conv_shape_init(&s, 1, 9, 9, 8, 4, 2, 3, 1, 0);
+    CHECK(!mo_conv_dgrad_forward_shape(&s, &t));
+    mo_conv_shape_init(&s, 1, 9, 9, 8, 4, 3, 3, 1, 3);
+    CHECK(!mo_conv_dgrad_forward_shape(&s, &t));
+}
+
 // Which ResNet-50 3x3s (batch 128) the fp32 implicit-GEMM kernel takes (mo_conv_implicit_prefers, where
 // it measured faster than im2col): with the ResNet's 256 MiB workspace layer1 and layer2 (3136 and 784
 // output tiles, both strides), not layer3 or layer4 (392 and 196 tiles; their column matrices, 231 and 116
@@ -783,6 +801,7 @@ static void test_implicit_prefers(void) {
 int main(void) {
     test_rng_seed(&rng, 1616);
     test_implicit_prefers();
+    test_dgrad_forward_shape();
     CHECK_OK(mo_allocator_create(&ha, MO_ALLOC_CACHING, MO_BACKEND_CPU, 0, NULL));
     CHECK_OK(mo_ctx_create(&hc, MO_BACKEND_CPU, ha));
     if (!hc) return test_finish();
