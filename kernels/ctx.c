@@ -145,6 +145,12 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DGRAD_ADD=%s: expected 0 or 1", dga);
     }
     c->conv_dgrad_add = !(dga && strcmp(dga, "0") == 0);
+    const char *rt = getenv("MEMOPT_RECOMPUTE_TAIL");
+    if (rt && *rt && strcmp(rt, "0") != 0 && strcmp(rt, "1") != 0) {
+        free(c);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_RECOMPUTE_TAIL=%s: expected 0 or 1", rt);
+    }
+    c->recompute_tail = !(rt && strcmp(rt, "0") == 0);
     c->conv_add16_beta1 = 1;
     c->conv_force_rank = -1;
     c->conv_last_engine = -1;

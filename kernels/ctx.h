@@ -127,6 +127,10 @@ typedef struct mo_ctx {
     int conv_dgrad_add;           // the ResNet's shortcut gradient added in a convolution's input gradient
                                   // (1, the default: mo_conv_backward_data_add); MEMOPT_DGRAD_ADD=0 sets 0
                                   // (a residual-add pass of its own)
+    int recompute_tail;           // the ResNet's checkpointed segment keeps its last block's output (the next
+                                  // segment's input or the head's) through its recompute, which then runs only
+                                  // the convolutions that block's backward reads (1, the default);
+                                  // MEMOPT_RECOMPUTE_TAIL=0 sets 0 (freed, and rebuilt with the rest)
     int conv_add16_beta1;         // mo_conv_backward_data_add in 16 bits on cuDNN's beta-1 plans (1, the
                                   // default), or tests: 0, through chunks in the workspace (conv_cuda.c)
     int conv_force_rank;          // tests: every new cuDNN plan runs the kept candidate of this rank (the

@@ -227,6 +227,7 @@ static void unit_free(resnet *m, unit_acts *ua) {
 // nothing reads after: one (N,P,P,cout) buffer fewer at the block's end, where a recompute's peak is).
 // kept: a recompute's, whose mean and rstd the step's forward kept (ua->mean, ua->rstd): only the BN's
 // normalize pass runs, with them, which gives the forward's bits without its statistics passes.
+// out == NULL: the convolution alone (a recompute's, whose BN output is not wanted: kept must be set).
 static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_acts *ua, const void *in, int relu,
                               const void *res, int update, int kept, void **out, const char *out_name) {
     mo_ctx *x = m->ctx;
@@ -235,6 +236,7 @@ static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_a
     size_t M = (size_t)s->N * u->P * u->P;
     MO_TRY(act_alloc(m, M * u->cout, &ua->c));
     OP(MO_PROF_GEMM, mo_conv_forward(x, DT, ua->c, in, Wt(m, u->w_off), &sh));
+    if (!out) return kept ? MO_OK : MO_FAIL(MO_ERR_INTERNAL, "a convolution alone without its kept statistics");
     if (!kept) {
         MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->mean));
         MO_TRY(stat_alloc(m, (size_t)u->cout, &ua->rstd));
@@ -310,15 +312,23 @@ static void block_free_for_recompute(resnet *m, block_acts *a) {
     }
 }
 
-// kept: a recompute with the forward's statistics kept (block_free_for_recompute)
-static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, int update, int kept) {
+// kept: a recompute with the forward's statistics kept (block_free_for_recompute). tail: also a->out
+// kept from the forward (a segment's last block, ctx->recompute_tail): what only builds it is skipped, the
+// last unit's and the downsampling unit's BN passes (and the shortcut add, the ReLU); their convolutions
+// run, their outputs being what those BNs' backward reads. The kept output has the bits a rebuild gives.
+static mo_status block_forward(resnet *m, step_state *s, int l, block_acts *a, int update, int kept, int tail) {
     const rn_arch *ar = &m->a;
     const rn_block *k = &ar->blocks[l];
     if (k->ds >= 0)
-        MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, NULL, update, kept, &a->ds.a, "&a->ds.a"));
+        MO_TRY(unit_forward(m, s, &ar->units[k->ds], &a->ds, a->in, 0, NULL, update, kept, tail ? NULL : &a->ds.a,
+                            "&a->ds.a"));
     const void *prev = a->in;
     for (int j = 0; j < k->nu; j++) {
         int last = j == k->nu - 1;
+        if (last && tail) {
+            MO_TRY(unit_forward(m, s, &ar->units[k->u[j]], &a->u[j], prev, 0, NULL, update, kept, NULL, NULL));
+            break;
+        }
         // the last unit: out = ReLU(BN(conv) + shortcut), in the BN's pass, over the downsampled shortcut's
         // buffer when there is one (its own kernels; cuDNN's BN writes out before the add reads it)
         const void *res = !last ? NULL : k->ds >= 0 ? a->ds.a : a->in;
@@ -458,7 +468,7 @@ static mo_status forward(step_state *s) {
             MO_TRY(mo_alloc(x->host_alloc, s->hb[l - 1], MO_CAT_ACTIVATION, &s->h[l - 1]));
             MO_TRY(mo_copy_async(x, s->h[l - 1], a->in, s->hb[l - 1], 1, &s->tk[l - 1]));
         }
-        MO_TRY(block_forward(m, s, l, a, 1, 0));
+        MO_TRY(block_forward(m, s, l, a, 1, 0, 0));
         if (l < seg.blocks) { // in a checkpointed segment: only the segment's input is kept (and BN statistics)
             block_free_for_recompute(m, a);
             if (l % seg.len != 0) { act_free(m, &s->acts[l - 1].out); a->in = NULL; }
@@ -503,10 +513,13 @@ static mo_status backward(step_state *s) {
     for (int l = L - 1; l >= seg.blocks; l--) MO_TRY(block_backward(m, s, l, &s->acts[l]));
     for (int g = mo_ckpt_layout_segments(seg) - 1; g >= 0; g--) {
         int a0 = g * seg.len, b0 = a0 + seg.len - 1 < seg.blocks - 1 ? a0 + seg.len - 1 : seg.blocks - 1;
-        // The segment's last output was kept (the next block's input, read by its backward, done now):
-        // recomputed with the rest, so the old copy goes first (before an offloaded input is fetched, so
-        // the device holds at most two of those).
-        act_free(m, &s->acts[b0].out);
+        // The segment's last output was kept (the next block's input, or the head's, read by its backward,
+        // done now). With ctx->recompute_tail (and the statistics kept) it stays and the recompute skips
+        // what only builds it; else it is recomputed with the rest, so the old copy goes first (before an
+        // offloaded input is fetched, so the device holds at most two of those). The recompute's peak, at
+        // its end, holds it either way.
+        const int tail = x->recompute_tail && !x->bn_cudnn;
+        if (!tail) act_free(m, &s->acts[b0].out);
         if (x->offload_act) MO_TRY(rn_segment_start(s, g));
         mo_timer t;
         MO_TRY(mo_timer_init(x, &t));
@@ -515,7 +528,7 @@ static mo_status backward(step_state *s) {
         for (int l = a0; l <= b0 && st == MO_OK; l++) {
             if (l > a0) s->acts[l].in = s->acts[l - 1].out;
             // the running statistics moved in forward; its batch statistics kept (but with MEMOPT_BN=cudnn)
-            st = block_forward(m, s, l, &s->acts[l], 0, !x->bn_cudnn);
+            st = block_forward(m, s, l, &s->acts[l], 0, !x->bn_cudnn, tail && l == b0);
         }
         double ms = 0;
         if (st == MO_OK) st = mo_timer_stop(x, &t, &ms);
