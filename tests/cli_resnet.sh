@@ -41,6 +41,9 @@ MEMOPT_CONV_IMPLICIT=yes "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
 MEMOPT_DGRAD_ADD=on "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "MEMOPT_DGRAD_ADD=on: expected 0 or 1" "$tmp/err" &&
   ok || no "MEMOPT_DGRAD_ADD=on: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/err")"
+MEMOPT_RECOMPUTE_TAIL=yes "$M" run "${R[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "MEMOPT_RECOMPUTE_TAIL=yes: expected 0 or 1" "$tmp/err" &&
+  ok || no "MEMOPT_RECOMPUTE_TAIL=yes: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/err")"
 bad "--ckpt every:17: more than the 16 residual blocks" run "${R[@]}" --ckpt every:17
 bad "--heads: not a flag of model resnet" run "${R[@]}" --heads 4
 
