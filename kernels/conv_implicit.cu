@@ -8,20 +8,20 @@
 // checkpointing. The reference is the cpu backend's direct convolution (conv.c); gpu_resnet_ops checks
 // this kernel against it at ResNet-50's shapes.
 //
-// The kernel: a block computes a BM x BN tile of y (BM = 128 output positions, BN = 64 or 128 channels);
-// the reduction runs in chunks of BK = 8 taps of one (r, s) (C % 8 == 0), double-buffered in shared memory
-// with the next chunk's loads in registers while the current one is multiplied. Each thread holds 8 x 8
-// outputs: rows ty*4 .. +3 and 64 + ty*4 .. +3, columns tx*4 .. +3 and BN/2 + tx*4 .. +3 (so the float4
-// reads of shared memory are conflict-free). Every output sums its R S C products in tap order (r, s, c)
-// with one fma chain: deterministic, the same bits every run (checkpointing's recompute equals the
-// forward).
+// The kernel: a block computes a BM x BN tile of y (128 x 128 where K % 128 == 0, else 128 x 64; 256 x 64
+// for the tests to time against them); the reduction runs in chunks of BK = 8 taps of one (r, s)
+// (C % 8 == 0), double-buffered in shared memory with the next chunk's loads in registers while the
+// current one is multiplied; each thread walks the chunks' (r, s, c0) by increments, not divisions. Each
+// thread holds 8 x 8 outputs: rows ty*4 .. +3 and BM/2 + ty*4 .. +3, columns tx*4 .. +3 and BN/2 + tx*4 .. +3
+// (so the float4 reads of shared memory are conflict-free). Every output sums its R S C products in tap
+// order (r, s, c) with one fma chain whatever the tiles: deterministic, the same bits every run
+// (checkpointing's recompute equals the forward).
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "cuda_check.h"
 #include "resnet_ops_impl.h"
 
-#define IG_BM 128
 #define IG_BK 8
 #define IG_PAD 4 // As rows padded: the transposed stores of the two channel halves fall in other banks
 
@@ -40,40 +40,53 @@ __global__ void implicit_transpose_kernel(float *wt, const float *w, int K, int 
     }
 }
 
-// y (M, K) rows m0.. of this block's tile; T = 2 BN threads
-template <int BN>
-__global__ void __launch_bounds__(2 * BN, BN == 64 ? 3 : 2) conv_implicit_fwd_kernel(float *__restrict__ y, const float *__restrict__ x,
-                                                                 const float *__restrict__ wt, int M, int H, int W,
-                                                                 int C, int K, int S, int st, int pad, int P, int Q,
-                                                                 int nchunks) {
-    constexpr int T = 2 * BN, AL = IG_BM * IG_BK / 4 / T; // float4 loads of A a thread (1 or 2)
-    __shared__ __align__(16) float As[2][IG_BK][IG_BM + IG_PAD];
+// y (M, K): the BM x BN tile at rows m0, channels n0; T = BM BN / 64 threads (8 x 8 outputs each). Minimum
+// blocks an SM: 3 for 128 threads (at most 170 registers), 2 for 256 (128).
+template <int BM, int BN>
+__global__ void __launch_bounds__(BM * BN / 64, BM * BN == 128 * 64 ? 3 : 2)
+    conv_implicit_fwd_kernel(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ wt, int M,
+                             int H, int W, int C, int K, int S, int st, int pad, int P, int Q, int nchunks) {
+    constexpr int T = BM * BN / 64, AL = BM * IG_BK / 4 / T; // float4 loads of A a thread (1 or 2)
+    static_assert(AL >= 1 && AL * T == BM * IG_BK / 4 && 2 * BN <= T, "one float4 of A per thread and load");
+    __shared__ __align__(16) float As[2][IG_BK][BM + IG_PAD];
     __shared__ __align__(16) float Bs[2][IG_BK][BN];
     const int tid = threadIdx.x, tx = tid % (BN / 8), ty = tid / (BN / 8);
-    const int m0 = blockIdx.x * IG_BM, n0 = blockIdx.y * BN;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     // this thread's A loads: row (an output position) and which half of the chunk's 8 channels
-    // (load i: row tid / 2 + i T / 2, channels (tid % 2) * 4 .. +3 of the chunk's 8)
+    // (load i: row tid / 2 + i T / 2, channels (tid % 2) * 4 .. +3 of the chunk's 8). a_pix: the pixel of
+    // x under the row's tap (0, 0) (n H + h0) W + w0 (outside its image for a padded tap: only read in
+    // bounds; N H W < 2^31, conv_implicit_takes); a_h0 -2^30 for a row past M, so that no tap is in bounds.
     const int a_row = tid / 2, a_cv = tid % 2;
-    int a_n[AL], a_h0[AL], a_w0[AL];
+    int a_pix[AL], a_h0[AL], a_w0[AL];
 #pragma unroll
     for (int i = 0; i < AL; i++) {
         const int m = m0 + a_row + i * (T / 2);
-        const int q = m % Q, p = (m / Q) % P;
-        a_n[i] = m < M ? m / (P * Q) : -1;
-        a_h0[i] = p * st - pad, a_w0[i] = q * st - pad;
+        const int q = m % Q, p = (m / Q) % P, n = m / (P * Q);
+        a_h0[i] = m < M ? p * st - pad : -(1 << 30), a_w0[i] = q * st - pad;
+        a_pix[i] = (n * H + p * st - pad) * W + a_w0[i];
     }
-    const int b_k = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4; // this thread's B load
-    float4 ra[AL], rb;
-    auto load = [&](int kc) {
-        const int kk0 = kc * IG_BK, rs = kk0 / C, c0 = kk0 - rs * C, r = rs / S, s = rs - r * S;
+    x += a_cv * 4;
+    const int b_k = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4; // this thread's B load (threads < 2 BN)
+    // the next chunk's tap (r, s), its first channel c0 and its row of wt: advanced by load(), in the
+    // chunks' order (kc = 0, 1, ...), instead of divisions a chunk
+    int cr = 0, cs = 0, cc = 0, kk0 = 0;
+    float4 ra[AL], rb = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    auto load = [&]() {
+        const int off = cr * W + cs; // pixels
 #pragma unroll
         for (int i = 0; i < AL; i++) {
-            const int h = a_h0[i] + r, w = a_w0[i] + s;
+            const int h = a_h0[i] + cr, w = a_w0[i] + cs;
             ra[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (a_n[i] >= 0 && h >= 0 && h < H && w >= 0 && w < W)
-                ra[i] = *(const float4 *)(x + (((size_t)a_n[i] * H + h) * W + w) * C + c0 + a_cv * 4);
+            if ((unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W)
+                ra[i] = *(const float4 *)(x + (long long)(a_pix[i] + off) * C + cc);
         }
-        rb = *(const float4 *)(wt + (size_t)(kk0 + b_k) * K + n0 + b_c);
+        if (tid < 2 * BN) rb = *(const float4 *)(wt + (size_t)(kk0 + b_k) * K + n0 + b_c);
+        kk0 += IG_BK;
+        cc += IG_BK;
+        if (cc == C) {
+            cc = 0;
+            if (++cs == S) cs = 0, cr++;
+        }
     };
     auto store = [&](int buf) {
 #pragma unroll
@@ -84,22 +97,22 @@ __global__ void __launch_bounds__(2 * BN, BN == 64 ? 3 : 2) conv_implicit_fwd_ke
             As[buf][a_cv * 4 + 2][row] = ra[i].z;
             As[buf][a_cv * 4 + 3][row] = ra[i].w;
         }
-        *(float4 *)&Bs[buf][b_k][b_c] = rb;
+        if (tid < 2 * BN) *(float4 *)&Bs[buf][b_k][b_c] = rb;
     };
     float acc[8][8];
 #pragma unroll
     for (int i = 0; i < 8; i++)
 #pragma unroll
         for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
-    load(0);
+    load();
     store(0);
     __syncthreads();
     for (int kc = 0; kc < nchunks; kc++) {
         const int buf = kc & 1;
-        if (kc + 1 < nchunks) load(kc + 1);
+        if (kc + 1 < nchunks) load();
 #pragma unroll
         for (int kk = 0; kk < IG_BK; kk++) {
-            const float4 a0 = *(const float4 *)&As[buf][kk][ty * 4], a1 = *(const float4 *)&As[buf][kk][64 + ty * 4];
+            const float4 a0 = *(const float4 *)&As[buf][kk][ty * 4], a1 = *(const float4 *)&As[buf][kk][BM / 2 + ty * 4];
             const float4 b0 = *(const float4 *)&Bs[buf][kk][tx * 4], b1 = *(const float4 *)&Bs[buf][kk][BN / 2 + tx * 4];
             const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
@@ -113,7 +126,7 @@ __global__ void __launch_bounds__(2 * BN, BN == 64 ? 3 : 2) conv_implicit_fwd_ke
     }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const int m = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+        const int m = m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + i - 4);
         if (m >= M) continue;
         float *row = y + (size_t)m * K + n0;
         *(float4 *)(row + tx * 4) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
@@ -127,7 +140,8 @@ extern "C" size_t conv_implicit_ws_bytes(const mo_conv_shape *s) {
 
 extern "C" int conv_implicit_takes(const mo_conv_shape *s) {
     const long long M = (long long)s->N * s->P * s->Q;
-    return s->C % IG_BK == 0 && s->K % 64 == 0 && M + IG_BM < INT32_MAX && (long long)s->R * s->S * s->C < INT32_MAX;
+    return s->C % IG_BK == 0 && s->K % 64 == 0 && M + 256 < INT32_MAX && (long long)s->R * s->S * s->C < INT32_MAX &&
+           (long long)s->N * s->H * s->W + 2LL * (s->H + s->W) * (s->pad + 1) < INT32_MAX; // the pixel indices
 }
 
 extern "C" mo_status conv_implicit_forward_cuda(mo_ctx *c, float *y, const float *x, const float *w,
@@ -140,14 +154,19 @@ extern "C" mo_status conv_implicit_forward_cuda(mo_ctx *c, float *y, const float
     const cudaStream_t st = (cudaStream_t)c->stream;
     implicit_transpose_kernel<<<dim3((RSC + 31) / 32, (s->K + 31) / 32), dim3(32, 8), 0, st>>>(wt, w, s->K, RSC);
     CUDA_CHECK_LAUNCH();
-    const int bn128 = s->K % 128 == 0 && !c->conv_implicit_bn64;
-    const dim3 grid((M + IG_BM - 1) / IG_BM, bn128 ? s->K / 128 : s->K / 64);
-    if (bn128)
-        conv_implicit_fwd_kernel<128><<<grid, 256, 0, st>>>(y, x, wt, M, s->H, s->W, s->C, s->K, s->S, s->stride,
-                                                           s->pad, s->P, s->Q, RSC / IG_BK);
-    else
-        conv_implicit_fwd_kernel<64><<<grid, 128, 0, st>>>(y, x, wt, M, s->H, s->W, s->C, s->K, s->S, s->stride,
-                                                          s->pad, s->P, s->Q, RSC / IG_BK);
+    // the tiles: ctx->conv_implicit_tile (tests), else 128 x 128 where K takes them, else 128 x 64
+    int tile = c->conv_implicit_tile;
+    if (tile == MO_CONV_TILE_128X128 && s->K % 128) tile = MO_CONV_TILE_DEFAULT;
+    if (tile == MO_CONV_TILE_DEFAULT) tile = s->K % 128 == 0 ? MO_CONV_TILE_128X128 : MO_CONV_TILE_128X64;
+    const int bm = tile == MO_CONV_TILE_256X64 ? 256 : 128, bn = tile == MO_CONV_TILE_128X128 ? 128 : 64;
+    const dim3 grid((M + bm - 1) / bm, s->K / bn);
+#define IG_LAUNCH(BM_, BN_)                                                                                          \
+    conv_implicit_fwd_kernel<BM_, BN_><<<grid, BM_ * BN_ / 64, 0, st>>>(y, x, wt, M, s->H, s->W, s->C, s->K, s->S,  \
+                                                                       s->stride, s->pad, s->P, s->Q, RSC / IG_BK)
+    if (tile == MO_CONV_TILE_128X128) IG_LAUNCH(128, 128);
+    else if (tile == MO_CONV_TILE_256X64) IG_LAUNCH(256, 64);
+    else IG_LAUNCH(128, 64);
+#undef IG_LAUNCH
     CUDA_CHECK_LAUNCH();
     *done = 1;
     return MO_OK;

@@ -28,6 +28,7 @@ typedef struct mo_attn_dnn_cache mo_attn_dnn_cache; // attention_cudnn_cuda.c
 struct mo_cost_trace;                    // cost.h
 
 enum { MO_CONV_IMPLICIT_OFF = 0, MO_CONV_IMPLICIT_AUTO = 1, MO_CONV_IMPLICIT_ALWAYS = 2 }; // ctx->conv_implicit
+enum { MO_CONV_TILE_DEFAULT = 0, MO_CONV_TILE_128X64 = 1, MO_CONV_TILE_128X128 = 2, MO_CONV_TILE_256X64 = 3 }; // conv_implicit_tile
 
 typedef struct mo_ctx {
     mo_backend_kind backend;
@@ -121,7 +122,8 @@ typedef struct mo_ctx {
     long conv_col_runs[3];        // tests: the convolution passes (MO_CONV_FWD, _BWD_DATA, _BWD_FILTER) that
                                   // ran as im2col GEMMs, so a silent fallback to cuDNN shows
     long conv_implicit_runs;      // tests: convolutions run on the implicit-GEMM kernel (conv_implicit.cu)
-    int conv_implicit_bn64;       // tests: the implicit-GEMM kernel on 64-channel tiles whatever K (to time)
+    int conv_implicit_tile;       // tests: the implicit-GEMM kernel's tiles (MO_CONV_TILE_*; 0, the default:
+                                  // 128 x 128 where K % 128 == 0, else 128 x 64), to time and compare them
     long conv_dgrad_add_chunked;  // tests: input gradients added to din (mo_conv_backward_data_add) through
                                   // image chunks in the workspace, not in the pass's epilogue (conv_cuda.c)
     int conv_dgrad_add;           // the ResNet's shortcut gradient added in a convolution's input gradient

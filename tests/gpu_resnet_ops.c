@@ -182,16 +182,18 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
         CHECK_MSG(gc->conv_implicit_runs - iruns0 == want, "%s %s: %ld convolutions ran on the implicit-GEMM kernel, "
                   "want %ld", q->name, label, gc->conv_implicit_runs - iruns0, want);
         printf("  %-4s implicit-GEMM kernel: %ld of the passes\n", q->name, gc->conv_implicit_runs - iruns0);
-        if (conv_implicit_takes(&s) && K % 128 == 0) { // on 64-channel tiles: each output's sum is the same
-            void *y64 = hnew(ny * e);
-            gc->conv_implicit_bn64 = 1;
+        // every tile shape gives each output the same sum (one fma chain in tap order): the same bits
+        for (int tile = MO_CONV_TILE_128X64; conv_implicit_takes(&s) && tile <= MO_CONV_TILE_256X64; tile++) {
+            if (tile == MO_CONV_TILE_128X128 && K % 128) continue;
+            void *yt = hnew(ny * e);
+            gc->conv_implicit_tile = tile;
             poison(d.y, ny * e);
             ok &= CHECK_OK(mo_conv_forward(gc, dt, d.y, d.x, d.w, &s));
-            gc->conv_implicit_bn64 = 0;
-            down(y64, d.y, ny * e);
-            CHECK_MSG(memcmp(y64, y[0], ny * e) == 0, "%s %s: the implicit kernel's 64-channel tiles change the bits",
-                      q->name, label);
-            free(y64);
+            gc->conv_implicit_tile = MO_CONV_TILE_DEFAULT;
+            down(yt, d.y, ny * e);
+            CHECK_MSG(memcmp(yt, y[0], ny * e) == 0, "%s %s: the implicit kernel's tiles %s change the bits", q->name,
+                      label, tile == MO_CONV_TILE_128X64 ? "128x64" : tile == MO_CONV_TILE_128X128 ? "128x128" : "256x64");
+            free(yt);
         }
     }
     // TF32 takes the stem's weight gradient (C not a multiple of 4, not 1x1 stride 1) as TF32 GEMMs over
@@ -900,22 +902,28 @@ static void timing_col_gemm(void) {
         if (g256 && sh[j].R > 1 && sh[j].C % 8 == 0) { // at the ResNet's budget: the im2col chunks 8x longer
             mo_ctx *g32 = gc;
             gc = g256;
-            // im2col, the implicit kernel, the implicit kernel on 64-channel tiles only, the default (auto)
-            double m2[4][2];
-            for (int v = 0; v < 4; v++) {
+            // im2col, the implicit kernel (its default tiles), the default route (auto), then the kernel on
+            // tiles 128x64, 256x64, 128x128 (K % 128)
+            double m2[6][2] = {{0}};
+            for (int v = 0; v < 6; v++) {
+                if (v == 5 && t.K % 128) continue;
                 gc->conv_gemm = v ? MO_CONV_GEMM_AUTO : MO_CONV_GEMM_ALL;
-                gc->conv_implicit = v == 3 ? MO_CONV_IMPLICIT_AUTO : MO_CONV_IMPLICIT_ALWAYS;
-                gc->conv_implicit_bn64 = v == 2;
+                gc->conv_implicit = v == 2 ? MO_CONV_IMPLICIT_AUTO : MO_CONV_IMPLICIT_ALWAYS;
+                gc->conv_implicit_tile = v == 3 ? MO_CONV_TILE_128X64 : v == 4 ? MO_CONV_TILE_256X64
+                                         : v == 5 ? MO_CONV_TILE_128X128 : MO_CONV_TILE_DEFAULT;
                 for (int op = 0; op < 2; op++) m2[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
             }
             gc->conv_gemm = MO_CONV_GEMM_AUTO;
             gc->conv_implicit = MO_CONV_IMPLICIT_AUTO;
-            gc->conv_implicit_bn64 = 0;
+            gc->conv_implicit_tile = MO_CONV_TILE_DEFAULT;
             gc = g32;
             printf("    256 MiB workspace: im2col GEMMs fwd %.3f ms (%.1f), bwd data %.3f (%.1f); implicit-GEMM kernel "
-                   "fwd %.3f (%.1f), bwd data %.3f (%.1f); on 64-channel tiles fwd %.3f, bwd data %.3f; the default "
-                   "route fwd %.3f, bwd data %.3f\n", m2[0][0], g / m2[0][0], m2[0][1], g / m2[0][1], m2[1][0],
-                   g / m2[1][0], m2[1][1], g / m2[1][1], m2[2][0], m2[2][1], m2[3][0], m2[3][1]);
+                   "fwd %.3f (%.1f), bwd data %.3f (%.1f); the default route fwd %.3f, bwd data %.3f\n", m2[0][0],
+                   g / m2[0][0], m2[0][1], g / m2[0][1], m2[1][0], g / m2[1][0], m2[1][1], g / m2[1][1], m2[2][0],
+                   m2[2][1]);
+            printf("    the kernel's tiles: 128x64 fwd %.3f ms (%.1f), bwd data %.3f; 256x64 fwd %.3f (%.1f), bwd data "
+                   "%.3f; 128x128 fwd %.3f, bwd data %.3f (0: K %% 128)\n", m2[3][0], g / m2[3][0], m2[3][1], m2[4][0],
+                   g / m2[4][0], m2[4][1], m2[5][0], m2[5][1]);
         }
     }
     printf("  the seven shapes' three passes: %.3f ms as im2col GEMMs, %.3f on cuDNN\n", sum[0], sum[1]);
