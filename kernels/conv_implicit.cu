@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN == 128 * 64 ? 3 : 2)
         const int m = m0 + a_row + i * (T / 2);
         const int q = m % Q, p = (m / Q) % P, n = m / (P * Q);
         a_h0[i] = m < M ? p * st - pad : -(1 << 30), a_w0[i] = q * st - pad;
-        a_pix[i] = (n * H + p * st - pad) * W + a_w0[i];
+        a_pix[i] = m < M ? (n * H + p * st - pad) * W + a_w0[i] : 0;
     }
     x += a_cv * 4;
     const int b_k = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4; // this thread's B load (threads < 2 BN)

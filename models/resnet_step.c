@@ -516,8 +516,8 @@ static mo_status backward(step_state *s) {
         // The segment's last output was kept (the next block's input, or the head's, read by its backward,
         // done now). With ctx->recompute_tail (and the statistics kept) it stays and the recompute skips
         // what only builds it; else it is recomputed with the rest, so the old copy goes first (before an
-        // offloaded input is fetched, so the device holds at most two of those). The recompute's peak, at
-        // its end, holds it either way.
+        // offloaded input is fetched: two of those on the device until the recompute's end rebuilds it). The
+        // recompute's peak, at its end, holds it either way.
         const int tail = x->recompute_tail && !x->bn_cudnn;
         if (!tail) act_free(m, &s->acts[b0].out);
         if (x->offload_act) MO_TRY(rn_segment_start(s, g));
