@@ -42,11 +42,6 @@ extern "C" {
 // ctx->attn_impl (MEMOPT_ATTN_IMPL=own|cudnn)
 #define MO_ATTN_IMPL_OWN 0
 #define MO_ATTN_IMPL_CUDNN 1
-// cuDNN's SDPA whose backward writes dQ by a GEMM over dS kept in the plan's workspace (cudnn-frontend's
-// "dP workspace" form, its deterministic one on Hopper) instead of fp32 atomics into the accumulator:
-// the same bits every run, for a workspace of about B NH T^2 2 bytes (MEMOPT_ATTN_IMPL=cudnn-det;
-// experimental: the workspace is the shared GEMM one, so it needs MEMOPT_WORKSPACE_MIB)
-#define MO_ATTN_IMPL_CUDNN_DET 2
 #define MO_ATTN_CUDNN_T_MULTIPLE 128
 
 // MO_OK when the cudnn implementation takes this call (dt 16-bit, the shape rules above); else

@@ -46,7 +46,7 @@ enum {
     UID_VIRTUAL = 1000 // virtual tensors are numbered from here
 };
 
-typedef struct att_key { int bwd, det, dt, B, T, C, NH; size_t ws_bytes; } att_key;
+typedef struct att_key { int bwd, dt, B, T, C, NH; size_t ws_bytes; } att_key;
 
 typedef struct att_plan {
     att_key key;
@@ -285,7 +285,7 @@ static mo_status build_backward(gb *g, const att_key *k) {
     MO_TRY(tensor(g, &lowest, UID_LOWEST, F, ge.d_one, ge.one, 1));
     MO_TRY(tensor(g, &one, UID_ONE, F, ge.d_one, ge.one, 1));
     MO_TRY(tensor(g, &ssum, UID_SSUM, F, ge.d_row, ge.stats, 0));
-    if (!k->det) MO_TRY(tensor(g, &dqacc, UID_DQACC, F, ge.d_head, ge.head_packed, 0));
+    MO_TRY(tensor(g, &dqacc, UID_DQACC, F, ge.d_head, ge.head_packed, 0));
 
     // softmax_sum = sum(dO * O) * 1 (the frontend's strides for the product, virtual anyway)
     cudnnBackendDescriptor_t doo = NULL, sum1 = NULL;
@@ -325,12 +325,10 @@ static mo_status build_backward(gb *g, const att_key *k) {
     MO_TRY(reshape(g, ds, dst));
     MO_TRY(matmul(g, dst, q, dk));
 
-    // dQ = identity(dQacc = dS @ K), K seen back through K^T's strides; det: dQ = dS @ K straight (the
-    // frontend's dP-workspace form: the engine keeps dS in its workspace and runs the GEMM, no atomics)
+    // dQ = identity(dQacc = dS @ K), K seen back through K^T's strides
     cudnnBackendDescriptor_t kk = NULL;
     MO_TRY(tensor(g, &kk, 0, F, ge.d_head, ge.qkv, 0));
     MO_TRY(reshape(g, kt, kk));
-    if (k->det) return matmul(g, ds, kk, dq);
     MO_TRY(matmul(g, ds, kk, dqacc));
     return pointwise(g, CUDNN_POINTWISE_IDENTITY, F, -1, dqacc, NULL, NULL, dq);
 }
@@ -500,7 +498,6 @@ static att_key make_key(const mo_ctx *c, int bwd, mo_dtype dt, int B, int T, int
     att_key k;
     memset(&k, 0, sizeof k); // the key is compared with memcmp: no stray padding bytes
     k.bwd = bwd, k.dt = (int)dt, k.B = B, k.T = T, k.C = C, k.NH = NH;
-    k.det = bwd && c->attn_impl == MO_ATTN_IMPL_CUDNN_DET;
     k.ws_bytes = c->gemm_ws_bytes;
     return k;
 }
@@ -565,7 +562,7 @@ mo_status attention_cudnn_backward_cuda(mo_ctx *c, mo_dtype dt, void *dqkv, cons
     if (st != MO_OK) return st == MO_ERR_UNSUPPORTED ? st : wrap(st, &k, NULL);
     const size_t e = mo_dtype_size(dt), nacc = (size_t)B * NH * T * (size_t)(C / NH);
     float *dqacc = scratch, *ssum = dqacc + nacc; // attention_cudnn.h: the accumulator, then softmax_sum
-    if (cudnnGetVersion() < 90600 && !k.det) // before 9.6 the caller zeroes the accumulator (as the frontend)
+    if (cudnnGetVersion() < 90600) // before 9.6 the caller zeroes the accumulator (cudnn-frontend does)
         CUDA_CHECK(cudaMemsetAsync(dqacc, 0, nacc * sizeof(float), (cudaStream_t)c->stream));
     float scale = 1.0f / sqrtf((float)(C / NH)), lowest = -FLT_MAX, one = 1.0f;
     const char *q = qkv;
@@ -576,5 +573,5 @@ mo_status attention_cudnn_backward_cuda(mo_ctx *c, mo_dtype dt, void *dqkv, cons
     void *ptr[14] = {(void *)q,        (void *)(q + ce), (void *)(q + 2 * ce), (void *)out, (void *)dout,
                      (void *)lse,      dq,               dq + ce,              dq + 2 * ce, &scale,
                      &lowest,          &one,             ssum,                 dqacc};
-    return wrap(execute(c, p, k.det ? 13 : 14, uid, ptr), &k, p); // det: no accumulator (the last)
+    return wrap(execute(c, p, 14, uid, ptr), &k, p);
 }

@@ -152,7 +152,7 @@ mo_status attention_fused_backward_mixed_cpu(mo_dtype dt, void *dqkv, float *Dbu
 mo_status mo_attention_fused_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, float *lse, const void *qkv, int B,
                                            int T, int C, int NH) {
     if (dt == MO_F32) return mo_attention_fused_forward(c, (float *)out, lse, (const float *)qkv, B, T, C, NH);
-    if (c->attn_impl != MO_ATTN_IMPL_OWN) return mo_attention_cudnn_forward(c, dt, out, lse, qkv, B, T, C, NH);
+    if (c->attn_impl == MO_ATTN_IMPL_CUDNN) return mo_attention_cudnn_forward(c, dt, out, lse, qkv, B, T, C, NH);
     MO_TRY(check_args("attention_fused_forward_mixed", dt, B, T, C, NH));
     mo_cost_attention_fused_forward(c, (int)mo_dtype_size(dt), B, T, C, NH);
     switch (c->backend) {
@@ -173,7 +173,7 @@ mo_status mo_attention_fused_backward_mixed(mo_ctx *c, mo_dtype dt, void *dqkv, 
     if (dt == MO_F32)
         return mo_attention_fused_backward(c, (float *)dqkv, (const float *)dout, (const float *)qkv,
                                            (const float *)out, lse, B, T, C, NH);
-    if (c->attn_impl != MO_ATTN_IMPL_OWN)
+    if (c->attn_impl == MO_ATTN_IMPL_CUDNN)
         return mo_attention_cudnn_backward(c, dt, dqkv, dout, qkv, out, lse, B, T, C, NH);
     MO_TRY(check_args("attention_fused_backward_mixed", dt, B, T, C, NH));
     void *scratch = NULL;

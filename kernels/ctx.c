@@ -162,13 +162,11 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     // which 16-bit fused attention runs: a value other than these two would run the default while the
     // row records the knob as set, so it is refused
     const char *ai = getenv("MEMOPT_ATTN_IMPL");
-    if (ai && *ai && strcmp(ai, "own") != 0 && strcmp(ai, "cudnn") != 0 && strcmp(ai, "cudnn-det") != 0) {
+    if (ai && *ai && strcmp(ai, "own") != 0 && strcmp(ai, "cudnn") != 0) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_ATTN_IMPL=%s: expected own, cudnn or cudnn-det", ai);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_ATTN_IMPL=%s: expected own or cudnn", ai);
     }
-    c->attn_impl = !ai || !*ai || strcmp(ai, "own") == 0 ? MO_ATTN_IMPL_OWN
-                   : strcmp(ai, "cudnn") == 0            ? MO_ATTN_IMPL_CUDNN
-                                                         : MO_ATTN_IMPL_CUDNN_DET;
+    c->attn_impl = ai && strcmp(ai, "cudnn") == 0 ? MO_ATTN_IMPL_CUDNN : MO_ATTN_IMPL_OWN;
     // which fused attention runs on fp32 data: refused when unknown, as above
     const char *af = getenv("MEMOPT_ATTN_FUSED32");
     if (af && *af && strcmp(af, "gemm") != 0 && strcmp(af, "own") != 0) {

@@ -145,9 +145,8 @@ typedef struct mo_ctx {
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the
-                                  // default) or cuDNN's fused SDPA (MO_ATTN_IMPL_CUDNN, or _CUDNN_DET with
-                                  // its deterministic backward: attention_cudnn.h); MEMOPT_ATTN_IMPL=own |
-                                  // cudnn | cudnn-det sets it (to measure); another value fails
+                                  // default) or cuDNN's fused SDPA (MO_ATTN_IMPL_CUDNN: attention_cudnn.h);
+                                  // MEMOPT_ATTN_IMPL=own | cudnn sets it (to measure); another value fails
                                   // mo_ctx_create
     int mark_lib_writes;          // MEMOPT_MARK_LIB_WRITES=1 (compute-sanitizer initcheck only): what a cuBLAS,
                                   // cuBLASLt or cuDNN call writes is cleared first (lib_writes.h says why)

@@ -10,7 +10,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_ATTN_DPRE", "0: the fp32 softmax backward as its own pass, not in the datt GEMM's epilogue"},
     {"MEMOPT_ATTN_FUSED32", "gemm|own: the fp32/tf32 fused attention's engine, blocked cuBLAS GEMMs (default) or the flash kernels"},
     {"MEMOPT_ATTN_GEMM", "strided|batched: how the materialized attention's GEMMs get their operands"},
-    {"MEMOPT_ATTN_IMPL", "own|cudnn|cudnn-det: the 16-bit fused attention's engine, the suite's kernels or cuDNN's fused SDPA (cudnn-det: its backward's dQ by a GEMM over dS in the workspace, deterministic)"},
+    {"MEMOPT_ATTN_IMPL", "own|cudnn: the 16-bit fused attention's engine, the suite's kernels or cuDNN's fused SDPA"},
     {"MEMOPT_ATTN_SCORES", "cublas|own: the fp32 score GEMMs' engine"},
     {"MEMOPT_ATTN_TF32", "0: the fused fp32 attention on CUDA cores under --precision tf32 (default: TF32 tensor cores)"},
     {"MEMOPT_BN", "cudnn: the batch norm on cuDNN's calls, not the suite's own kernels"},

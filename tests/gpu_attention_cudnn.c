@@ -172,46 +172,6 @@ static void gpu_cudnn(mo_dtype dt, const at_shape *s, int first) {
     free(out_c); free(dqkv_c); free(out_o); free(dqkv_o); free(lse_c);
 }
 
-// cudnn-det (MO_ATTN_IMPL_CUDNN_DET, its own context gdet: 256 MiB of workspace): the backward against the
-// reference, and two runs give the same bits (asserted: the point of the form). A refusal of the graph
-// (a cuDNN without the form) is said once and skips the rest.
-static mo_ctx *gdet;
-static int det_refused;
-static void gpu_cudnn_det(mo_dtype dt, const at_shape *s) {
-    if (det_refused) return;
-    const int B = test_reduced_batch(s->B), T = s->T, C = s->C, NH = s->NH;
-    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    const size_t rows = (size_t)B * T, e = sizeof(uint16_t);
-    const char *pn = mo_dtype_name(dt);
-    uint16_t *qkv = hrand16(dt, nqkv, -2, 2), *dout = hrand16(dt, nout, -1, 1);
-    uint16_t *out_ref = hnew16(nout), *dqkv_ref = hnew16(nqkv), *g1 = hnew16(nqkv), *g2 = hnew16(nqkv);
-    float *lse_ref = fnew(nl);
-    CHECK_OK(mo_attention_fused_forward_mixed(hc, dt, out_ref, lse_ref, qkv, B, T, C, NH));
-    CHECK_OK(mo_attention_fused_backward_mixed(hc, dt, dqkv_ref, dout, qkv, out_ref, lse_ref, B, T, C, NH));
-    void *d_qkv = dup_dev(qkv, nqkv * e), *d_dout = dup_dev(dout, nout * e), *d_out = dup_dev(out_ref, nout * e);
-    void *d_dqkv = dnew(nqkv * e);
-    float *d_lse = dup_dev(lse_ref, nl * sizeof(float));
-    dpoison16(dt, d_dqkv, nqkv);
-    mo_status st = mo_attention_fused_backward_mixed(gdet, dt, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    if (st == MO_ERR_UNSUPPORTED) {
-        printf("SKIP cudnn-det (%s %s): %s\n", pn, s->what, mo_errmsg());
-        mo_clear_error();
-        det_refused = 1;
-    } else if (CHECK_OK(st)) {
-        d2h(g1, d_dqkv, nqkv * e);
-        char label[200];
-        snprintf(label, sizeof label, "%s %s cudnn-det vs reference", pn, s->what);
-        check_dqkv(label, dt, g1, dqkv_ref, rows, C, tol16(dt), __LINE__);
-        dpoison16(dt, d_dqkv, nqkv);
-        CHECK_OK(mo_attention_fused_backward_mixed(gdet, dt, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
-        d2h(g2, d_dqkv, nqkv * e);
-        CHECK_MSG(memcmp(g1, g2, nqkv * e) == 0, "%s %s: two cudnn-det backwards give different bits", pn, s->what);
-        printf("    cudnn-det %s %s: within tolerance of the reference, two backwards the same bits\n", pn, s->what);
-    }
-    dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_dqkv); dfree(d_lse);
-    free(qkv); free(dout); free(out_ref); free(dqkv_ref); free(lse_ref); free(g1); free(g2);
-}
-
 static void gpu_refusal(void) {
     printf("T = 64 under cudnn\n");
     const int B = 1, T = 64, C = 128, NH = 2;
@@ -237,7 +197,7 @@ static double median(double *v) {
 // median forward, backward, forward + backward (ms) of ctx c
 static void time_impl(int impl, mo_dtype dt, int B, int T, int C, int NH, void *d_qkv, void *d_dout, void *d_out,
                       void *d_dqkv, float *d_lse, double ms[3]) {
-    mo_ctx *c = impl == MO_ATTN_IMPL_CUDNN_DET ? gdet : on(impl);
+    mo_ctx *c = on(impl);
     mo_timer tm;
     CHECK_OK(mo_timer_init(c, &tm));
     double f[NRUNS], b[NRUNS], fb[NRUNS];
@@ -274,12 +234,6 @@ static void time_shape(mo_dtype dt, int B, int T, int C, int NH) {
            "cudnn forward %.4f ms backward %.4f ms fwd+bwd %.4f ms | cudnn/own fwd+bwd %.3f\n",
            mo_dtype_name(dt), B, NH, T, C / NH, NRUNS, own[0], own[1], own[2], dnn[0], dnn[1], dnn[2],
            dnn[2] / own[2]);
-    if (!det_refused) {
-        double det[3];
-        time_impl(MO_ATTN_IMPL_CUDNN_DET, dt, B, T, C, NH, d_qkv, d_dout, d_out, d_dqkv, d_lse, det);
-        printf("timing %s B=%d NH=%d T=%d: cudnn-det forward %.4f ms backward %.4f ms fwd+bwd %.4f ms | cudnn-det/own "
-               "fwd+bwd %.3f\n", mo_dtype_name(dt), B, NH, T, det[0], det[1], det[2], det[2] / own[2]);
-    }
     dfree(d_qkv); dfree(d_dout); dfree(d_out); dfree(d_dqkv); dfree(d_lse);
     free(qkv); free(dout);
 }
@@ -292,8 +246,6 @@ int main(void) {
     if (!ga || !ha) return test_finish();
     setenv("MEMOPT_ATTN_IMPL", "cudnn", 1);
     CHECK_OK(mo_ctx_create(&gc, MO_BACKEND_CUDA, ga));
-    setenv("MEMOPT_ATTN_IMPL", "cudnn-det", 1);
-    CHECK_OK(mo_ctx_create_ws(&gdet, MO_BACKEND_CUDA, ga, (size_t)256 << 20));
     unsetenv("MEMOPT_ATTN_IMPL");
     CHECK_OK(mo_ctx_create(&hc, MO_BACKEND_CPU, ha));
     if (!gc || !hc) return test_finish();
@@ -310,8 +262,6 @@ int main(void) {
     int first = 1;
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof at / sizeof at[0]; i++, first = 0) gpu_cudnn(dts[d], &at[i], first);
-    for (int d = 0; d < 2; d++)
-        for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) gpu_cudnn_det(dts[d], &at[i]);
     gpu_refusal();
     long hits = 0, misses = 0;
     mo_attention_cudnn_cache_stats(gc, &hits, &misses);
@@ -328,7 +278,6 @@ int main(void) {
     }
 
     mo_ctx_destroy(gc);
-    mo_ctx_destroy(gdet);
     mo_ctx_destroy(hc);
     mo_allocator_destroy(ga);
     mo_allocator_destroy(ha);

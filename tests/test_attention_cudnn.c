@@ -40,9 +40,9 @@ static void ctx_free(mo_ctx *c, mo_allocator *a) {
 
 static void test_knob(void) {
     printf("knob MEMOPT_ATTN_IMPL\n");
-    const char *vals[4] = {NULL, "own", "cudnn", "cudnn-det"};
-    const int want[4] = {MO_ATTN_IMPL_OWN, MO_ATTN_IMPL_OWN, MO_ATTN_IMPL_CUDNN, MO_ATTN_IMPL_CUDNN_DET};
-    for (int i = 0; i < 4; i++) {
+    const char *vals[3] = {NULL, "own", "cudnn"};
+    const int want[3] = {MO_ATTN_IMPL_OWN, MO_ATTN_IMPL_OWN, MO_ATTN_IMPL_CUDNN};
+    for (int i = 0; i < 3; i++) {
         mo_allocator *a;
         mo_status st = MO_ERR_INTERNAL;
         mo_ctx *c = ctx_with(&a, MO_BACKEND_CPU, vals[i], &st);
