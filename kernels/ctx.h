@@ -28,7 +28,7 @@ typedef struct mo_attn_dnn_cache mo_attn_dnn_cache; // attention_cudnn_cuda.c
 struct mo_cost_trace;                    // cost.h
 
 enum { MO_CONV_IMPLICIT_OFF = 0, MO_CONV_IMPLICIT_AUTO = 1, MO_CONV_IMPLICIT_ALWAYS = 2 }; // ctx->conv_implicit
-enum { MO_CONV_TILE_DEFAULT = 0, MO_CONV_TILE_128X64 = 1, MO_CONV_TILE_128X128 = 2, MO_CONV_TILE_256X64 = 3 }; // conv_implicit_tile
+enum { MO_CONV_TILE_DEFAULT = 0, MO_CONV_TILE_128X64 = 1, MO_CONV_TILE_128X128 = 2 }; // conv_implicit_tile
 
 typedef struct mo_ctx {
     mo_backend_kind backend;

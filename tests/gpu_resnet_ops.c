@@ -183,7 +183,7 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
                   "want %ld", q->name, label, gc->conv_implicit_runs - iruns0, want);
         printf("  %-4s implicit-GEMM kernel: %ld of the passes\n", q->name, gc->conv_implicit_runs - iruns0);
         // every tile shape gives each output the same sum (one fma chain in tap order): the same bits
-        for (int tile = MO_CONV_TILE_128X64; conv_implicit_takes(&s) && tile <= MO_CONV_TILE_256X64; tile++) {
+        for (int tile = MO_CONV_TILE_128X64; conv_implicit_takes(&s) && tile <= MO_CONV_TILE_128X128; tile++) {
             if (tile == MO_CONV_TILE_128X128 && K % 128) continue;
             void *yt = hnew(ny * e);
             gc->conv_implicit_tile = tile;
@@ -192,7 +192,7 @@ static void gpu_conv(const prec *pr, int N, int H, int W, int C, int K, int R, i
             gc->conv_implicit_tile = MO_CONV_TILE_DEFAULT;
             down(yt, d.y, ny * e);
             CHECK_MSG(memcmp(yt, y[0], ny * e) == 0, "%s %s: the implicit kernel's tiles %s change the bits", q->name,
-                      label, tile == MO_CONV_TILE_128X64 ? "128x64" : tile == MO_CONV_TILE_128X128 ? "128x128" : "256x64");
+                      label, tile == MO_CONV_TILE_128X64 ? "128x64" : "128x128");
             free(yt);
         }
     }
@@ -903,14 +903,14 @@ static void timing_col_gemm(void) {
             mo_ctx *g32 = gc;
             gc = g256;
             // im2col, the implicit kernel (its default tiles), the default route (auto), then the kernel on
-            // tiles 128x64, 256x64, 128x128 (K % 128)
-            double m2[6][2] = {{0}};
-            for (int v = 0; v < 6; v++) {
-                if (v == 5 && t.K % 128) continue;
+            // tiles 128x64, 128x128 (K % 128)
+            double m2[5][2] = {{0}};
+            for (int v = 0; v < 5; v++) {
+                if (v == 4 && t.K % 128) continue;
                 gc->conv_gemm = v ? MO_CONV_GEMM_AUTO : MO_CONV_GEMM_ALL;
                 gc->conv_implicit = v == 2 ? MO_CONV_IMPLICIT_AUTO : MO_CONV_IMPLICIT_ALWAYS;
-                gc->conv_implicit_tile = v == 3 ? MO_CONV_TILE_128X64 : v == 4 ? MO_CONV_TILE_256X64
-                                         : v == 5 ? MO_CONV_TILE_128X128 : MO_CONV_TILE_DEFAULT;
+                gc->conv_implicit_tile = v == 3 ? MO_CONV_TILE_128X64 : v == 4 ? MO_CONV_TILE_128X128
+                                                                               : MO_CONV_TILE_DEFAULT;
                 for (int op = 0; op < 2; op++) m2[v][op] = time_op(op, &precs[0], &t, x, w, y, dw, bn, 0);
             }
             gc->conv_gemm = MO_CONV_GEMM_AUTO;
@@ -921,9 +921,8 @@ static void timing_col_gemm(void) {
                    "fwd %.3f (%.1f), bwd data %.3f (%.1f); the default route fwd %.3f, bwd data %.3f\n", m2[0][0],
                    g / m2[0][0], m2[0][1], g / m2[0][1], m2[1][0], g / m2[1][0], m2[1][1], g / m2[1][1], m2[2][0],
                    m2[2][1]);
-            printf("    the kernel's tiles: 128x64 fwd %.3f ms (%.1f), bwd data %.3f; 256x64 fwd %.3f (%.1f), bwd data "
-                   "%.3f; 128x128 fwd %.3f, bwd data %.3f (0: K %% 128)\n", m2[3][0], g / m2[3][0], m2[3][1], m2[4][0],
-                   g / m2[4][0], m2[4][1], m2[5][0], m2[5][1]);
+            printf("    the kernel's tiles: 128x64 fwd %.3f ms (%.1f), bwd data %.3f; 128x128 fwd %.3f, bwd data %.3f "
+                   "(0: K %% 128)\n", m2[3][0], g / m2[3][0], m2[3][1], m2[4][0], m2[4][1]);
         }
     }
     printf("  the seven shapes' three passes: %.3f ms as im2col GEMMs, %.3f on cuDNN\n", sum[0], sum[1]);
