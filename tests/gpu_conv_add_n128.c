@@ -122,14 +122,14 @@ static void one_shape(mo_dtype dt, int H, int C, int K, int st) {
         int ok = 1, past = 0;
         for (int run = 0; run < 2 && ok; run++) {
             ok &= CHECK_OK(mo_memcpy_h2d(gc, dd, d0, nx * e));
-            const mo_status st = mo_conv_backward_data_add(gc, dt, dd, ddy, dw, &s);
-            if (st == MO_ERR_UNSUPPORTED && rank >= 0 && strstr(mo_errmsg(), "asked,") != NULL) {
+            const mo_status rc = mo_conv_backward_data_add(gc, dt, dd, ddy, dw, &s);
+            if (rc == MO_ERR_UNSUPPORTED && rank >= 0 && strstr(mo_errmsg(), "asked,") != NULL) {
                 printf("  beta 1: no more candidates kept (%s)\n", mo_errmsg());
                 mo_clear_error();
                 past = 1;
                 break;
             }
-            ok &= CHECK_OK(st);
+            ok &= CHECK_OK(rc);
             if (ok) ok &= CHECK_OK(mo_memcpy_d2h(gc, run ? got2 : got, dd, nx * e));
         }
         if (!ok || past) break;
