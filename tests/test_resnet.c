@@ -329,6 +329,24 @@ static uint64_t allocs_of(const mo_run_config *rc) {
     return s1.num_allocs - s0.num_allocs;
 }
 
+// The allocator's peak of one ResNet-50 batch-64 fp32 step with checkpointing ckpt on the dry backend
+// (exact: test_dry_equals_cpu), under the MEMOPT_* knobs set now.
+static int64_t resnet50_dry_peak(const char *ckpt) {
+    mo_run_config rc;
+    mo_run_env env;
+    mo_config_defaults(&cfg, MO_CMD_RUN);
+    const char *kv[] = {"--model", "resnet", "--preset", "resnet50", "--batch", "64", "--backend", "dry",
+                        "--steps", "1", "--warmup", "0", "--ckpt", ckpt, NULL};
+    for (int i = 0; kv[i]; i += 2) CHECK_OK(mo_config_set(&cfg, kv[i], kv[i + 1]));
+    CHECK_OK(mo_config_finish(&cfg));
+    CHECK_OK(mo_config_combination(&cfg, 0, &rc));
+    CHECK_OK(mo_run_env_init(&env, &rc));
+    mo_csv_row row;
+    CHECK_OK(mo_run_execute(&rc, &env, &row, NULL));
+    CHECK(!strcmp(row.status, "ok"));
+    return row.peak_allocated_bytes;
+}
+
 // The shortcut's gradient added in the convolution's input gradient (MEMOPT_DGRAD_ADD, default 1) against
 // a pass of its own (=0): in fp32 the same float additions (a + b either way), so the same gradient bits,
 // basic and bottleneck blocks, with one allocation fewer a block (the knob took effect); in bf16 one
@@ -377,23 +395,10 @@ static void test_dgrad_add(void) {
         free(g1);
     }
     int64_t peak[2];
-    mo_run_env env;
-    for (int k = 0; k < 2; k++) {
-        if (k == 0) setenv("MEMOPT_DGRAD_ADD", "0", 1);
-        else unsetenv("MEMOPT_DGRAD_ADD");
-        mo_run_config rc;
-        mo_config_defaults(&cfg, MO_CMD_RUN);
-        const char *kv[] = {"--model", "resnet", "--preset", "resnet50", "--batch", "64", "--backend", "dry",
-                            "--steps", "1", "--warmup", "0", NULL};
-        for (int i = 0; kv[i]; i += 2) CHECK_OK(mo_config_set(&cfg, kv[i], kv[i + 1]));
-        CHECK_OK(mo_config_finish(&cfg));
-        CHECK_OK(mo_config_combination(&cfg, 0, &rc));
-        if (k == 0) CHECK_OK(mo_run_env_init(&env, &rc));
-        mo_csv_row row;
-        CHECK_OK(mo_run_execute(&rc, &env, &row, NULL));
-        CHECK(!strcmp(row.status, "ok"));
-        peak[k] = row.peak_allocated_bytes;
-    }
+    setenv("MEMOPT_DGRAD_ADD", "0", 1);
+    peak[0] = resnet50_dry_peak("none");
+    unsetenv("MEMOPT_DGRAD_ADD");
+    peak[1] = resnet50_dry_peak("none");
     printf("shortcut gradient in the input gradient's pass: fp32 gradients == a pass of its own; resnet50 batch 64 "
            "peak (dry) %.0f MiB against %.0f\n", peak[1] / 1048576.0, peak[0] / 1048576.0);
     CHECK(peak[1] > 0 && peak[1] <= peak[0]);
@@ -432,23 +437,10 @@ static void test_recompute_tail(void) {
             free(g0), free(g1), free(r0), free(r1);
         }
     int64_t peak[2];
-    mo_run_env env;
-    for (int k = 0; k < 2; k++) {
-        if (k == 0) setenv("MEMOPT_RECOMPUTE_TAIL", "0", 1);
-        else unsetenv("MEMOPT_RECOMPUTE_TAIL");
-        mo_run_config rc;
-        mo_config_defaults(&cfg, MO_CMD_RUN);
-        const char *kv[] = {"--model", "resnet", "--preset", "resnet50", "--batch", "64", "--backend", "dry",
-                            "--steps", "1", "--warmup", "0", "--ckpt", "segments:4", NULL};
-        for (int i = 0; kv[i]; i += 2) CHECK_OK(mo_config_set(&cfg, kv[i], kv[i + 1]));
-        CHECK_OK(mo_config_finish(&cfg));
-        CHECK_OK(mo_config_combination(&cfg, 0, &rc));
-        if (k == 0) CHECK_OK(mo_run_env_init(&env, &rc));
-        mo_csv_row row;
-        CHECK_OK(mo_run_execute(&rc, &env, &row, NULL));
-        CHECK(!strcmp(row.status, "ok"));
-        peak[k] = row.peak_allocated_bytes;
-    }
+    setenv("MEMOPT_RECOMPUTE_TAIL", "0", 1);
+    peak[0] = resnet50_dry_peak("segments:4");
+    unsetenv("MEMOPT_RECOMPUTE_TAIL");
+    peak[1] = resnet50_dry_peak("segments:4");
     printf("recompute with the segment's last output kept: the bits of a rebuild; resnet50 batch 64 segments:4 "
            "peak (dry) %.0f MiB against %.0f\n", peak[1] / 1048576.0, peak[0] / 1048576.0);
     CHECK(peak[1] > 0 && peak[1] <= peak[0]);
