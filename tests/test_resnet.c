@@ -347,6 +347,14 @@ static int64_t resnet50_dry_peak(const char *ckpt) {
     return row.peak_allocated_bytes;
 }
 
+// peak[0]: resnet50_dry_peak with knob=0, peak[1]: with knob unset (its default)
+static void dry_peaks_off_on(const char *knob, const char *ckpt, int64_t peak[2]) {
+    setenv(knob, "0", 1);
+    peak[0] = resnet50_dry_peak(ckpt);
+    unsetenv(knob);
+    peak[1] = resnet50_dry_peak(ckpt);
+}
+
 // The shortcut's gradient added in the convolution's input gradient (MEMOPT_DGRAD_ADD, default 1) against
 // a pass of its own (=0): in fp32 the same float additions (a + b either way), so the same gradient bits,
 // basic and bottleneck blocks, with one allocation fewer a block (the knob took effect); in bf16 one
@@ -395,10 +403,7 @@ static void test_dgrad_add(void) {
         free(g1);
     }
     int64_t peak[2];
-    setenv("MEMOPT_DGRAD_ADD", "0", 1);
-    peak[0] = resnet50_dry_peak("none");
-    unsetenv("MEMOPT_DGRAD_ADD");
-    peak[1] = resnet50_dry_peak("none");
+    dry_peaks_off_on("MEMOPT_DGRAD_ADD", "none", peak);
     printf("shortcut gradient in the input gradient's pass: fp32 gradients == a pass of its own; resnet50 batch 64 "
            "peak (dry) %.0f MiB against %.0f\n", peak[1] / 1048576.0, peak[0] / 1048576.0);
     CHECK(peak[1] > 0 && peak[1] <= peak[0]);
@@ -437,10 +442,7 @@ static void test_recompute_tail(void) {
             free(g0), free(g1), free(r0), free(r1);
         }
     int64_t peak[2];
-    setenv("MEMOPT_RECOMPUTE_TAIL", "0", 1);
-    peak[0] = resnet50_dry_peak("segments:4");
-    unsetenv("MEMOPT_RECOMPUTE_TAIL");
-    peak[1] = resnet50_dry_peak("segments:4");
+    dry_peaks_off_on("MEMOPT_RECOMPUTE_TAIL", "segments:4", peak);
     printf("recompute with the segment's last output kept: the bits of a rebuild; resnet50 batch 64 segments:4 "
            "peak (dry) %.0f MiB against %.0f\n", peak[1] / 1048576.0, peak[0] / 1048576.0);
     CHECK(peak[1] > 0 && peak[1] <= peak[0]);
