@@ -73,6 +73,19 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
     return mo_ctx_create_ws(out, backend, alloc, MO_GEMM_WORKSPACE_BYTES);
 }
 
+// A 0|1 knob: *out = its value, dflt when unset or empty; another value is refused (the row would record
+// the knob as set while the default ran), naming the variable and what it takes.
+static mo_status knob01(const char *name, int dflt, int *out) {
+    const char *v = getenv(name);
+    if (!v || !*v) {
+        *out = dflt;
+        return MO_OK;
+    }
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return MO_FAIL(MO_ERR_INVALID, "%s=%s: expected 0 or 1", name, v);
+    *out = v[0] == '1';
+    return MO_OK;
+}
+
 mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc, size_t ws_bytes) {
     *out = NULL;
     if (ws_bytes < MO_GEMM_WORKSPACE_BYTES || ws_bytes > ((size_t)MO_WORKSPACE_MIB_MAX << 20) || ws_bytes % ((size_t)1 << 20))
@@ -127,30 +140,25 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
                    : strcmp(cg, "all") == 0            ? MO_CONV_GEMM_ALL
                    : strcmp(cg, "1x1") == 0            ? MO_CONV_GEMM_1X1
                                                        : MO_CONV_GEMM_NONE;
-    const char *wsp = getenv("MEMOPT_CONV_WGRAD_SPLIT");
-    if (wsp && *wsp && strcmp(wsp, "0") != 0 && strcmp(wsp, "1") != 0) {
+    mo_status kst;
+    if ((kst = knob01("MEMOPT_CONV_WGRAD_SPLIT", 1, &c->conv_wgrad_split)) != MO_OK) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_WGRAD_SPLIT=%s: expected 0 or 1", wsp);
+        return kst;
     }
-    c->conv_wgrad_split = !(wsp && strcmp(wsp, "0") == 0);
-    const char *cim = getenv("MEMOPT_CONV_IMPLICIT");
-    if (cim && *cim && strcmp(cim, "0") != 0 && strcmp(cim, "1") != 0) {
+    int implicit = 1;
+    if ((kst = knob01("MEMOPT_CONV_IMPLICIT", 1, &implicit)) != MO_OK) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_CONV_IMPLICIT=%s: expected 0 or 1", cim);
+        return kst;
     }
-    c->conv_implicit = cim && strcmp(cim, "0") == 0 ? MO_CONV_IMPLICIT_OFF : MO_CONV_IMPLICIT_AUTO;
-    const char *dga = getenv("MEMOPT_DGRAD_ADD");
-    if (dga && *dga && strcmp(dga, "0") != 0 && strcmp(dga, "1") != 0) {
+    c->conv_implicit = implicit ? MO_CONV_IMPLICIT_AUTO : MO_CONV_IMPLICIT_OFF;
+    if ((kst = knob01("MEMOPT_DGRAD_ADD", 1, &c->conv_dgrad_add)) != MO_OK) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DGRAD_ADD=%s: expected 0 or 1", dga);
+        return kst;
     }
-    c->conv_dgrad_add = !(dga && strcmp(dga, "0") == 0);
-    const char *rt = getenv("MEMOPT_RECOMPUTE_TAIL");
-    if (rt && *rt && strcmp(rt, "0") != 0 && strcmp(rt, "1") != 0) {
+    if ((kst = knob01("MEMOPT_RECOMPUTE_TAIL", 1, &c->recompute_tail)) != MO_OK) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_RECOMPUTE_TAIL=%s: expected 0 or 1", rt);
+        return kst;
     }
-    c->recompute_tail = !(rt && strcmp(rt, "0") == 0);
     c->conv_add16_beta1 = 1;
     c->conv_force_rank = -1;
     c->conv_last_engine = -1;
@@ -176,12 +184,10 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     c->attn_fused32 = !af || !*af              ? MO_ATTN_FUSED32_DEFAULT
                       : strcmp(af, "gemm") == 0 ? MO_ATTN_FUSED32_GEMM
                                                 : MO_ATTN_FUSED32_OWN;
-    const char *mw = getenv("MEMOPT_MARK_LIB_WRITES");
-    if (mw && *mw && strcmp(mw, "0") != 0 && strcmp(mw, "1") != 0) {
+    if ((kst = knob01("MEMOPT_MARK_LIB_WRITES", 0, &c->mark_lib_writes)) != MO_OK) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_MARK_LIB_WRITES=%s: expected 0 or 1", mw);
+        return kst;
     }
-    c->mark_lib_writes = mw && strcmp(mw, "1") == 0;
     // MEMOPT_WORKSPACE_MIB=N: the libraries' workspace (cuBLASLt, cuBLAS, cuDNN, the im2col column chunks)
     // is N MiB instead of the context's default (ws_bytes: 32, or the model's, the ResNet's 256), to
     // measure what another budget buys: session 19 timed ResNet-50's fp32 step at 132 ms with 32 MiB and
