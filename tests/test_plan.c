@@ -446,6 +446,22 @@ static void test_roofline(void) {
     CHECK_MSG(fabs(cal.eff_gemm[MO_PREC_BF16] - 0.55) < 1e-3 && fabs(cal.eff_mem[MO_PREC_BF16] - 0.45) < 1e-3,
               "bf16 fit gave %.4f GEMM, %.4f memory (%s)", cal.eff_gemm[MO_PREC_BF16], cal.eff_mem[MO_PREC_BF16],
               cal.how[MO_PREC_BF16]);
+    // fp16 has no row of its own here: it takes bf16's efficiencies (the same kernels, rate and bytes),
+    // says so, and counts no row; fp32 and tf32 have no sibling and keep the defaults.
+    CHECK_MSG(cal.rows[MO_PREC_FP16] == 0 && cal.eff_gemm[MO_PREC_FP16] == cal.eff_gemm[MO_PREC_BF16] &&
+                  cal.eff_mem[MO_PREC_FP16] == cal.eff_mem[MO_PREC_BF16] && !strncmp(cal.how[MO_PREC_FP16], "bf16's, ", 8),
+              "fp16 without rows: %.4f GEMM, %.4f memory, %d rows (%s)", cal.eff_gemm[MO_PREC_FP16], cal.eff_mem[MO_PREC_FP16],
+              cal.rows[MO_PREC_FP16], cal.how[MO_PREC_FP16]);
+    CHECK(cal.eff_gemm[MO_PREC_TF32] == MO_PLAN_EFF_GEMM && cal.eff_mem[MO_PREC_FP32] == MO_PLAN_EFF_MEM);
+    // With fp16 rows of its own (other efficiencies), each 16-bit precision keeps its own fit.
+    mo_csv_row both[16];
+    memcpy(both, rows, (size_t)k * sizeof *rows);
+    const int k16 = synthetic_rows(both + k, g, MO_PREC_FP16, 0.8, 0.3);
+    mo_plan_calib_fit(&cal, g, both, (size_t)(k + k16), -1);
+    CHECK_MSG(cal.rows[MO_PREC_FP16] == k16 && fabs(cal.eff_gemm[MO_PREC_FP16] - 0.8) < 1e-3 && fabs(cal.eff_mem[MO_PREC_FP16] - 0.3) < 1e-3 &&
+                  fabs(cal.eff_gemm[MO_PREC_BF16] - 0.55) < 1e-3 && fabs(cal.eff_mem[MO_PREC_BF16] - 0.45) < 1e-3,
+              "fp16 %.4f / %.4f (%s), bf16 %.4f / %.4f", cal.eff_gemm[MO_PREC_FP16], cal.eff_mem[MO_PREC_FP16], cal.how[MO_PREC_FP16],
+              cal.eff_gemm[MO_PREC_BF16], cal.eff_mem[MO_PREC_BF16]);
     mo_gpu_catalog_free(&c);
 }
 
