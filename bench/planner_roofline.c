@@ -485,8 +485,8 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
     // fp16 and bf16 run the same work: the suite's own kernels are one template for both, the libraries'
     // GEMMs and convolutions take both at the same tensor-core rate, and they move the same bytes. So a
     // 16-bit precision with no rows of its own on this GPU takes the other's efficiencies rather than the
-    // defaults (27.0% off the fp16 ResNet-50 row of session 25's H100 file, bf16's fit 3.6%: plan --validate in session
-    // 25). Its rows count stays 0: no row of it was measured.
+    // defaults (plan --validate of session 25's H100 ResNet-50 file: the lone fp16 row 27.0% off on the
+    // defaults, 3.6% on bf16's fit). Its rows count stays 0: no row of it was measured.
     static const int sibling[4] = {-1, -1, MO_PREC_BF16, MO_PREC_FP16}; // by mo_precision
     int fitted[4];
     for (int p = 0; p < 4; p++) fitted[p] = c->rows[p];
