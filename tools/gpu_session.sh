@@ -32,7 +32,9 @@
 #   "resnetws" the ResNet-50 step at workspace budgets (MEMOPT_WORKSPACE_MIB in RESNETWS_MIB, default "32 256", for
 #   RESNETWS_PRECS, default "fp32 bf16", and RESNETWS_CKPT, default "none"; h100/h200-resnet50-ws.csv) with each cuDNN plan that wants more than 32 MiB
 #   and the tuned per-plan times, then the peer's rows of those precisions; "resnetab" the ResNet-50 step A/B against RESNET_OLD_TAR; "resnetncu" one ResNet-50 step's kernels under ncu; "attn32" the fp32 / TF32 fused attention's engines (MEMOPT_ATTN_FUSED32) in the GPT-2 124M step beside the materialized rows and PyTorch's; "attncudnn" the bf16 fused GPT step on the own attention
-#   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's
+#   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's; "targets" the open issues' headline rows, each
+#   beside the peer's in the same call, files named by the card (h200-/h100-targets-*.csv: ResNet-50's six rows and a
+#   second fp32 checkpointing round, plan --validate on them, GPT-2 124M's fused bf16 / tf32 / fp32 rows)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -296,6 +298,45 @@ if has attn32; then
   done
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-attn32.csv" \
     --attn materialized,fused --precision fp32,tf32 2>&1 | tail -8
+fi
+if has targets; then
+  # The open issues' headline rows in one pass, each beside the PyTorch peer in the same call, the files
+  # named by the card that ran them ($gk-*.csv: h200 or h100; resnetfast names its files h200 whatever
+  # the card): ResNet-50 batch 128's six rows (issue 16), a second fp32 none / segments:4 round of both
+  # (the checkpointing overhead from two rounds), GPT-2 124M's fused rows (issue 17: bf16 on the own
+  # kernels and on cuDNN's SDPA at T 1024 B 8 and T 2048 B 4, tf32, fp32). About 230 s on an H100.
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*) gk=h200;; *H100*) gk=h100;; *) gk=gpu;; esac
+  rcsv="$R/$gk-targets-resnet50.csv"
+  for cfg in "fp32 none" "fp32 segments:4" "tf32 none" "bf16 none" "bf16 segments:4" "fp16 none"; do
+    set -- $cfg
+    timeout 120 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --csv "$rcsv" --precision "$1" \
+      --ckpt "$2" 2>&1 | grep -E "step:|recompute|peak alloc|dry-backend|error|oom" | sed "s/^/resnet50 $1 $2: /"
+  done
+  TR() { PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 --csv "$1" "${@:2}" \
+    2>&1 | grep -E "step|error" || echo "(peer exit: ${*:2})"; }
+  TR "$R/torch-$gk-targets-resnet50.csv" --precision fp32,bf16 --ckpt none,segments:4
+  TR "$R/torch-$gk-targets-resnet50.csv" --precision tf32,fp16 --ckpt none
+  for ck in none segments:4; do
+    timeout 60 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --precision fp32 --ckpt $ck \
+      --csv "$R/$gk-targets-resnet50-round2.csv" 2>&1 | grep -E "step:|recompute|error" | sed "s/^/round 2 fp32 $ck: /"
+  done
+  TR "$R/torch-$gk-targets-resnet50-round2.csv" --precision fp32 --ckpt none,segments:4
+  $M plan --validate "$rcsv" --out-dir "$R/targets-validate" 2>&1 | grep -E "peak memory:|step time:"
+  G() { # label, then env assignments and the command
+    local lab=$1; shift
+    env "$@" --steps 10 --warmup 3 --csv "$R/$gk-targets-gpt.csv" 2>&1 | grep -E "step:|peak alloc|error" | sed "s/^/$lab: /"
+  }
+  for impl in own cudnn; do
+    G "bf16 T1024 $impl" MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --preset gpt2-124m --attn fused --precision bf16
+    G "bf16 T2048 $impl" MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --preset gpt2-124m --attn fused --precision bf16 \
+      --seq 2048 --batch 4
+  done
+  G "tf32" timeout 90 $M run --preset gpt2-124m --attn fused --precision tf32
+  G "fp32" timeout 90 $M run --preset gpt2-124m --attn fused --precision fp32
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-targets-gpt.csv" \
+    --attn fused --precision bf16,tf32,fp32 2>&1 | grep -E "step|error"
+  PYTHONUNBUFFERED=1 timeout 60 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-targets-gpt.csv" \
+    --attn fused --precision bf16 --seq 2048 --batch 4 2>&1 | grep -E "step|error"
 fi
 if has attncudnn; then
   # the 16-bit fused attention on the suite's kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), in
