@@ -488,11 +488,9 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
     // defaults (plan --validate of session 25's H100 ResNet-50 file: the lone fp16 row 27.0% off on the
     // defaults, 3.6% on bf16's fit). Its rows count stays 0: no row of it was measured.
     static const int sibling[4] = {-1, -1, MO_PREC_BF16, MO_PREC_FP16}; // by mo_precision
-    int fitted[4];
-    for (int p = 0; p < 4; p++) fitted[p] = c->rows[p];
-    for (int p = 0; p < 4; p++) {
+    for (int p = 0; p < 4; p++) { // (rows[] is not changed here, so one borrows only a fit of rows)
         const int q = sibling[p];
-        if (q < 0 || fitted[p] || !fitted[q]) continue;
+        if (q < 0 || c->rows[p] || !c->rows[q]) continue;
         c->eff_gemm[p] = c->eff_gemm[q];
         c->eff_mem[p] = c->eff_mem[q];
         snprintf(c->how[p], sizeof c->how[p], "%s's, %.80s", mo_precision_name((mo_precision)q), c->how[q]);

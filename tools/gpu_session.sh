@@ -33,8 +33,9 @@
 #   RESNETWS_PRECS, default "fp32 bf16", and RESNETWS_CKPT, default "none"; h100/h200-resnet50-ws.csv) with each cuDNN plan that wants more than 32 MiB
 #   and the tuned per-plan times, then the peer's rows of those precisions; "resnetab" the ResNet-50 step A/B against RESNET_OLD_TAR; "resnetncu" one ResNet-50 step's kernels under ncu; "attn32" the fp32 / TF32 fused attention's engines (MEMOPT_ATTN_FUSED32) in the GPT-2 124M step beside the materialized rows and PyTorch's; "attncudnn" the bf16 fused GPT step on the own attention
 #   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's; "targets" the open issues' headline rows, each
-#   beside the peer's in the same call, files named by the card (h200-/h100-targets-*.csv: ResNet-50's six rows and a
-#   second fp32 checkpointing round, plan --validate on them, GPT-2 124M's fused bf16 / tf32 / fp32 rows)
+#   beside the peer's in the same call: resnetfast and attncudnn, then a second fp32 checkpointing round, plan --validate
+#   on the ResNet rows, GPT-2 124M's tf32 / fp32 fused rows. resnetfast's, attncudnn's and targets' files are named by
+#   the card ($gk: h200-, h100- or gpu-*.csv)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -50,6 +51,12 @@ exec > >(tee -a "$log") 2>&1
 cd "$(dirname "$0")/.."
 session_t0=$(date +%s)
 has() { case " $stages " in *" $1 "*) return 0;; esac; return 1; }
+# "targets" is resnetfast and attncudnn (ATTN_T2048 on) plus what they lack
+case " $stages " in *" targets "*) stages="$stages resnetfast attncudnn";; esac
+# the card, for the names of the files of resnetfast, attncudnn and targets (h200, h100, or gpu)
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+  *H200*) gk=h200;; *H100*) gk=h100;; *) gk=gpu;;
+esac
 echo "== $(date -u +%FT%TZ) git ${MEMOPT_GIT_REV:-$(git rev-parse --short=12 HEAD 2>/dev/null)} stages: $stages"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem --format=csv
 B=build-gpu
@@ -271,7 +278,7 @@ if has resnetncu; then
 fi
 if has resnetfast; then
   # ResNet-50 batch 128, the issue's six rows, memopt (stored conv choices) and the peer, 10 steps
-  csv="$R/h200-resnet50-fast.csv"
+  csv="$R/$gk-resnet50-fast.csv"
   for cfg in "fp32 none" "fp32 segments:4" "tf32 none" "bf16 none" "bf16 segments:4" "fp16 none"; do
     set -- $cfg
     echo "== memopt resnet50 b128 --precision $1 --ckpt $2"
@@ -279,7 +286,7 @@ if has resnetfast; then
       --ckpt "$2" 2>&1 | grep -E "step:|recompute|peak alloc|dry-backend|error|oom" || echo "(exit $?)"
   done
   PR() { PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 \
-    --csv "$R/torch-resnet50-fast.csv" "$@" || echo "(peer exit $?: $*)"; }
+    --csv "$R/torch-$gk-resnet50-fast.csv" "$@" || echo "(peer exit $?: $*)"; }
   PR --precision fp32,bf16 --ckpt none,segments:4
   PR --precision tf32,fp16 --ckpt none
 fi
@@ -299,49 +306,10 @@ if has attn32; then
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-attn32.csv" \
     --attn materialized,fused --precision fp32,tf32 2>&1 | tail -8
 fi
-if has targets; then
-  # The open issues' headline rows in one pass, each beside the PyTorch peer in the same call, the files
-  # named by the card that ran them ($gk-*.csv: h200 or h100; resnetfast names its files h200 whatever
-  # the card): ResNet-50 batch 128's six rows (issue 16), a second fp32 none / segments:4 round of both
-  # (the checkpointing overhead from two rounds), GPT-2 124M's fused rows (issue 17: bf16 on the own
-  # kernels and on cuDNN's SDPA at T 1024 B 8 and T 2048 B 4, tf32, fp32). About 230 s on an H100.
-  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*) gk=h200;; *H100*) gk=h100;; *) gk=gpu;; esac
-  rcsv="$R/$gk-targets-resnet50.csv"
-  for cfg in "fp32 none" "fp32 segments:4" "tf32 none" "bf16 none" "bf16 segments:4" "fp16 none"; do
-    set -- $cfg
-    timeout 120 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --csv "$rcsv" --precision "$1" \
-      --ckpt "$2" 2>&1 | grep -E "step:|recompute|peak alloc|dry-backend|error|oom" | sed "s/^/resnet50 $1 $2: /"
-  done
-  TR() { PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 --csv "$1" "${@:2}" \
-    2>&1 | grep -E "step|error" || echo "(peer exit: ${*:2})"; }
-  TR "$R/torch-$gk-targets-resnet50.csv" --precision fp32,bf16 --ckpt none,segments:4
-  TR "$R/torch-$gk-targets-resnet50.csv" --precision tf32,fp16 --ckpt none
-  for ck in none segments:4; do
-    timeout 60 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --precision fp32 --ckpt $ck \
-      --csv "$R/$gk-targets-resnet50-round2.csv" 2>&1 | grep -E "step:|recompute|error" | sed "s/^/round 2 fp32 $ck: /"
-  done
-  TR "$R/torch-$gk-targets-resnet50-round2.csv" --precision fp32 --ckpt none,segments:4
-  $M plan --validate "$rcsv" --out-dir "$R/targets-validate" 2>&1 | grep -E "peak memory:|step time:"
-  G() { # label, then env assignments and the command
-    local lab=$1; shift
-    env "$@" --steps 10 --warmup 3 --csv "$R/$gk-targets-gpt.csv" 2>&1 | grep -E "step:|peak alloc|error" | sed "s/^/$lab: /"
-  }
-  for impl in own cudnn; do
-    G "bf16 T1024 $impl" MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --preset gpt2-124m --attn fused --precision bf16
-    G "bf16 T2048 $impl" MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --preset gpt2-124m --attn fused --precision bf16 \
-      --seq 2048 --batch 4
-  done
-  G "tf32" timeout 90 $M run --preset gpt2-124m --attn fused --precision tf32
-  G "fp32" timeout 90 $M run --preset gpt2-124m --attn fused --precision fp32
-  PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-targets-gpt.csv" \
-    --attn fused --precision bf16,tf32,fp32 2>&1 | grep -E "step|error"
-  PYTHONUNBUFFERED=1 timeout 60 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-targets-gpt.csv" \
-    --attn fused --precision bf16 --seq 2048 --batch 4 2>&1 | grep -E "step|error"
-fi
 if has attncudnn; then
   # the 16-bit fused attention on the suite's kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), in
   # the whole GPT-2 124M bf16 step (B 8 T 1024 and T 2048 B 4), beside PyTorch's SDPA step
-  csv="$R/h200-attn-impl.csv"
+  csv="$R/$gk-attn-impl.csv"
   shapes=("--seq 1024 --batch 8")
   [ "${ATTN_T2048:-1}" = 1 ] && shapes+=("--seq 2048 --batch 4")
   for shape in "${shapes[@]}"; do
@@ -351,9 +319,29 @@ if has attncudnn; then
     done
   done
   for shape in "${shapes[@]}"; do
-    PYTHONUNBUFFERED=1 timeout 90 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-attn-impl.csv" \
+    PYTHONUNBUFFERED=1 timeout 90 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-attn-impl.csv" \
       --attn fused --precision bf16 $shape 2>&1 | tail -1
   done
+fi
+if has targets; then
+  # The open issues' headline rows, each beside the PyTorch peer in the same call: stages resnetfast
+  # (ResNet-50 batch 128's six rows, issue 16) and attncudnn (GPT-2 124M bf16 fused, own kernels and cuDNN's
+  # SDPA, T 1024 and 2048, issue 17) ran above; here a second fp32 none / segments:4 round of both (the
+  # checkpointing overhead from two rounds), plan --validate on the six rows, and the tf32 / fp32 fused GPT
+  # rows. About 230 s in all on an H100.
+  for ck in none segments:4; do
+    timeout 60 $M run --model resnet --preset resnet50 --batch 128 --steps 10 --warmup 3 --precision fp32 --ckpt $ck \
+      --csv "$R/$gk-resnet50-round2.csv" 2>&1 | grep -E "step:|recompute|error" | sed "s/^/round 2 fp32 $ck: /"
+  done
+  PYTHONUNBUFFERED=1 timeout 80 python3 bench/peers/torch_resnet.py --preset resnet50 --batch 128 \
+    --csv "$R/torch-$gk-resnet50-round2.csv" --precision fp32 --ckpt none,segments:4 || echo "(peer exit $?: round 2)"
+  $M plan --validate "$R/$gk-resnet50-fast.csv" --out-dir "$R/targets-validate" 2>&1 | grep -E "peak memory:|step time:"
+  for prec in tf32 fp32; do
+    timeout 90 $M run --preset gpt2-124m --attn fused --precision $prec --steps 10 --warmup 3 --csv "$R/$gk-attn32-fused.csv" \
+      2>&1 | grep -E "step:|peak alloc|error" | sed "s/^/$prec fused: /"
+  done
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-attn32-fused.csv" \
+    --attn fused --precision tf32,fp32 2>&1 | tail -2
 fi
 if has tune; then
   # MEMOPT_GEMM_TUNE=1 (lt_gemm_cuda.c): each new cuBLASLt plan times the heuristic's top candidates and
