@@ -495,6 +495,22 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
         c->eff_mem[p] = c->eff_mem[q];
         snprintf(c->how[p], sizeof c->how[p], "%s's, %.80s", mo_precision_name((mo_precision)q), c->how[q]);
     }
+    // TF32's GEMMs and convolutions run on tensor cores, as the 16-bit precisions' do (the roofline takes
+    // them at the TF32 rate, half the 16-bit one); the rest of its step is the fp32 step's kernels on fp32
+    // data. So with no tf32 row of its own on this GPU it takes a 16-bit precision's GEMM efficiency (bf16
+    // first; only one fitted to rows) and keeps the default memory efficiency. (fp32's memory efficiency
+    // was tried too: its fits come from steps whose time is CUDA-core GEMMs, and on session 25's H100
+    // GPT-2 file it moved the lone tf32 row from +8.2% to -15.9%.) plan --validate over the committed
+    // files: the lone tf32 ResNet-50 rows on the H100 from 19-30% off to 14-22%, two more files with every
+    // row within 15%, none fewer. Its rows count stays 0.
+    if (!c->rows[MO_PREC_TF32]) {
+        const int q = c->rows[MO_PREC_BF16] ? MO_PREC_BF16 : c->rows[MO_PREC_FP16] ? MO_PREC_FP16 : -1;
+        if (q >= 0) {
+            c->eff_gemm[MO_PREC_TF32] = c->eff_gemm[q];
+            snprintf(c->how[MO_PREC_TF32], sizeof c->how[MO_PREC_TF32], "%.2f GEMM (%s's), %.1f memory (default)",
+                     c->eff_gemm[MO_PREC_TF32], mo_precision_name((mo_precision)q), c->eff_mem[MO_PREC_TF32]);
+        }
+    }
     host_fit(c, g, &one, rows, n, skip);
 }
 

@@ -447,12 +447,28 @@ static void test_roofline(void) {
               "bf16 fit gave %.4f GEMM, %.4f memory (%s)", cal.eff_gemm[MO_PREC_BF16], cal.eff_mem[MO_PREC_BF16],
               cal.how[MO_PREC_BF16]);
     // fp16 has no row of its own here: it takes bf16's efficiencies (the same kernels, rate and bytes),
-    // says so, and counts no row; fp32 and tf32 have no sibling and keep the defaults.
+    // says so, and counts no row; tf32 takes bf16's GEMM efficiency (tensor cores) and keeps the default
+    // memory one, counting no row; fp32 keeps the defaults.
     CHECK_MSG(cal.rows[MO_PREC_FP16] == 0 && cal.eff_gemm[MO_PREC_FP16] == cal.eff_gemm[MO_PREC_BF16] &&
                   cal.eff_mem[MO_PREC_FP16] == cal.eff_mem[MO_PREC_BF16] && !strncmp(cal.how[MO_PREC_FP16], "bf16's, ", 8),
               "fp16 without rows: %.4f GEMM, %.4f memory, %d rows (%s)", cal.eff_gemm[MO_PREC_FP16], cal.eff_mem[MO_PREC_FP16],
               cal.rows[MO_PREC_FP16], cal.how[MO_PREC_FP16]);
-    CHECK(cal.eff_gemm[MO_PREC_TF32] == MO_PLAN_EFF_GEMM && cal.eff_mem[MO_PREC_FP32] == MO_PLAN_EFF_MEM);
+    CHECK_MSG(cal.rows[MO_PREC_TF32] == 0 && cal.eff_gemm[MO_PREC_TF32] == cal.eff_gemm[MO_PREC_BF16] &&
+                  cal.eff_mem[MO_PREC_TF32] == MO_PLAN_EFF_MEM && strstr(cal.how[MO_PREC_TF32], "(bf16's)"),
+              "tf32 without rows: %.4f GEMM, %.4f memory, %d rows (%s)", cal.eff_gemm[MO_PREC_TF32],
+              cal.eff_mem[MO_PREC_TF32], cal.rows[MO_PREC_TF32], cal.how[MO_PREC_TF32]);
+    CHECK(cal.eff_gemm[MO_PREC_FP32] == MO_PLAN_EFF_GEMM && cal.eff_mem[MO_PREC_FP32] == MO_PLAN_EFF_MEM);
+    // tf32 rows of its own (other efficiencies): its own fit, not bf16's
+    {
+        mo_csv_row mix[16];
+        memcpy(mix, rows, (size_t)k * sizeof *rows);
+        const int k32 = synthetic_rows(mix + k, g, MO_PREC_TF32, 0.35, 0.6);
+        mo_plan_calib own;
+        mo_plan_calib_fit(&own, g, mix, (size_t)(k + k32), -1);
+        CHECK_MSG(own.rows[MO_PREC_TF32] == k32 && fabs(own.eff_gemm[MO_PREC_TF32] - 0.35) < 1e-3 &&
+                      fabs(own.eff_mem[MO_PREC_TF32] - 0.6) < 1e-3,
+                  "tf32 with rows: %.4f / %.4f (%s)", own.eff_gemm[MO_PREC_TF32], own.eff_mem[MO_PREC_TF32], own.how[MO_PREC_TF32]);
+    }
     // With fp16 rows of its own (other efficiencies), each 16-bit precision keeps its own fit.
     mo_csv_row both[16];
     memcpy(both, rows, (size_t)k * sizeof *rows);
