@@ -482,33 +482,33 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
         }
         free(ratio);
     }
-    // fp16 and bf16 run the same work: the suite's own kernels are one template for both, the libraries'
-    // GEMMs and convolutions take both at the same tensor-core rate, and they move the same bytes. So a
-    // 16-bit precision with no rows of its own on this GPU takes the other's efficiencies rather than the
-    // defaults (plan --validate of session 25's H100 ResNet-50 file: the lone fp16 row 27.0% off on the
-    // defaults, 3.6% on bf16's fit). Its rows count stays 0: no row of it was measured.
-    static const int sibling[4] = {-1, -1, MO_PREC_BF16, MO_PREC_FP16}; // by mo_precision
-    for (int p = 0; p < 4; p++) { // (rows[] is not changed here, so one borrows only a fit of rows)
-        const int q = sibling[p];
-        if (q < 0 || c->rows[p] || !c->rows[q]) continue;
+    // A precision with no rows of its own on this GPU borrows from one fitted to rows (its rows count stays
+    // 0: no row of it was measured; rows[] is not changed here, so one borrows only a fit of rows):
+    //  - fp16 and bf16 both efficiencies from each other: the suite's own kernels are one template for both,
+    //    the libraries' GEMMs and convolutions take both at the same tensor-core rate, and they move the same
+    //    bytes (plan --validate of session 25's H100 ResNet-50 file: the lone fp16 row 27.0% off on the
+    //    defaults, 3.6% on bf16's fit);
+    //  - tf32 the GEMM efficiency of a 16-bit precision (bf16 first), keeping the default memory one: its
+    //    GEMMs and convolutions run on tensor cores as theirs do (the roofline takes them at the TF32 rate,
+    //    half the 16-bit one), the rest is the fp32 step's kernels on fp32 data. fp32's memory efficiency was
+    //    tried too: its fits come from steps whose time is CUDA-core GEMMs, and on session 25's H100 GPT-2
+    //    file it moved the lone tf32 row from +8.2% to -15.9%. plan --validate over the committed files: the
+    //    lone tf32 ResNet-50 rows on the H100 from 19-30% off to 14-22%, two more files with every row
+    //    within 15%, none fewer.
+    static const int from[4][2] = {{-1, -1}, {MO_PREC_BF16, MO_PREC_FP16}, {MO_PREC_BF16, -1}, {MO_PREC_FP16, -1}};
+    static const int mem_too[4] = {0, 0, 1, 1}; // by mo_precision: the memory efficiency as well
+    for (int p = 0; p < 4; p++) {
+        int q = -1;
+        for (int j = 0; j < 2 && q < 0 && !c->rows[p]; j++)
+            if (from[p][j] >= 0 && c->rows[from[p][j]]) q = from[p][j];
+        if (q < 0) continue;
+        const char *qn = mo_precision_name((mo_precision)q);
         c->eff_gemm[p] = c->eff_gemm[q];
-        c->eff_mem[p] = c->eff_mem[q];
-        snprintf(c->how[p], sizeof c->how[p], "%s's, %.80s", mo_precision_name((mo_precision)q), c->how[q]);
-    }
-    // TF32's GEMMs and convolutions run on tensor cores, as the 16-bit precisions' do (the roofline takes
-    // them at the TF32 rate, half the 16-bit one); the rest of its step is the fp32 step's kernels on fp32
-    // data. So with no tf32 row of its own on this GPU it takes a 16-bit precision's GEMM efficiency (bf16
-    // first; only one fitted to rows) and keeps the default memory efficiency. (fp32's memory efficiency
-    // was tried too: its fits come from steps whose time is CUDA-core GEMMs, and on session 25's H100
-    // GPT-2 file it moved the lone tf32 row from +8.2% to -15.9%.) plan --validate over the committed
-    // files: the lone tf32 ResNet-50 rows on the H100 from 19-30% off to 14-22%, two more files with every
-    // row within 15%, none fewer. Its rows count stays 0.
-    if (!c->rows[MO_PREC_TF32]) {
-        const int q = c->rows[MO_PREC_BF16] ? MO_PREC_BF16 : c->rows[MO_PREC_FP16] ? MO_PREC_FP16 : -1;
-        if (q >= 0) {
-            c->eff_gemm[MO_PREC_TF32] = c->eff_gemm[q];
-            snprintf(c->how[MO_PREC_TF32], sizeof c->how[MO_PREC_TF32], "%.2f GEMM (%s's), %.1f memory (default)",
-                     c->eff_gemm[MO_PREC_TF32], mo_precision_name((mo_precision)q), c->eff_mem[MO_PREC_TF32]);
+        if (mem_too[p]) {
+            c->eff_mem[p] = c->eff_mem[q];
+            snprintf(c->how[p], sizeof c->how[p], "%s's, %.80s", qn, c->how[q]);
+        } else {
+            snprintf(c->how[p], sizeof c->how[p], "%.2f GEMM (%s's), %.1f memory (default)", c->eff_gemm[p], qn, c->eff_mem[p]);
         }
     }
     host_fit(c, g, &one, rows, n, skip);
