@@ -34,8 +34,8 @@
 #   and the tuned per-plan times, then the peer's rows of those precisions; "resnetab" the ResNet-50 step A/B against RESNET_OLD_TAR; "resnetncu" one ResNet-50 step's kernels under ncu; "attn32" the fp32 / TF32 fused attention's engines (MEMOPT_ATTN_FUSED32) in the GPT-2 124M step beside the materialized rows and PyTorch's; "attncudnn" the bf16 fused GPT step on the own attention
 #   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's; "targets" the open issues' headline rows, each
 #   beside the peer's in the same call: resnetfast and attncudnn, then a second fp32 checkpointing round, plan --validate
-#   on the ResNet rows, GPT-2 124M's tf32 / fp32 fused rows, gpt2-350m B 4 bf16 fused (own, cuDNN). resnetfast's, attncudnn's and targets' files are named by
-#   the card ($gk: h200-, h100- or gpu-*.csv)
+#   on the ResNet rows, GPT-2 124M's tf32 / fp32 fused rows (attncudnn then also runs GPT-2 350M B 4).
+#   resnetfast's, attncudnn's and targets' files are named by the card ($gk: h200-, h100- or gpu-*.csv)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -308,18 +308,20 @@ if has attn32; then
 fi
 if has attncudnn; then
   # the 16-bit fused attention on the suite's kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), in
-  # the whole GPT-2 124M bf16 step (B 8 T 1024 and T 2048 B 4), beside PyTorch's SDPA step
+  # the whole GPT-2 124M bf16 step (B 8 T 1024 and T 2048 B 4; under "targets" also GPT-2 350M B 4),
+  # beside PyTorch's SDPA step
   csv="$R/$gk-attn-impl.csv"
-  shapes=("--seq 1024 --batch 8")
-  [ "${ATTN_T2048:-1}" = 1 ] && shapes+=("--seq 2048 --batch 4")
+  shapes=("--preset gpt2-124m --seq 1024 --batch 8")
+  [ "${ATTN_T2048:-1}" = 1 ] && shapes+=("--preset gpt2-124m --seq 2048 --batch 4")
+  has targets && shapes+=("--preset gpt2-350m --seq 1024 --batch 4") # issue 17's 350M row, measured nowhere else
   for shape in "${shapes[@]}"; do
     for impl in own cudnn; do
-      MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --preset gpt2-124m --precision bf16 --attn fused $shape --steps 10 --warmup 3 \
+      MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --precision bf16 --attn fused $shape --steps 10 --warmup 3 \
         --csv "$csv" 2>&1 | grep -E "step:|peak alloc|dry-backend|error" | sed "s/^/bf16 fused $shape $impl: /"
     done
   done
   for shape in "${shapes[@]}"; do
-    PYTHONUNBUFFERED=1 timeout 90 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-attn-impl.csv" \
+    PYTHONUNBUFFERED=1 timeout 90 python3 bench/peers/torch_gpt.py --csv "$R/torch-$gk-attn-impl.csv" \
       --attn fused --precision bf16 $shape 2>&1 | tail -1
   done
 fi
@@ -342,13 +344,6 @@ if has targets; then
   done
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-attn32-fused.csv" \
     --attn fused --precision tf32,fp32 2>&1 | tail -2
-  # issue 17's gpt2-350m B 4 bf16 fused row (both attention implementations) beside the peer's
-  for impl in own cudnn; do
-    MEMOPT_ATTN_IMPL=$impl timeout 90 $M run --preset gpt2-350m --precision bf16 --attn fused --batch 4 --steps 10 \
-      --warmup 3 --csv "$R/$gk-gpt350m.csv" 2>&1 | grep -E "step:|peak alloc|error" | sed "s/^/gpt2-350m bf16 fused $impl: /"
-  done
-  PYTHONUNBUFFERED=1 timeout 90 python3 bench/peers/torch_gpt.py --preset gpt2-350m --batch 4 --csv "$R/torch-$gk-gpt350m.csv" \
-    --attn fused --precision bf16 2>&1 | tail -1
 fi
 if has tune; then
   # MEMOPT_GEMM_TUNE=1 (lt_gemm_cuda.c): each new cuBLASLt plan times the heuristic's top candidates and
