@@ -31,13 +31,20 @@ static void batchnorm_stats_cpu(mo_dtype dt, float *mean, float *rstd, float *ru
     }
 }
 
+// element j's BN output, gamma (in - mean) rstd + beta, before rounding: the normalize's, and what the
+// remask backward recomputes its ReLU mask from
+static float bn_y_cpu(mo_dtype dt, const void *in, size_t j, int ch, const float *gamma, const float *beta,
+                      const float *mean, const float *rstd) {
+    return gamma[ch] * ((rn_ld(dt, in, j) - mean[ch]) * rstd[ch]) + beta[ch];
+}
+
 // out = gamma (in - mean) rstd + beta; res: rounded to dt, + res (rounded again at the store); ReLU.
 // Element by element, each read before its out is written, so out may be res.
 mo_status batchnorm_normalize_cpu(mo_dtype dt, void *out, const void *in, const float *gamma, const float *beta,
                                   const float *mean, const float *rstd, const void *res, int M, int C, int relu) {
     for (size_t j = 0; j < (size_t)M * C; j++) {
         const int ch = (int)(j % (size_t)C);
-        float y = gamma[ch] * ((rn_ld(dt, in, j) - mean[ch]) * rstd[ch]) + beta[ch];
+        float y = bn_y_cpu(dt, in, j, ch, gamma, beta, mean, rstd);
         if (res) y = rn_round(dt, y) + rn_ld(dt, res, j);
         if (relu && y <= 0.0f) y = 0.0f; // NaN kept, as torch.relu
         rn_st(dt, out, j, y);
@@ -52,17 +59,25 @@ mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd
     return batchnorm_normalize_cpu(dt, out, in, gamma, beta, mean, rstd, NULL, M, C, relu);
 }
 
+// element j's dy: dout's, or with beta (the remask) 0 where the ReLU's output, the BN output rounded to dt,
+// was not > 0
+static float bn_dy_cpu(mo_dtype dt, const void *dout, const void *in, size_t j, int ch, const float *gamma,
+                       const float *beta, const float *mean, const float *rstd) {
+    if (beta && !(rn_round(dt, bn_y_cpu(dt, in, j, ch, gamma, beta, mean, rstd)) > 0.0f)) return 0.0f;
+    return rn_ld(dt, dout, j);
+}
+
 // xhat = (x - mean) rstd; dbeta += sum dy; dgamma += sum dy xhat;
 // dx = gamma rstd (dy - sum(dy) / M - xhat sum(dy xhat) / M)
 mo_status batchnorm_backward_cpu(mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
-                                 const void *in, const float *gamma, const float *mean, const float *rstd, int M,
-                                 int C) {
+                                 const void *in, const float *gamma, const float *beta, const float *mean,
+                                 const float *rstd, int M, int C) {
     for (int ch = 0; ch < C; ch++) {
         double sdy = 0.0, sdyx = 0.0;
         const float m = mean[ch], r = rstd[ch];
         for (int i = 0; i < M; i++) {
             const size_t j = (size_t)i * C + ch;
-            const float dy = rn_ld(dt, dout, j), xh = (rn_ld(dt, in, j) - m) * r;
+            const float dy = bn_dy_cpu(dt, dout, in, j, ch, gamma, beta, mean, rstd), xh = (rn_ld(dt, in, j) - m) * r;
             sdy += dy;
             sdyx += (double)dy * xh;
         }
@@ -71,7 +86,7 @@ mo_status batchnorm_backward_cpu(mo_dtype dt, void *din, float *dgamma, float *d
         const float a = (float)(sdy / M), b = (float)(sdyx / M), g = gamma[ch] * r;
         for (int i = 0; i < M; i++) {
             const size_t j = (size_t)i * C + ch;
-            const float dy = rn_ld(dt, dout, j), xh = (rn_ld(dt, in, j) - m) * r;
+            const float dy = bn_dy_cpu(dt, dout, in, j, ch, gamma, beta, mean, rstd), xh = (rn_ld(dt, in, j) - m) * r;
             rn_st(dt, din, j, g * (dy - a - xh * b));
         }
     }
@@ -158,7 +173,7 @@ mo_status mo_batchnorm_backward(mo_ctx *c, mo_dtype dt, void *din, float *dgamma
         mo_cost_record(c, "batchnorm_bwd", MO_COST_MEMORY, 12 * n, e * n * 5);
         switch (c->backend) {
         case MO_BACKEND_CPU:
-            rs = batchnorm_backward_cpu(dt, din, dgamma, dbeta, dy, in, gamma, mean, rstd, M, C);
+            rs = batchnorm_backward_cpu(dt, din, dgamma, dbeta, dy, in, gamma, NULL, mean, rstd, M, C);
             break;
         case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
@@ -218,7 +233,7 @@ mo_status mo_batchnorm_relu_backward_inplace(mo_ctx *c, mo_dtype dt, void *din, 
     switch (c->backend) {
     case MO_BACKEND_CPU:
         MO_TRY(relu_backward_cpu(dt, dout, dout, out, (size_t)n));
-        return batchnorm_backward_cpu(dt, din, dgamma, dbeta, dout, in, gamma, mean, rstd, M, C);
+        return batchnorm_backward_cpu(dt, din, dgamma, dbeta, dout, in, gamma, NULL, mean, rstd, M, C);
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
         return batchnorm_backward_cuda(c, dt, din, dgamma, dbeta, dout, out, in, gamma, mean, rstd, M, C);
@@ -228,4 +243,26 @@ mo_status mo_batchnorm_relu_backward_inplace(mo_ctx *c, mo_dtype dt, void *din, 
     case MO_BACKEND_DRY: return MO_OK;
     }
     return MO_FAIL(MO_ERR_INTERNAL, "batchnorm_relu_backward_inplace: unknown backend %d", (int)c->backend);
+}
+
+mo_status mo_batchnorm_relu_backward_remask(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
+                                            const void *dout, const void *in, const float *gamma, const float *beta,
+                                            const float *mean, const float *rstd, int M, int C) {
+    MO_TRY(bn_check(dt, M, C, "batchnorm_relu_backward_remask"));
+    MO_TRY(bn_inplace_check(c, din, in, "batchnorm_relu_backward_remask"));
+    const double n = (double)M * C, e = (double)mo_dtype_size(dt);
+    // sums: dout and in read; dx: dout and in read, din written (the mask recomputed in both)
+    mo_cost_record(c, "batchnorm_relu_remask_bwd", MO_COST_MEMORY, 18 * n, e * n * 5);
+    switch (c->backend) {
+    case MO_BACKEND_CPU:
+        return batchnorm_backward_cpu(dt, din, dgamma, dbeta, dout, in, gamma, beta, mean, rstd, M, C);
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        return batchnorm_relu_remask_backward_cuda(c, dt, din, dgamma, dbeta, dout, in, gamma, beta, mean, rstd, M, C);
+#else
+        return MO_FAIL(MO_ERR_UNSUPPORTED, "batchnorm_relu_backward_remask: this build has no CUDA");
+#endif
+    case MO_BACKEND_DRY: return MO_OK;
+    }
+    return MO_FAIL(MO_ERR_INTERNAL, "batchnorm_relu_backward_remask: unknown backend %d", (int)c->backend);
 }

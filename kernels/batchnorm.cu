@@ -6,15 +6,16 @@
 // an uncheckpointed one. MEMOPT_BN=cudnn still runs cuDNN's (batchnorm_cuda.c).
 // Deterministic: every sum is in a fixed order, no atomics.
 //   forward:  (1) per (row group g, channel) Welford mean and M2 of the group's rows (a block: 32
-//                 channels x 8 row lanes, lanes merged in order), (2) per channel the groups merged by
-//                 Chan's formula in double (a warp per channel, lanes in order, then a shuffle tree), the
+//                 channels x 8 row lanes, lanes merged in order), (2) per channel the groups merged in
+//                 double by the parallel formula's two sums (a block per channel, a fixed tree), the
 //                 mean, rstd and running statistics, (3) out = gamma (x - mean) rstd + beta, ReLU.
 //   backward: (1) per (g, channel) sums of dy and dy xhat, (2) per channel in double: dbeta += sum dy,
 //                 dgamma += sum dy xhat, and the two means, (3) dx = gamma rstd (dy - mean dy - xhat
 //                 mean(dy xhat)).
 // Each pass has a vectorized form (16 bytes a thread, below the scalar kernels) used when C and the
 // pointers allow; the forward's normalize pass can add a residual before the ReLU, and the backward's
-// first pass can apply a ReLU mask to dy in place (batchnorm.h's fused forms).
+// first pass can apply a ReLU mask to dy in place, or both passes a mask recomputed from x, gamma and beta
+// (batchnorm.h's fused forms).
 // The partial sums live in the context's library workspace (ctx->gemm_ws, the model's budget unless
 // MEMOPT_WORKSPACE_MIB, already counted as workspace on every backend), so the dry backend's peak needs
 // nothing new; the rows per group grow until the partials fit it.
@@ -33,7 +34,7 @@
 #define BN_RPB 256 // rows per group at least (-D overridable to A/B)
 #endif
 // Rows whose loads a vectorized kernel's thread issues at once: the statistics, the normalize and the
-// backward's two passes; BN_UNROLL_FINAL: groups' partials a lane of the final merges loads at once. Any
+// backward's two passes; BN_UNROLL_FINAL: groups' partials a thread of the final merges loads at once. Any
 // value gives the same bits; 1 gives the one-row loops. Set at build time (-DBN_UNROLL_STATS=1 ...) to A/B
 // them in one call. ResNet-50 batch 128 on an H100 (session 21, two interleaved rounds, median of 10
 // steps), the one-row loops against these: fp32 115.44 / 115.48 -> 114.79 / 114.84 ms, tf32 49.62 / 49.67
@@ -66,6 +67,16 @@
 #define BN_CH(i, n, C) ((n) <= 0xffffffffu ? (int)((unsigned)(i) % (unsigned)(C)) : (int)((i) % (size_t)(C)))
 
 static cudaStream_t S(mo_ctx *c) { return (cudaStream_t)c->stream; }
+
+// gamma ((x - mean) rstd) + beta: every kernel's BN output, one fused multiply-add spelled out so that the
+// backward's recomputed ReLU mask (bn_keep) has the forward's bits whatever the compiler contracts
+__device__ __forceinline__ float bn_y(float x, float m, float rs, float g, float b) { return __fmaf_rn(g, (x - m) * rs, b); }
+// The ReLU after a BN kept x's gradient: its output, the BN output rounded to dt, was > 0 (NaN: not kept,
+// as the mask of the stored output)
+template <class D>
+__device__ __forceinline__ bool bn_keep(float x, float m, float rs, float g, float b) {
+    return D::to_f(D::from_f(bn_y(x, m, rs, g, b))) > 0.0f;
+}
 
 // Rows per group, min_rows at least (a power of two times it), such that the (G, C) float2 partials and 2C
 // floats fit the workspace, and G fits gridDim.y.
@@ -114,43 +125,65 @@ __global__ void bn_stats_kernel(float2 *part, const typename D::S *in, int M, in
     part[(size_t)blockIdx.y * C + ch] = make_float2(mean, m2);
 }
 
-// Chan's merge of (n, mean, m2) with (nb, mb, m2b), in double
-__device__ __forceinline__ void chan_merge(double &n, double &mean, double &m2, double nb, double mb, double m2b) {
-    if (nb == 0.0) return;
-    const double nab = n + nb, d = mb - mean;
-    mean += d * (nb / nab);
-    m2 += m2b + d * d * (n * nb / nab);
-    n = nab;
+// The per-channel merges of the groups' partials: a block of BN_FT threads per channel (blockIdx.x), thread
+// t taking groups t, t + BN_FT, ... in order, BN_UNROLL_FINAL loads at once, then the threads' sums added
+// in a fixed tree (bn_block_sum2), so the result does not depend on scheduling. The sums are in double.
+// A block per channel with all of its loads in flight: the one-warp-per-channel form took 14 and 7 us a
+// BN on the H100 (ncu, session 20), latency-bound, about 1.1 ms of the 26 ms bf16 ResNet-50 step.
+#ifndef BN_FT
+#define BN_FT 256
+#endif
+
+// (a, b) summed over the block's threads in a fixed order: each warp's by a shuffle tree, then the warps'
+// in order by thread 0; the block's sums returned to thread 0 (others: their warp's partial, unused)
+__device__ __forceinline__ void bn_block_sum2(double &a, double &b) {
+    __shared__ double sa[BN_FT / 32], sb[BN_FT / 32];
+    for (int off = 16; off > 0; off /= 2) {
+        a += __shfl_down_sync(0xffffffffu, a, off);
+        b += __shfl_down_sync(0xffffffffu, b, off);
+    }
+    const int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    if (threadIdx.x % 32 == 0) sa[w] = a, sb[w] = b;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int k = 1; k < nw; k++) a += sa[k], b += sb[k];
 }
 
-// One warp per channel (blockIdx.x): lane l merges groups l, l+32, ... in order, then a shuffle tree.
-__global__ void bn_stats_final_kernel(float *mean, float *rstd, float *run_mean, float *run_var, const float2 *part,
-                                      int G, int M, int C, int rpb, float momentum) {
-    const int ch = blockIdx.x, l = threadIdx.x;
-    double n = 0.0, mu = 0.0, m2 = 0.0;
-    int g = l;
-    // BN_UNROLL_FINAL groups' loads before their merges, in the groups' order (the one-group loop's bits)
-    for (; g + 32 * (BN_UNROLL_FINAL - 1) < G; g += 32 * BN_UNROLL_FINAL) {
+// rows of group g of rpb rows in M
+__device__ __forceinline__ double bn_group_rows(int g, int rpb, int M) {
+    const long long r0 = (long long)g * rpb, r1 = min((long long)M, r0 + rpb);
+    return (double)(r1 - r0);
+}
+
+// Per channel: the groups' Welford (mean, M2) merged by the parallel formula's two sums, S = sum n_g mean_g
+// and Q = sum (M2_g + n_g mean_g^2), then mean = S / M and M2 = Q - S mean, in double (no division per
+// group; the cancellation costs about 1e-16 mean^2 / var of the variance, relative); the mean, rstd and the
+// running statistics.
+__global__ void __launch_bounds__(BN_FT) bn_stats_final_kernel(float *mean, float *rstd, float *run_mean, float *run_var,
+                                                              const float2 *part, int G, int M, int C, int rpb, float momentum) {
+    const int ch = blockIdx.x, T = blockDim.x;
+    double sum = 0.0, sq = 0.0;
+    int g = threadIdx.x;
+    for (; g + T * (BN_UNROLL_FINAL - 1) < G; g += T * BN_UNROLL_FINAL) { // the loads first, in the groups' order
         float2 p[BN_UNROLL_FINAL];
 #pragma unroll
-        for (int u = 0; u < BN_UNROLL_FINAL; u++) p[u] = part[(size_t)(g + 32 * u) * C + ch];
+        for (int u = 0; u < BN_UNROLL_FINAL; u++) p[u] = part[(size_t)(g + T * u) * C + ch];
 #pragma unroll
         for (int u = 0; u < BN_UNROLL_FINAL; u++) {
-            const int r0 = (g + 32 * u) * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
-            chan_merge(n, mu, m2, (double)(r1 - r0), p[u].x, p[u].y);
+            const double n = bn_group_rows(g + T * u, rpb, M), mu = p[u].x;
+            sum += n * mu;
+            sq += (double)p[u].y + n * mu * mu;
         }
     }
-    for (; g < G; g += 32) {
+    for (; g < G; g += T) {
         const float2 p = part[(size_t)g * C + ch];
-        const int r0 = g * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
-        chan_merge(n, mu, m2, (double)(r1 - r0), p.x, p.y);
+        const double n = bn_group_rows(g, rpb, M), mu = p.x;
+        sum += n * mu;
+        sq += (double)p.y + n * mu * mu;
     }
-    for (int off = 1; off < 32; off *= 2) { // lane l takes lane l+off's; lane 0 ends with all, in one order
-        const double nb = __shfl_down_sync(0xffffffffu, n, off), mb = __shfl_down_sync(0xffffffffu, mu, off),
-                     m2b = __shfl_down_sync(0xffffffffu, m2, off);
-        if (l + off < 32) chan_merge(n, mu, m2, nb, mb, m2b);
-    }
-    if (l != 0) return;
+    bn_block_sum2(sum, sq);
+    if (threadIdx.x != 0) return;
+    const double mu = sum / M, m2 = fmax(sq - sum * mu, 0.0);
     const double var = m2 / M; // biased: what normalizes
     const float m = (float)mu;
     mean[ch] = m;
@@ -162,6 +195,12 @@ __global__ void bn_stats_final_kernel(float *mean, float *rstd, float *run_mean,
     }
 }
 
+// threads of a final merge's block: G rounded up to a warp, BN_FT at most
+static unsigned bn_final_threads(int G) {
+    const int t = (G + 31) / 32 * 32;
+    return (unsigned)(t < BN_FT ? t : BN_FT);
+}
+
 // out (M, C) = gamma ((x - mean) rstd) + beta, then ReLU (NaN kept, as torch.relu)
 // res != NULL: the result rounded to dt, + res, rounded again (the residual add), before the ReLU
 template <class D>
@@ -169,7 +208,7 @@ __global__ void bn_norm_kernel(typename D::S *out, const typename D::S *in, cons
                                const float *rstd, const float *gamma, const float *beta, size_t n, int C, int relu) {
     GRID_STRIDE(i, n) {
         const int ch = BN_CH(i, n, C);
-        float y = gamma[ch] * ((D::to_f(in[i]) - mean[ch]) * rstd[ch]) + beta[ch];
+        float y = bn_y(D::to_f(in[i]), mean[ch], rstd[ch], gamma[ch], beta[ch]);
         if (res) y = D::to_f(D::from_f(y)) + D::to_f(res[i]);
         if (relu && y <= 0.0f) y = 0.0f;
         out[i] = D::from_f(y);
@@ -266,7 +305,7 @@ template <class D, int V>
 __device__ __forceinline__ void bn_norm_row(float *x, const float *y, const float *m, const float *rs, const float *g,
                                             const float *b, bool res, int relu) {
 #pragma unroll
-    for (int k = 0; k < V; k++) x[k] = g[k] * ((x[k] - m[k]) * rs[k]) + b[k];
+    for (int k = 0; k < V; k++) x[k] = bn_y(x[k], m[k], rs[k], g[k], b[k]);
     if (res)
 #pragma unroll
         for (int k = 0; k < V; k++) x[k] = D::to_f(D::from_f(x[k])) + y[k];
@@ -316,11 +355,15 @@ __global__ void __launch_bounds__(BN_VT) bn_norm_vec_kernel(typename D::S *out, 
     }
 }
 
-// One row into a lane's sums: dy masked by y (the forward's output) and stored back to dym when dym != NULL,
-// then a += dy, b += dy xhat
-template <class D, int V>
+// One row into a lane's sums: dy masked by y (the forward's output) and stored back to dym when dym != NULL;
+// RM (remask): dy masked by bn_keep of x, (pg, pb) the channels' gamma and beta; then a += dy, b += dy xhat
+template <class D, int V, bool RM>
 __device__ __forceinline__ void bn_bwd_row(float *a, float *b, float *g, const float *x, const float *y,
-                                           const float *m, const float *rs, typename D::S *dym) {
+                                           const float *m, const float *rs, typename D::S *dym, const float *pg,
+                                           const float *pb) {
+    if (RM)
+#pragma unroll
+        for (int k = 0; k < V; k++) g[k] = bn_keep<D>(x[k], m[k], rs[k], pg[k], pb[k]) ? g[k] : 0.0f;
     if (dym) {
 #pragma unroll
         for (int k = 0; k < V; k++) g[k] = y[k] > 0.0f ? g[k] : 0.0f;
@@ -335,10 +378,12 @@ __device__ __forceinline__ void bn_bwd_row(float *a, float *b, float *g, const f
 
 // part (G, C): (sum dy, sum dy xhat) over the group's rows, V channels a thread. mask (the forward's
 // output) != NULL: dy is taken as 0 where mask <= 0 and written back so (dy: the caller's, masked in place).
-template <class D>
+// RM (remask; mask NULL): dy is taken as 0 where the forward's BN + ReLU output, recomputed from in with
+// gamma and beta, is not > 0; dy only read.
+template <class D, bool RM>
 __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_vec_kernel(float2 *part, typename D::S *dy, const typename D::S *mask,
                                                            const typename D::S *in, const float *mean, const float *rstd,
-                                                           int M, int C, int rpb) {
+                                                           const float *gamma, const float *beta, int M, int C, int rpb) {
     typedef rn_vec<D> VD;
     enum { V = VD::V };
     __shared__ float sa[BN_VT * V], sb[BN_VT * V];
@@ -349,9 +394,12 @@ __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_vec_kernel(float2 *part, ty
 #pragma unroll
     for (int k = 0; k < V; k++) a[k] = 0.0f, b[k] = 0.0f;
     if (c0 < C) {
-        float m[V], rs[V];
+        float m[V], rs[V], pg[V], pb[V];
 #pragma unroll
-        for (int k = 0; k < V; k++) m[k] = mean[c0 + k], rs[k] = rstd[c0 + k];
+        for (int k = 0; k < V; k++) {
+            m[k] = mean[c0 + k], rs[k] = rstd[c0 + k];
+            if (RM) pg[k] = gamma[c0 + k], pb[k] = beta[c0 + k];
+        }
         // BN_UNROLL_BWD rows' loads first, then their sums in the rows' order (the one-row loop's bits)
         int r = r0 + ty;
         for (; r + (BN_UNROLL_BWD - 1) * TY < r1; r += BN_UNROLL_BWD * TY) {
@@ -365,7 +413,8 @@ __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_vec_kernel(float2 *part, ty
             }
 #pragma unroll
             for (int u = 0; u < BN_UNROLL_BWD; u++)
-                bn_bwd_row<D, V>(a, b, g[u], x[u], y[u], m, rs, mask ? dy + (size_t)(r + u * TY) * C + c0 : NULL);
+                bn_bwd_row<D, V, RM>(a, b, g[u], x[u], y[u], m, rs, mask ? dy + (size_t)(r + u * TY) * C + c0 : NULL, pg,
+                                     pb);
         }
         for (; r < r1; r += TY) {
             const size_t j = (size_t)r * C + c0;
@@ -373,7 +422,7 @@ __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_vec_kernel(float2 *part, ty
             VD::ld(g, dy + j);
             VD::ld(x, in + j);
             if (mask) VD::ld(y, mask + j);
-            bn_bwd_row<D, V>(a, b, g, x, y, m, rs, mask ? dy + j : NULL);
+            bn_bwd_row<D, V, RM>(a, b, g, x, y, m, rs, mask ? dy + j : NULL, pg, pb);
         }
     }
     const int at = (ty * TX + tx) * V;
@@ -393,33 +442,36 @@ __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_vec_kernel(float2 *part, ty
     for (int k = 0; k < V; k++) part[(size_t)blockIdx.y * C + c0 + k] = make_float2(sa[at + k], sb[at + k]);
 }
 
-// x := gamma rstd (dy - mean dy - xhat mean(dy xhat)) of x, dy = g
-template <int V>
+// x := gamma rstd (dy - mean dy - xhat mean(dy xhat)) of x, dy = g; RM: dy masked first as bn_bwd_row's
+template <class D, int V, bool RM>
 __device__ __forceinline__ void bn_dx_row(float *x, const float *g, const float *m, const float *rs, const float *gr,
-                                          const float *ca, const float *cb) {
+                                          const float *ca, const float *cb, const float *pg, const float *pb) {
 #pragma unroll
     for (int k = 0; k < V; k++) {
+        const float dy = !RM || bn_keep<D>(x[k], m[k], rs[k], pg[k], pb[k]) ? g[k] : 0.0f;
         const float xh = (x[k] - m[k]) * rs[k];
-        x[k] = gr[k] * (g[k] - ca[k] - xh * cb[k]);
+        x[k] = gr[k] * (dy - ca[k] - xh * cb[k]);
     }
 }
 
-// din = gamma rstd (dy - mean dy - xhat mean(dy xhat)), V channels a thread over BN_RPB-row groups
-template <class D>
+// din = gamma rstd (dy - mean dy - xhat mean(dy xhat)), V channels a thread over BN_RPB-row groups; RM: dy
+// masked by the recomputed ReLU output (bn_bwd_sums_vec_kernel's)
+template <class D, bool RM>
 __global__ void __launch_bounds__(BN_VT) bn_dx_vec_kernel(typename D::S *din, const typename D::S *dy, const typename D::S *in,
-                                 const float *gamma, const float *mean, const float *rstd, const float *coef,
-                                 int M, int C, int rpb) {
+                                 const float *gamma, const float *beta, const float *mean, const float *rstd,
+                                 const float *coef, int M, int C, int rpb) {
     typedef rn_vec<D> VD;
     enum { V = VD::V };
     const int TX = blockDim.x, TY = blockDim.y;
     const int c0 = (blockIdx.x * TX + threadIdx.x) * V;
     if (c0 >= C) return;
     const int r0 = blockIdx.y * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
-    float m[V], rs[V], gr[V], ca[V], cb[V];
+    float m[V], rs[V], gr[V], ca[V], cb[V], pg[V], pb[V];
 #pragma unroll
     for (int k = 0; k < V; k++) {
         const int ch = c0 + k;
         m[k] = mean[ch], rs[k] = rstd[ch], gr[k] = gamma[ch] * rs[k], ca[k] = coef[ch], cb[k] = coef[C + ch];
+        if (RM) pg[k] = gamma[ch], pb[k] = beta[ch];
     }
     int r = r0 + threadIdx.y;
     for (; r + (BN_UNROLL_BWD - 1) * TY < r1; r += BN_UNROLL_BWD * TY) { // the loads first (elementwise)
@@ -431,7 +483,7 @@ __global__ void __launch_bounds__(BN_VT) bn_dx_vec_kernel(typename D::S *din, co
         }
 #pragma unroll
         for (int u = 0; u < BN_UNROLL_BWD; u++) {
-            bn_dx_row<V>(x[u], g[u], m, rs, gr, ca, cb);
+            bn_dx_row<D, V, RM>(x[u], g[u], m, rs, gr, ca, cb, pg, pb);
             VD::st(din + (size_t)(r + u * TY) * C + c0, x[u]);
         }
     }
@@ -440,7 +492,7 @@ __global__ void __launch_bounds__(BN_VT) bn_dx_vec_kernel(typename D::S *din, co
         float g[V], x[V];
         VD::ld(g, dy + j);
         VD::ld(x, in + j);
-        bn_dx_row<V>(x, g, m, rs, gr, ca, cb);
+        bn_dx_row<D, V, RM>(x, g, m, rs, gr, ca, cb, pg, pb);
         VD::st(din + j, x);
     }
 }
@@ -480,7 +532,7 @@ extern "C" mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, floa
 #undef L
     }
     CUDA_CHECK_LAUNCH();
-    bn_stats_final_kernel<<<(unsigned)C, 32, 0, S(c)>>>(mean, rstd, run_mean, run_var, part, G, M, C, rpb, momentum);
+    bn_stats_final_kernel<<<(unsigned)C, bn_final_threads(G), 0, S(c)>>>(mean, rstd, run_mean, run_var, part, G, M, C, rpb, momentum);
     CUDA_CHECK_LAUNCH();
     return bn_own_normalize_cuda(c, dt, out, in, res, mean, rstd, gamma, beta, M, C, relu);
 }
@@ -510,19 +562,21 @@ extern "C" mo_status bn_own_normalize_cuda(mo_ctx *c, mo_dtype dt, void *out, co
     return MO_OK;
 }
 
-// part (G, C): (sum dy, sum dy xhat) over the group's rows
+// part (G, C): (sum dy, sum dy xhat) over the group's rows; beta != NULL: dy masked by the recomputed
+// ReLU output (bn_keep with gamma, beta)
 template <class D>
 __global__ void bn_bwd_sums_kernel(float2 *part, const typename D::S *dy, const typename D::S *in, const float *mean,
-                                   const float *rstd, int M, int C, int rpb) {
+                                   const float *rstd, const float *gamma, const float *beta, int M, int C, int rpb) {
     __shared__ float sa[BN_TY][BN_TX], sb[BN_TY][BN_TX];
     const int ch = blockIdx.x * BN_TX + threadIdx.x;
     const int r0 = blockIdx.y * rpb, r1 = (int)min((long long)M, (long long)r0 + rpb);
     float a = 0.0f, b = 0.0f;
     if (ch < C) {
-        const float m = mean[ch], r = rstd[ch];
+        const float m = mean[ch], r = rstd[ch], pg = beta ? gamma[ch] : 0.0f, pb = beta ? beta[ch] : 0.0f;
         for (int row = r0 + threadIdx.y; row < r1; row += BN_TY) {
             const size_t j = (size_t)row * C + ch;
-            const float g = D::to_f(dy[j]), xh = (D::to_f(in[j]) - m) * r;
+            const float x = D::to_f(in[j]), xh = (x - m) * r;
+            const float g = !beta || bn_keep<D>(x, m, r, pg, pb) ? D::to_f(dy[j]) : 0.0f;
             a += g;
             b += g * xh;
         }
@@ -534,46 +588,48 @@ __global__ void bn_bwd_sums_kernel(float2 *part, const typename D::S *dy, const 
     part[(size_t)blockIdx.y * C + ch] = make_float2(a, b);
 }
 
-// One warp per channel: dbeta += sum dy, dgamma += sum dy xhat; coef (2, C) = the two sums / M
-__global__ void bn_bwd_final_kernel(float *dgamma, float *dbeta, float *coef, const float2 *part, int G, int M, int C) {
-    const int ch = blockIdx.x, l = threadIdx.x;
+// Per channel (a block, as bn_stats_final_kernel): dbeta += sum dy, dgamma += sum dy xhat; coef (2, C) = the
+// two sums / M
+__global__ void __launch_bounds__(BN_FT) bn_bwd_final_kernel(float *dgamma, float *dbeta, float *coef, const float2 *part,
+                                                            int G, int M, int C) {
+    const int ch = blockIdx.x, T = blockDim.x;
     double a = 0.0, b = 0.0;
-    int g = l;
-    for (; g + 32 * (BN_UNROLL_FINAL - 1) < G; g += 32 * BN_UNROLL_FINAL) { // loads first, sums in order
+    int g = threadIdx.x;
+    for (; g + T * (BN_UNROLL_FINAL - 1) < G; g += T * BN_UNROLL_FINAL) { // loads first, sums in order
         float2 p[BN_UNROLL_FINAL];
 #pragma unroll
-        for (int u = 0; u < BN_UNROLL_FINAL; u++) p[u] = part[(size_t)(g + 32 * u) * C + ch];
+        for (int u = 0; u < BN_UNROLL_FINAL; u++) p[u] = part[(size_t)(g + T * u) * C + ch];
 #pragma unroll
         for (int u = 0; u < BN_UNROLL_FINAL; u++) a += p[u].x, b += p[u].y;
     }
-    for (; g < G; g += 32) {
+    for (; g < G; g += T) {
         const float2 p = part[(size_t)g * C + ch];
         a += p.x, b += p.y;
     }
-    for (int off = 16; off > 0; off /= 2) {
-        a += __shfl_down_sync(0xffffffffu, a, off);
-        b += __shfl_down_sync(0xffffffffu, b, off);
-    }
-    if (l != 0) return;
+    bn_block_sum2(a, b);
+    if (threadIdx.x != 0) return;
     dbeta[ch] += (float)a;
     dgamma[ch] += (float)b;
     coef[ch] = (float)(a / M);
     coef[C + ch] = (float)(b / M);
 }
 
+// beta != NULL: dy masked as bn_bwd_sums_kernel's
 template <class D>
 __global__ void bn_dx_kernel(typename D::S *din, const typename D::S *dy, const typename D::S *in, const float *gamma,
-                             const float *mean, const float *rstd, const float *coef, size_t n, int C) {
+                             const float *beta, const float *mean, const float *rstd, const float *coef, size_t n, int C) {
     GRID_STRIDE(i, n) {
         const int ch = BN_CH(i, n, C);
-        const float r = rstd[ch], xh = (D::to_f(in[i]) - mean[ch]) * r;
-        din[i] = D::from_f(gamma[ch] * r * (D::to_f(dy[i]) - coef[ch] - xh * coef[C + ch]));
+        const float x = D::to_f(in[i]), r = rstd[ch], xh = (x - mean[ch]) * r;
+        const float g = !beta || bn_keep<D>(x, mean[ch], r, gamma[ch], beta[ch]) ? D::to_f(dy[i]) : 0.0f;
+        din[i] = D::from_f(gamma[ch] * r * (g - coef[ch] - xh * coef[C + ch]));
     }
 }
 
 extern "C" mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, void *dout,
-                                          const void *mask, const void *in, const float *gamma, const float *mean,
-                                          const float *rstd, int M, int C) {
+                                          const void *mask, const void *in, const float *gamma, const float *beta,
+                                          const float *mean, const float *rstd, int M, int C) {
+    if (mask && beta) return MO_FAIL(MO_ERR_INTERNAL, "batchnorm backward: a mask and a remask at once");
     const size_t n = (size_t)M * C;
     const int vec = rn_vec_ok(mo_dtype_size(dt), C, din, dout, in, mask ? mask : in);
     dim3 vblock;
@@ -586,25 +642,37 @@ extern "C" mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, flo
     float *coef = (float *)(part + (size_t)G * C);
     const dim3 vgrid(gx, (unsigned)G), egrid(gx, (unsigned)eG);
     if (vec) {
-#define L(T) bn_bwd_sums_vec_kernel<T><<<vgrid, vblock, 0, S(c)>>>(part, (T::S *)dout, (const T::S *)mask, (const T::S *)in, mean, rstd, M, C, rpb)
-        DISPATCH(dt, L);
+#define L(T) bn_bwd_sums_vec_kernel<T, RM><<<vgrid, vblock, 0, S(c)>>>(part, (T::S *)dout, (const T::S *)mask, (const T::S *)in, mean, rstd, gamma, beta, M, C, rpb)
+        if (beta) {
+            const bool RM = true;
+            DISPATCH(dt, L);
+        } else {
+            const bool RM = false;
+            DISPATCH(dt, L);
+        }
 #undef L
     } else {
         if (mask) MO_TRY(relu_backward_cuda(c, dt, dout, dout, mask, n)); // the mask in place, then unmasked
         const dim3 grid((unsigned)((C + BN_TX - 1) / BN_TX), (unsigned)G), block(BN_TX, BN_TY);
-#define L(T) bn_bwd_sums_kernel<T><<<grid, block, 0, S(c)>>>(part, (const T::S *)dout, (const T::S *)in, mean, rstd, M, C, rpb)
+#define L(T) bn_bwd_sums_kernel<T><<<grid, block, 0, S(c)>>>(part, (const T::S *)dout, (const T::S *)in, mean, rstd, gamma, beta, M, C, rpb)
         DISPATCH(dt, L);
 #undef L
     }
     CUDA_CHECK_LAUNCH();
-    bn_bwd_final_kernel<<<(unsigned)C, 32, 0, S(c)>>>(dgamma, dbeta, coef, part, G, M, C);
+    bn_bwd_final_kernel<<<(unsigned)C, bn_final_threads(G), 0, S(c)>>>(dgamma, dbeta, coef, part, G, M, C);
     CUDA_CHECK_LAUNCH();
     if (vec) {
-#define L(T) bn_dx_vec_kernel<T><<<egrid, vblock, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, gamma, mean, rstd, coef, M, C, erpb)
-        DISPATCH(dt, L);
+#define L(T) bn_dx_vec_kernel<T, RM><<<egrid, vblock, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, gamma, beta, mean, rstd, coef, M, C, erpb)
+        if (beta) {
+            const bool RM = true;
+            DISPATCH(dt, L);
+        } else {
+            const bool RM = false;
+            DISPATCH(dt, L);
+        }
 #undef L
     } else {
-#define L(T) bn_dx_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, gamma, mean, rstd, coef, n, C)
+#define L(T) bn_dx_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, gamma, beta, mean, rstd, coef, n, C)
         DISPATCH(dt, L);
 #undef L
     }

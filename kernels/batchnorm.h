@@ -59,6 +59,17 @@ mo_status mo_batchnorm_add_relu_forward(mo_ctx *c, mo_dtype dt, void *out, float
 mo_status mo_batchnorm_relu_backward_inplace(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
                                              void *dout, const void *in, const void *out, const float *gamma,
                                              const float *mean, const float *rstd, int M, int C);
+// The backward of a BN then a ReLU (mo_batchnorm_forward with relu 1) with the ReLU's mask recomputed from
+// in: dout is taken as 0 where the forward's output, gamma (in - mean) rstd + beta rounded to dt, was not
+// > 0 (the forward's own arithmetic, so the mask of its stored output, bit for bit), then as
+// mo_batchnorm_backward with relu 0. dout is only read and the forward's output not at all: 5 passes over
+// the tensor where mo_batchnorm_relu_backward_inplace takes 7. din, dgamma, dbeta as mo_batchnorm_backward's
+// (din may be in), and equal bit for bit to mo_batchnorm_relu_backward_inplace's when the tensors are
+// 16-byte aligned or when none is (the kernels' vector form is chosen by it). Not with MEMOPT_BN=cudnn,
+// whose forward computed the output its own way (MO_ERR_INVALID).
+mo_status mo_batchnorm_relu_backward_remask(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
+                                            const void *dout, const void *in, const float *gamma, const float *beta,
+                                            const float *mean, const float *rstd, int M, int C);
 
 #ifdef __cplusplus
 }

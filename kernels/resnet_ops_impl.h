@@ -45,10 +45,11 @@ mo_status batchnorm_forward_cpu(mo_dtype dt, void *out, float *mean, float *rstd
 // out = BN(in) with the given statistics (+ res, ReLU: batchnorm.h's mo_batchnorm_normalize); out may be res
 mo_status batchnorm_normalize_cpu(mo_dtype dt, void *out, const void *in, const float *gamma, const float *beta,
                                   const float *mean, const float *rstd, const void *res, int M, int C, int relu);
-// dout already masked (the dispatcher applies the ReLU mask first, into scratch)
+// dout already masked (the dispatcher applies the ReLU mask first, into scratch); beta != NULL: dout taken
+// as 0 where the forward's BN + ReLU output, recomputed from in (batchnorm_normalize_cpu's), is not > 0
 mo_status batchnorm_backward_cpu(mo_dtype dt, void *din, float *dgamma, float *dbeta, const void *dout,
-                                 const void *in, const float *gamma, const float *mean, const float *rstd, int M,
-                                 int C);
+                                 const void *in, const float *gamma, const float *beta, const float *mean,
+                                 const float *rstd, int M, int C);
 mo_status maxpool_forward_cpu(mo_dtype dt, void *out, const void *in, int N, int H, int W, int C, int R, int stride,
                               int pad);
 mo_status maxpool_backward_cpu(mo_dtype dt, void *din, const void *dout, const void *in, const void *out, int N,
@@ -92,9 +93,15 @@ mo_status bn_own_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, fl
 // the forward's normalize pass alone (mo_batchnorm_normalize), with the statistics given
 mo_status bn_own_normalize_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, const void *res, const float *mean,
                                 const float *rstd, const float *gamma, const float *beta, int M, int C, int relu);
+// mask != NULL: dout masked in place by mask > 0 first; beta != NULL (mask NULL): dout, only read, taken as
+// 0 where the forward's BN + ReLU output, recomputed from in, gamma and beta, is not > 0
 mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta, void *dout,
-                               const void *mask, const void *in, const float *gamma, const float *mean,
-                               const float *rstd, int M, int C);
+                               const void *mask, const void *in, const float *gamma, const float *beta,
+                               const float *mean, const float *rstd, int M, int C);
+// mo_batchnorm_relu_backward_remask's (batchnorm_cuda.c)
+mo_status batchnorm_relu_remask_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
+                                              const void *dout, const void *in, const float *gamma, const float *beta,
+                                              const float *mean, const float *rstd, int M, int C);
 mo_status maxpool_forward_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *in, int N, int H, int W, int C, int R,
                                int stride, int pad);
 mo_status maxpool_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, const void *dout, const void *in,

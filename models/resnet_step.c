@@ -256,8 +256,15 @@ static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_a
     return MO_OK;
 }
 
-// dout (N,P,P,cout of u): the gradient of the unit's BN output (relu: of its ReLU's, masked here in place
-// by bn_out, the ReLU's output: whoever reads dout after sees the masked gradient). The BN's and the conv's
+// The ReLU after a unit's BN, for its backward: none; its output's gradient masked in place by bn_out (the
+// ReLU's output; the block's last unit, whose masked gradient the shortcut reads too); or its mask
+// recomputed from the BN's input (a ReLU right after its BN with dout read by nobody else: 5 passes over the
+// tensor instead of 7, bit-identical; the in-place form with MEMOPT_BN=cudnn, whose forward it cannot redo).
+enum { RELU_NONE, RELU_INPLACE, RELU_REMASK };
+
+// dout (N,P,P,cout of u): the gradient of the unit's BN output (relu: of its ReLU's, RELU_INPLACE masked
+// here in place by bn_out, the ReLU's output: whoever reads dout after sees the masked gradient; RELU_REMASK
+// only read, bn_out unused). The BN's and the conv's
 // weight gradients accumulate; *din (N,H,H,cin) gets the input gradient (NULL: not wanted), or with
 // add_to != NULL the input gradient is added to add_to (N,H,H,cin) in the convolution's pass instead
 // (mo_conv_backward_data_add: add_to holds the block input's gradient from its other path, the shortcut
@@ -270,14 +277,19 @@ static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_
     mo_conv_shape sh;
     unit_shape(u, s->N, &sh);
     size_t M = (size_t)s->N * u->P * u->P;
-    // The ReLU's mask in place on dout (in the BN backward's first pass), then the BN backward: the
-    // mask-into-scratch path of mo_batchnorm_backward (relu 1) would take an (M, cout) scratch. The BN's
+    // The ReLU's mask in place on dout (in the BN backward's first pass), or recomputed in both of its
+    // passes (RELU_REMASK), then the BN backward: the mask-into-scratch path of mo_batchnorm_backward
+    // (relu 1) would take an (M, cout) scratch. The BN's
     // input gradient is written over its input, the conv's output, which nothing reads after (one
     // (M, cout) buffer fewer; not with MEMOPT_BN=cudnn, whose backward does not promise it).
     if (x->bn_cudnn) MO_TRY(act_alloc(m, M * u->cout, &s->dc));
     else s->dc = ua->c, ua->c = NULL;
     const void *bn_in = ua->c ? ua->c : s->dc;
-    if (relu)
+    if (relu == RELU_REMASK && !x->bn_cudnn)
+        OP(MO_PROF_NORM, mo_batchnorm_relu_backward_remask(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout,
+                                                           bn_in, m->params + u->g_off, m->params + u->b_off,
+                                                           ua->mean, ua->rstd, (int)M, u->cout));
+    else if (relu)
         OP(MO_PROF_NORM, mo_batchnorm_relu_backward_inplace(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off,
                                                             (void *)dout, bn_in, bn_out, m->params + u->g_off,
                                                             ua->mean, ua->rstd, (int)M, u->cout));
@@ -362,16 +374,20 @@ static mo_status block_backward(resnet *m, step_state *s, int l, block_acts *a) 
         int last = j == k->nu - 1;
         const void *in = j == 0 ? a->in : a->u[j - 1].a;
         void *add_to = fuse && j == 0 && k->ds < 0 ? s->g : NULL; // s->g: then the block input's gradient
+        // a unit's ReLU output other than the last's: unit j + 1's input, whose backward came first; its
+        // mask recomputed (RELU_REMASK) needs it no more
+        const int remask = !last && !x->bn_cudnn;
+        if (remask) act_free(m, &a->u[j].a);
         MO_TRY(unit_backward(m, s, &ar->units[k->u[j]], &a->u[j], last ? s->g : s->gi, last ? NULL : &s->gi, in,
-                             last ? a->out : a->u[j].a, 1, &s->dsc, add_to));
+                             last ? a->out : a->u[j].a, last ? RELU_INPLACE : RELU_REMASK, &s->dsc, add_to));
         if (!last) act_free(m, &a->u[j].a);
         s->gi = s->dsc;
         s->dsc = NULL;
     }
     if (k->ds >= 0 && fuse) {
-        MO_TRY(unit_backward(m, s, &ar->units[k->ds], &a->ds, s->g, NULL, a->in, NULL, 0, NULL, s->gi));
+        MO_TRY(unit_backward(m, s, &ar->units[k->ds], &a->ds, s->g, NULL, a->in, NULL, RELU_NONE, NULL, s->gi));
     } else if (k->ds >= 0) {
-        MO_TRY(unit_backward(m, s, &ar->units[k->ds], &a->ds, s->g, NULL, a->in, NULL, 0, &s->dsc, NULL));
+        MO_TRY(unit_backward(m, s, &ar->units[k->ds], &a->ds, s->g, NULL, a->in, NULL, RELU_NONE, &s->dsc, NULL));
         OP(MO_PROF_ELEMENTWISE, mo_residual_forward_mixed(x, DT, s->gi, s->gi, s->dsc, nin));
         act_free(m, &s->dsc);
     } else if (!fuse) {
@@ -545,7 +561,7 @@ static mo_status backward(step_state *s) {
                                                 3, 2, 1));
     act_free(m, &s->g);
     act_free(m, &s->pool);
-    MO_TRY(unit_backward(m, s, u, &s->stem, s->gi, &s->gi, images_of(s), s->stem.a, 1, NULL, NULL));
+    MO_TRY(unit_backward(m, s, u, &s->stem, s->gi, &s->gi, images_of(s), s->stem.a, RELU_REMASK, NULL, NULL));
     act_free(m, &s->stem.a);
     act_free(m, &s->xin);
     return MO_OK;

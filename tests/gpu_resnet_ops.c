@@ -434,6 +434,20 @@ static void gpu_bn(mo_dtype dt, int M, int C, int relu, int impl) {
         float *dd[6] = {d_m, d_r, d_rm, d_rv, d_dg, d_db};
         for (int j = 0; j < 6; j++) down(st[run][j], dd[j], C * 4);
     }
+    if (ok && relu && !impl) {
+        // the remask (the ReLU's mask recomputed from x, gamma and beta, by the forward's arithmetic): the
+        // same bits as the backward masked by the stored output, and dout only read
+        void *dxq = hnew(n * e), *dyq = hnew(n * e);
+        float *dgq = fnew(C), *dbq = fnew(C);
+        poison(d_dx, n * e), up(d_dg, dg0, C * 4), up(d_db, db0, C * 4);
+        ok &= CHECK_OK(mo_batchnorm_relu_backward_remask(gc, dt, d_dx, d_dg, d_db, d_dy, d_x, d_g, d_b, d_m, d_r, M, C));
+        down(dxq, d_dx, n * e), down(dyq, d_dy, n * e), down(dgq, d_dg, C * 4), down(dbq, d_db, C * 4);
+        CHECK_MSG(memcmp(dxq, dx[0], n * e) == 0 && memcmp(dgq, st[0][4], C * 4) == 0 &&
+                      memcmp(dbq, st[0][5], C * 4) == 0,
+                  "%s batchnorm M %d C %d: the remask backward differs in bits from the masked one", pn, M, C);
+        CHECK_MSG(memcmp(dyq, dy, n * e) == 0, "%s batchnorm remask backward wrote its dout", pn);
+        free(dxq), free(dyq), free(dgq), free(dbq);
+    }
     if (ok) {
         // the reference's backward from the cuda forward's output (its ReLU mask) and statistics' inputs
         CHECK_OK(mo_batchnorm_backward(hc, dt, dx_ref, dg_ref, db_ref, dy, x, y[0], g, m_ref, r_ref, M, C, relu));
@@ -1006,6 +1020,11 @@ int main(void) {
         TEST_PART(gpu_bn(dts[k], 2 * 9 * 9 + 3, 12, 1, 0));  // 16-bit: C not a multiple of 8 (the scalar kernels)
         TEST_PART(gpu_bn(dts[k], 100, 4, 1, 0));             // fp32: one vector a row, fewer rows than row lanes
         TEST_PART(gpu_bn(dts[k], 2 * 28 * 28, 160, 1, 0));   // fp32: 40 vectors a row, the second block part idle
+        // the per-channel merges' block (batchnorm.cu's BN_FT threads, BN_UNROLL_FINAL loads): C 64 has row
+        // groups of 512 rows (fp32) or 1024 (16-bit), so 300 and 150 groups (a part of the block's threads),
+        // then 2071 and 1036 (every thread, the unrolled loop and its tail)
+        TEST_PART(gpu_bn(dts[k], 300 * 512 + 77, 64, 0, 0));
+        TEST_PART(gpu_bn(dts[k], 2071 * 512 - 100, 64, 1, 0));
         for (int impl = 0; impl < 2; impl++) TEST_PART(gpu_bn_fused(dts[k], 2 * 56 * 56, 64, impl));
         TEST_PART(gpu_bn_fused(dts[k], 3 * 41 * 37 + 5, 96, 0));
         TEST_PART(gpu_bn_fused(dts[k], 37, 5, 0)); // the scalar kernels

@@ -283,7 +283,15 @@ static void test_bn_grad(int M, int C) {
     CHECK_OK(mo_batchnorm_backward(hc, MO_F32, dxr, dgr, dbr, G, x, outr, gm, mean, rstd, M, C, 1));
     CHECK_OK(mo_batchnorm_backward(hc, MO_F32, dxm, dgm, dbm, Gm, x, outr, gm, mean, rstd, M, C, 0));
     CHECK(memcmp(dxr, dxm, n * 4) == 0 && memcmp(dgr, dgm, C * 4) == 0 && memcmp(dbr, dbm, C * 4) == 0);
-    printf("  batchnorm M %d C %d: fd %s, relu backward == masked plain backward\n", M, C, bad ? "OFF" : "ok");
+    // the remask: the mask recomputed from x, gamma and beta gives the same bits, and G is left as it was
+    float *dxq = fnew(n), *dgq = fnew(C), *dbq = fnew(C), *G0 = fdup(G, n);
+    for (int ch = 0; ch < C; ch++) dgq[ch] = 0.5f, dbq[ch] = -0.25f;
+    CHECK_OK(mo_batchnorm_relu_backward_remask(hc, MO_F32, dxq, dgq, dbq, G, x, gm, bt, mean, rstd, M, C));
+    CHECK_MSG(memcmp(dxq, dxm, n * 4) == 0 && memcmp(dgq, dgm, C * 4) == 0 && memcmp(dbq, dbm, C * 4) == 0,
+              "batchnorm relu remask backward != masked plain backward");
+    CHECK_MSG(memcmp(G, G0, n * 4) == 0, "batchnorm relu remask backward wrote its dout");
+    free(dxq); free(dgq); free(dbq); free(G0);
+    printf("  batchnorm M %d C %d: fd %s, relu backward (mask, remask) == masked plain backward\n", M, C, bad ? "OFF" : "ok");
     free(x); free(gm); free(bt); free(G); free(out); free(mean); free(rstd); free(dx); free(dg); free(db);
     free(o2); free(m2); free(r2); free(outr); free(dxr); free(dgr); free(dbr); free(Gm); free(dxm); free(dgm);
     free(dbm);
