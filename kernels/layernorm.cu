@@ -22,6 +22,22 @@ __device__ __forceinline__ float ln_warp_sum(float v) {
     return v;
 }
 
+// The forward's per-group arithmetic (a float4), shared by the loop kernel's VEC path and the register
+// kernel, so that the two give the same bits
+__device__ __forceinline__ float ln_sum4(float4 v) { return v.x + v.y + v.z + v.w; }
+__device__ __forceinline__ float ln_sq4(float4 v, float m) {
+    float a = v.x - m, b = v.y - m, cc = v.z - m, d = v.w - m;
+    return a * a + b * b + cc * cc + d * d;
+}
+__device__ __forceinline__ float4 ln_out4(float4 v, float4 w, float4 b, float s, float m) {
+    float4 r;
+    r.x = (s * (v.x - m)) * w.x + b.x;
+    r.y = (s * (v.y - m)) * w.y + b.y;
+    r.z = (s * (v.z - m)) * w.z + b.z;
+    r.w = (s * (v.w - m)) * w.w + b.w;
+    return r;
+}
+
 // ---- forward: out (N,C), mean (N), rstd (N); one warp per row ----
 template <bool VEC>
 __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *__restrict__ inp,
@@ -37,8 +53,7 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     float sum = 0.0f;
     if (VEC) {
         for (int i = lane; i < C4; i += 32) {
-            float4 v = reinterpret_cast<const float4 *>(x)[i];
-            sum += v.x + v.y + v.z + v.w;
+            sum += ln_sum4(reinterpret_cast<const float4 *>(x)[i]);
         }
     } else {
         for (int i = lane; i < C; i += 32) sum += x[i];
@@ -48,9 +63,7 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     sum = 0.0f;
     if (VEC) {
         for (int i = lane; i < C4; i += 32) {
-            float4 v = reinterpret_cast<const float4 *>(x)[i];
-            float a = v.x - m, b = v.y - m, cc = v.z - m, d = v.w - m;
-            sum += a * a + b * b + cc * cc + d * d;
+            sum += ln_sq4(reinterpret_cast<const float4 *>(x)[i], m);
         }
     } else {
         for (int i = lane; i < C; i += 32) {
@@ -70,15 +83,52 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
             float4 v = reinterpret_cast<const float4 *>(x)[i];
             float4 w = reinterpret_cast<const float4 *>(weight)[i];
             float4 b = reinterpret_cast<const float4 *>(bias)[i];
-            float4 r;
-            r.x = (s * (v.x - m)) * w.x + b.x;
-            r.y = (s * (v.y - m)) * w.y + b.y;
-            r.z = (s * (v.z - m)) * w.z + b.z;
-            r.w = (s * (v.w - m)) * w.w + b.w;
-            reinterpret_cast<float4 *>(o)[i] = r;
+            reinterpret_cast<float4 *>(o)[i] = ln_out4(v, w, b, s, m);
         }
     } else {
         for (int i = lane; i < C; i += 32) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+    }
+}
+
+// The register kernel: a lane's NG float4 groups of a row (i = lane + 32 j, j < NG, those with i < C / 4)
+// read once into registers (the loop kernel reads the row three times); up to LN_REG_GROUPS groups
+// (C <= 1024), with 16-byte rows, unless MEMOPT_LN=loop. The loop kernel's sums in the same order.
+#define LN_REG_GROUPS 8
+template <int NG>
+__global__ void __launch_bounds__(LN_FWD_THREADS) layernorm_forward_regs(float *out, float *mean, float *rstd,
+                                                                         const float *__restrict__ inp,
+                                                                         const float *__restrict__ weight,
+                                                                         const float *__restrict__ bias, int N, int C) {
+    int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+    int row = blockIdx.x * warps + threadIdx.x / 32;
+    if (row >= N) return; // the whole warp leaves together
+    const float4 *x = reinterpret_cast<const float4 *>(inp + (size_t)row * C);
+    float4 *o = reinterpret_cast<float4 *>(out + (size_t)row * C);
+    const int C4 = C / 4;
+    float4 v[NG];
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+        if (lane + 32 * j < C4) v[j] = x[lane + 32 * j];
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+        if (lane + 32 * j < C4) sum += ln_sum4(v[j]);
+    float m = __fdiv_rn(ln_warp_sum(sum), (float)C);
+    sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+        if (lane + 32 * j < C4) sum += ln_sq4(v[j], m);
+    float var = __fdiv_rn(ln_warp_sum(sum), (float)C);
+    float s = __fdiv_rn(1.0f, __fsqrt_rn(var + MO_LAYERNORM_EPS));
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = s;
+    }
+#pragma unroll
+    for (int j = 0; j < NG; j++) {
+        const int i = lane + 32 * j;
+        if (i < C4)
+            o[i] = ln_out4(v[j], reinterpret_cast<const float4 *>(weight)[i], reinterpret_cast<const float4 *>(bias)[i], s, m);
     }
 }
 
@@ -88,6 +138,18 @@ extern "C" mo_status layernorm_forward_cuda(mo_ctx *c, float *out, float *mean, 
     int vec = C % 4 == 0 && ln_aligned16(out) && ln_aligned16(inp) && ln_aligned16(weight) && ln_aligned16(bias);
     int rows_per_block = LN_FWD_THREADS / 32;
     unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
+    const int ng = vec && !c->ln_loop ? (C / 4 + 31) / 32 : 0;
+    switch (ng <= LN_REG_GROUPS ? ng : 0) {
+#define LN_FWD_CASE(k)                                                                                        \
+    case k:                                                                                                   \
+        layernorm_forward_regs<k><<<grid, LN_FWD_THREADS, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C); \
+        CUDA_CHECK_LAUNCH();                                                                                  \
+        return MO_OK;
+        LN_FWD_CASE(1) LN_FWD_CASE(2) LN_FWD_CASE(3) LN_FWD_CASE(4) LN_FWD_CASE(5) LN_FWD_CASE(6) LN_FWD_CASE(7)
+        LN_FWD_CASE(8)
+#undef LN_FWD_CASE
+    default: break;
+    }
     if (vec)
         layernorm_forward_kernel<true><<<grid, LN_FWD_THREADS, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
     else

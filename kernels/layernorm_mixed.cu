@@ -13,10 +13,67 @@
 
 #define LNM_FWD_THREADS 256 // 8 rows per block
 #define LNM_BWD_WARPS_MAX 8
+// The register kernels (below the loop kernels) hold a lane's 8-element groups of a row, i, i + 32, ...,
+// in registers: the forward up to LNM_REG_GROUPS_FWD groups (C <= 2048), the backward up to
+// LNM_REG_GROUPS_BWD (C <= 1024: with 5 groups ptxas spills at the 128 registers that keep 2 blocks an
+// SM); wider rows, rows that are not 16-byte groups, and MEMOPT_LN=loop take the loop kernels. Both kinds
+// run the per-group arithmetic below in the same order, so they give the same bits.
+#define LNM_REG_GROUPS_FWD 8
+#define LNM_REG_GROUPS_BWD 4
 
 __device__ __forceinline__ float lnm_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+// ---- the per-group arithmetic (8 elements) of both kernel kinds ----
+// the forward's sum of a group
+__device__ __forceinline__ float lnm_sum8(const float v[8]) {
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+// sum += the group's squared deviations from m
+__device__ __forceinline__ void lnm_sq8(float &sum, const float v[8], float m) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float d = v[k] - m;
+        sum += d * d;
+    }
+}
+// v := the forward's output of the group
+__device__ __forceinline__ void lnm_out8(float v[8], const float w[8], const float b[8], float s, float m) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = (s * (v[k] - m)) * w[k] + b[k];
+}
+// the backward's row sums: a += dnorm, b += dnorm * norm
+__device__ __forceinline__ void lnm_bwd_sums8(float &a, float &b, const float d[8], const float xv[8], const float wv[8],
+                                              float mu, float rs) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float n = (xv[k] - mu) * rs;
+        float g = wv[k] * d[k];
+        a += g;
+        b += g * n;
+    }
+}
+// the backward's second pass on a group: the warp's dbias and dweight slices, dinp +=
+__device__ __forceinline__ void lnm_bwd_apply8(float gx[8], float sw[8], float sb[8], const float d[8], const float xv[8],
+                                               const float wv[8], float mu, float rs, float dnorm_mean,
+                                               float dnorm_norm_mean) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float n = (xv[k] - mu) * rs;
+        sb[k] += d[k];
+        sw[k] += n * d[k];
+        gx[k] += ((wv[k] * d[k] - dnorm_mean) - n * dnorm_norm_mean) * rs;
+    }
+}
+// the block's partial (dweight, dbias) row: its warps' slices summed in warp order
+__device__ __forceinline__ void lnm_block_partial(float *p, const float *sh, int warps, int C) {
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < warps; k++) s += sh[(size_t)k * 2 * C + i];
+        p[i] = s;
+    }
 }
 
 template <class D, bool VEC>
@@ -35,7 +92,7 @@ __global__ void layernorm_forward_mixed_kernel(uint16_t *out, float *mean, float
         for (int i = lane; i < C8; i += 32) {
             float v[8];
             mx_ld8<D>(v, x + 8 * i);
-            sum += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+            sum += lnm_sum8(v);
         }
     } else {
         for (int i = lane; i < C; i += 32) sum += D::to_f(x[i]);
@@ -47,11 +104,7 @@ __global__ void layernorm_forward_mixed_kernel(uint16_t *out, float *mean, float
         for (int i = lane; i < C8; i += 32) {
             float v[8];
             mx_ld8<D>(v, x + 8 * i);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float d = v[k] - m;
-                sum += d * d;
-            }
+            lnm_sq8(sum, v, m);
         }
     } else {
         for (int i = lane; i < C; i += 32) {
@@ -72,38 +125,13 @@ __global__ void layernorm_forward_mixed_kernel(uint16_t *out, float *mean, float
             mx_ld8<D>(v, x + 8 * i);
             mx_ld8<D>(w, weight + 8 * i);
             mx_ld8<D>(b, bias + 8 * i);
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = (s * (v[k] - m)) * w[k] + b[k];
+            lnm_out8(v, w, b, s, m);
             mx_st8<D>(o + 8 * i, v);
         }
     } else {
         for (int i = lane; i < C; i += 32)
             o[i] = D::from_f((s * (D::to_f(x[i]) - m)) * D::to_f(weight[i]) + D::to_f(bias[i]));
     }
-}
-
-template <class D>
-static mo_status layernorm_forward_mixed_launch(mo_ctx *c, void *out, float *mean, float *rstd, const void *inp,
-                                                const void *weight, const void *bias, int N, int C) {
-    cudaStream_t s = (cudaStream_t)c->stream;
-    int vec = C % 8 == 0 && mx_aligned16(out) && mx_aligned16(inp) && mx_aligned16(weight) && mx_aligned16(bias);
-    int rows_per_block = LNM_FWD_THREADS / 32;
-    unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
-    uint16_t *o = (uint16_t *)out;
-    const uint16_t *x = (const uint16_t *)inp, *w = (const uint16_t *)weight, *b = (const uint16_t *)bias;
-    if (vec)
-        layernorm_forward_mixed_kernel<D, true><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
-    else
-        layernorm_forward_mixed_kernel<D, false><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
-    CUDA_CHECK_LAUNCH();
-    return MO_OK;
-}
-
-extern "C" mo_status layernorm_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd,
-                                                  const void *inp, const void *weight, const void *bias, int N,
-                                                  int C) {
-    return dt == MO_F16 ? layernorm_forward_mixed_launch<mx_f16>(c, out, mean, rstd, inp, weight, bias, N, C)
-                        : layernorm_forward_mixed_launch<mx_bf16>(c, out, mean, rstd, inp, weight, bias, N, C);
 }
 
 // ---- backward stage 1: dinp (N,C) dt +=; partial (G, 2, C) fp32 = per-block (dweight, dbias) sums ----
@@ -135,13 +163,7 @@ __global__ void layernorm_backward_mixed_rows(uint16_t *dinp, float *partial, co
                 mx_ld8<D>(d, dy + 8 * i);
                 mx_ld8<D>(xv, x + 8 * i);
                 mx_ld8<D>(wv, weight + 8 * i);
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    float n = (xv[k] - mu) * rs;
-                    float g = wv[k] * d[k];
-                    a += g;
-                    b += g * n;
-                }
+                lnm_bwd_sums8(a, b, d, xv, wv, mu, rs);
             }
         } else {
             for (int i = lane; i < C; i += 32) {
@@ -163,13 +185,7 @@ __global__ void layernorm_backward_mixed_rows(uint16_t *dinp, float *partial, co
                 mx_ld8<D>(gx, dx + 8 * i);
                 mx_ld8f(sw, sdw + 8 * i);
                 mx_ld8f(sb, sdb + 8 * i);
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    float n = (xv[k] - mu) * rs;
-                    sb[k] += d[k];
-                    sw[k] += n * d[k];
-                    gx[k] += ((wv[k] * d[k] - dnorm_mean) - n * dnorm_norm_mean) * rs;
-                }
+                lnm_bwd_apply8(gx, sw, sb, d, xv, wv, mu, rs, dnorm_mean, dnorm_norm_mean);
                 mx_st8f(sdw + 8 * i, sw);
                 mx_st8f(sdb + 8 * i, sb);
                 mx_st8<D>(dx + 8 * i, gx);
@@ -185,24 +201,172 @@ __global__ void layernorm_backward_mixed_rows(uint16_t *dinp, float *partial, co
         }
     }
     __syncthreads();
-    float *p = partial + (size_t)blockIdx.x * 2 * C;
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
-        float s = 0.0f;
-        for (int k = 0; k < warps; k++) s += lnm_sh[(size_t)k * 2 * C + i];
-        p[i] = s;
+    lnm_block_partial(partial + (size_t)blockIdx.x * 2 * C, lnm_sh, warps, C);
+}
+
+// ---- register kernels: a lane's NG groups of a row (i = lane + 32 j, j < NG, those with i < C / 8),
+// held packed (a uint4 each: 4 registers where fp32 would take 8) and widened to fp32 where used ----
+#define LNM_LD(p) (*reinterpret_cast<const uint4 *>(p))
+// Forward: the row read once (the loop kernel reads it three times), the three phases on registers.
+template <class D, int NG>
+__global__ void __launch_bounds__(LNM_FWD_THREADS) layernorm_forward_mixed_regs(uint16_t *out, float *mean, float *rstd,
+                                                                                const uint16_t *__restrict__ inp,
+                                                                                const uint16_t *__restrict__ weight,
+                                                                                const uint16_t *__restrict__ bias, int N,
+                                                                                int C) {
+    int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+    int row = blockIdx.x * warps + threadIdx.x / 32;
+    if (row >= N) return; // the whole warp leaves together
+    const uint16_t *x = inp + (size_t)row * C;
+    uint16_t *o = out + (size_t)row * C;
+    const int C8 = C / 8;
+    uint4 xr[NG];
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+        if (lane + 32 * j < C8) xr[j] = LNM_LD(x + 8 * (lane + 32 * j));
+    float sum = 0.0f, v[8];
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+        if (lane + 32 * j < C8) mx_cvt8<D>(v, xr[j]), sum += lnm_sum8(v);
+    const float m = __fdiv_rn(lnm_warp_sum(sum), (float)C);
+    sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+        if (lane + 32 * j < C8) mx_cvt8<D>(v, xr[j]), lnm_sq8(sum, v, m);
+    const float var = __fdiv_rn(lnm_warp_sum(sum), (float)C);
+    const float s = __fdiv_rn(1.0f, __fsqrt_rn(var + MO_LAYERNORM_EPS));
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = s;
+    }
+#pragma unroll
+    for (int j = 0; j < NG; j++) {
+        const int i = lane + 32 * j;
+        if (i >= C8) continue;
+        float w[8], b[8];
+        mx_ld8<D>(w, weight + 8 * i);
+        mx_ld8<D>(b, bias + 8 * i);
+        mx_cvt8<D>(v, xr[j]);
+        lnm_out8(v, w, b, s, m);
+        mx_st8<D>(o + 8 * i, v);
     }
 }
 
-template <class D, bool VEC>
-static mo_status layernorm_backward_mixed_rows_launch(cudaStream_t s, unsigned G, int warps, size_t smem,
-                                                      uint16_t *dinp, float *partial, const uint16_t *dout,
+// Backward: the lane's weight groups loaded once for all of its warp's rows; a row's dout, inp and dinp
+// groups loaded once, all before the first reduction (the loop kernel loads dout and inp twice, each pass
+// after a reduction).
+template <class D, int NG>
+__global__ void __launch_bounds__(LNM_BWD_WARPS_MAX * 32, 2)
+    layernorm_backward_mixed_regs(uint16_t *dinp, float *partial, const uint16_t *dout, const uint16_t *__restrict__ inp,
+                                  const uint16_t *__restrict__ weight, const float *__restrict__ mean,
+                                  const float *__restrict__ rstd, int N, int C) {
+    extern __shared__ __align__(16) float lnm_sh[];
+    int warps = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int i = threadIdx.x; i < warps * 2 * C; i += blockDim.x) lnm_sh[i] = 0.0f;
+    __syncthreads();
+    float *sdw = lnm_sh + (size_t)w * 2 * C; // this warp's dweight slice (C), then dbias (C)
+    float *sdb = sdw + C;
+    const int C8 = C / 8;
+    uint4 wr[NG];
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+        if (lane + 32 * j < C8) wr[j] = LNM_LD(weight + 8 * (lane + 32 * j));
+
+    for (int row = blockIdx.x * warps + w; row < N; row += gridDim.x * warps) {
+        const uint16_t *dy = dout + (size_t)row * C;
+        const uint16_t *x = inp + (size_t)row * C;
+        uint16_t *dx = dinp + (size_t)row * C;
+        const float mu = mean[row], rs = rstd[row];
+        uint4 dr[NG], xr[NG], gr[NG];
+#pragma unroll
+        for (int j = 0; j < NG; j++) {
+            const int i = lane + 32 * j;
+            if (i < C8) dr[j] = LNM_LD(dy + 8 * i), xr[j] = LNM_LD(x + 8 * i), gr[j] = LNM_LD(dx + 8 * i);
+        }
+        float a = 0.0f, b = 0.0f; // sums of dnorm and of dnorm * norm
+#pragma unroll
+        for (int j = 0; j < NG; j++)
+            if (lane + 32 * j < C8) {
+                float d[8], xv[8], wv[8];
+                mx_cvt8<D>(d, dr[j]), mx_cvt8<D>(xv, xr[j]), mx_cvt8<D>(wv, wr[j]);
+                lnm_bwd_sums8(a, b, d, xv, wv, mu, rs);
+            }
+        const float dnorm_mean = __fdiv_rn(lnm_warp_sum(a), (float)C);
+        const float dnorm_norm_mean = __fdiv_rn(lnm_warp_sum(b), (float)C);
+#pragma unroll
+        for (int j = 0; j < NG; j++) {
+            const int i = lane + 32 * j;
+            if (i >= C8) continue;
+            float d[8], xv[8], wv[8], gx[8], sw[8], sb[8];
+            mx_cvt8<D>(d, dr[j]), mx_cvt8<D>(xv, xr[j]), mx_cvt8<D>(wv, wr[j]), mx_cvt8<D>(gx, gr[j]);
+            mx_ld8f(sw, sdw + 8 * i);
+            mx_ld8f(sb, sdb + 8 * i);
+            lnm_bwd_apply8(gx, sw, sb, d, xv, wv, mu, rs, dnorm_mean, dnorm_norm_mean);
+            mx_st8f(sdw + 8 * i, sw);
+            mx_st8f(sdb + 8 * i, sb);
+            mx_st8<D>(dx + 8 * i, gx);
+        }
+    }
+    __syncthreads();
+    lnm_block_partial(partial + (size_t)blockIdx.x * 2 * C, lnm_sh, warps, C);
+}
+#undef LNM_LD
+
+// The register kernels' groups a lane holds for C (C / 8 groups over 32 lanes), or 0: the loop kernels
+// (MEMOPT_LN=loop, rows not of 16-byte groups, or more than max groups a lane)
+static int lnm_reg_groups(const mo_ctx *c, int vec, int C, int max) {
+    if (c->ln_loop || !vec) return 0;
+    const int ng = (C / 8 + 31) / 32;
+    return ng <= max ? ng : 0;
+}
+// X(ng) for each register kernel's group count
+#define LNM_FWD_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#define LNM_BWD_CASES(X) X(1) X(2) X(3) X(4)
+
+template <class D>
+static mo_status layernorm_forward_mixed_launch(mo_ctx *c, void *out, float *mean, float *rstd, const void *inp,
+                                                const void *weight, const void *bias, int N, int C) {
+    cudaStream_t s = (cudaStream_t)c->stream;
+    int vec = C % 8 == 0 && mx_aligned16(out) && mx_aligned16(inp) && mx_aligned16(weight) && mx_aligned16(bias);
+    int rows_per_block = LNM_FWD_THREADS / 32;
+    unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
+    uint16_t *o = (uint16_t *)out;
+    const uint16_t *x = (const uint16_t *)inp, *w = (const uint16_t *)weight, *b = (const uint16_t *)bias;
+    switch (lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_FWD)) {
+#define LNM_FWD_CASE(ng)                                                                                       \
+    case ng:                                                                                                   \
+        layernorm_forward_mixed_regs<D, ng><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C); \
+        CUDA_CHECK_LAUNCH();                                                                                   \
+        return MO_OK;
+        LNM_FWD_CASES(LNM_FWD_CASE)
+#undef LNM_FWD_CASE
+    default: break;
+    }
+    if (vec)
+        layernorm_forward_mixed_kernel<D, true><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
+    else
+        layernorm_forward_mixed_kernel<D, false><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+extern "C" mo_status layernorm_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd,
+                                                  const void *inp, const void *weight, const void *bias, int N,
+                                                  int C) {
+    return dt == MO_F16 ? layernorm_forward_mixed_launch<mx_f16>(c, out, mean, rstd, inp, weight, bias, N, C)
+                        : layernorm_forward_mixed_launch<mx_bf16>(c, out, mean, rstd, inp, weight, bias, N, C);
+}
+
+// kern: a stage-1 kernel (loop or register) of the mixed backward
+typedef void (*lnm_bwd_kernel)(uint16_t *, float *, const uint16_t *, const uint16_t *, const uint16_t *, const float *,
+                               const float *, int, int);
+static mo_status layernorm_backward_mixed_rows_launch(lnm_bwd_kernel kern, cudaStream_t s, unsigned G, int warps,
+                                                      size_t smem, uint16_t *dinp, float *partial, const uint16_t *dout,
                                                       const uint16_t *inp, const uint16_t *weight, const float *mean,
                                                       const float *rstd, int N, int C) {
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_mixed_rows<D, VEC>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    layernorm_backward_mixed_rows<D, VEC><<<G, (unsigned)(warps * 32), smem, s>>>(dinp, partial, dout, inp, weight,
-                                                                                 mean, rstd, N, C);
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kern<<<G, (unsigned)(warps * 32), smem, s>>>(dinp, partial, dout, inp, weight, mean, rstd, N, C);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }
@@ -228,12 +392,16 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     float *partial = (float *)scratch;
     uint16_t *gx = (uint16_t *)dinp;
     const uint16_t *dy = (const uint16_t *)dout, *x = (const uint16_t *)inp, *w = (const uint16_t *)weight;
-    if (vec)
-        MO_TRY((layernorm_backward_mixed_rows_launch<D, true>(s, (unsigned)G, warps, smem, gx, partial, dy, x, w,
-                                                              mean, rstd, N, C)));
-    else
-        MO_TRY((layernorm_backward_mixed_rows_launch<D, false>(s, (unsigned)G, warps, smem, gx, partial, dy, x, w,
-                                                               mean, rstd, N, C)));
+    lnm_bwd_kernel kern = vec ? layernorm_backward_mixed_rows<D, true> : layernorm_backward_mixed_rows<D, false>;
+    switch (lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_BWD)) {
+#define LNM_BWD_CASE(ng) \
+    case ng: kern = layernorm_backward_mixed_regs<D, ng>; break;
+        LNM_BWD_CASES(LNM_BWD_CASE)
+#undef LNM_BWD_CASE
+    default: break;
+    }
+    MO_TRY(layernorm_backward_mixed_rows_launch(kern, s, (unsigned)G, warps, smem, gx, partial, dy, x, w, mean, rstd, N,
+                                                C));
     return layernorm_backward_reduce_cuda(c, dweight, dbias, partial, G, C);
 }
 

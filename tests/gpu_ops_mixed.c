@@ -161,9 +161,13 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
     up(d_x, x, NC * 2); up(d_w, w, (size_t)C * 2); up(d_b, b, (size_t)C * 2); up(d_dout, dout, NC * 2);
     float *d_mr = dup_d(mean_ref, (size_t)N * 4), *d_rr = dup_d(rstd_ref, (size_t)N * 4);
     float *d_mean = dnew((size_t)N * 4), *d_rstd = dnew((size_t)N * 4), *d_dw = dnew((size_t)C * 4), *d_db = dnew((size_t)C * 4);
-    uint16_t *o[2] = {hnew16(NC), hnew16(NC)}, *gi[2] = {hnew16(NC), hnew16(NC)};
-    float *m[2] = {fnew(N), fnew(N)}, *r[2] = {fnew(N), fnew(N)}, *gw[2] = {fnew(C), fnew(C)}, *gb[2] = {fnew(C), fnew(C)};
-    for (int run = 0; run < 2; run++) {
+    // runs 0 and 1 on the default kernels (register kernels where C allows), run 2 on the loop kernels
+    // (MEMOPT_LN=loop): the same bits are asserted, the two kinds doing the same sums in the same order
+    uint16_t *o[3] = {hnew16(NC), hnew16(NC), hnew16(NC)}, *gi[3] = {hnew16(NC), hnew16(NC), hnew16(NC)};
+    float *m[3] = {fnew(N), fnew(N), fnew(N)}, *r[3] = {fnew(N), fnew(N), fnew(N)};
+    float *gw[3] = {fnew(C), fnew(C), fnew(C)}, *gb[3] = {fnew(C), fnew(C), fnew(C)};
+    for (int run = 0; run < 3; run++) {
+        gc->ln_loop = run == 2;
         poison16(dt, d_out, NC);
         poison32(d_mean, N);
         poison32(d_rstd, N);
@@ -179,6 +183,7 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
         down(gw[run], d_dw, (size_t)C * 4);
         down(gb[run], d_db, (size_t)C * 4);
     }
+    gc->ln_loop = 0;
     check16(dt, o[0], out_ref, NC, "layernorm forward out");
     check32(dt, m[0], mean_ref, N, TOL_STAT, "layernorm mean");
     check32(dt, r[0], rstd_ref, N, TOL_STAT, "layernorm rstd");
@@ -191,9 +196,15 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
     same_bits(gi[0], gi[1], NC * 2, "layernorm dinp", dt);
     same_bits(gw[0], gw[1], (size_t)C * 4, "layernorm dweight", dt);
     same_bits(gb[0], gb[1], (size_t)C * 4, "layernorm dbias", dt);
+    same_bits(o[0], o[2], NC * 2, "layernorm out (register vs loop kernels)", dt);
+    same_bits(m[0], m[2], (size_t)N * 4, "layernorm mean (register vs loop kernels)", dt);
+    same_bits(r[0], r[2], (size_t)N * 4, "layernorm rstd (register vs loop kernels)", dt);
+    same_bits(gi[0], gi[2], NC * 2, "layernorm dinp (register vs loop kernels)", dt);
+    same_bits(gw[0], gw[2], (size_t)C * 4, "layernorm dweight (register vs loop kernels)", dt);
+    same_bits(gb[0], gb[2], (size_t)C * 4, "layernorm dbias (register vs loop kernels)", dt);
     free(x); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0); free(out_ref); free(dinp_ref);
     free(mean_ref); free(rstd_ref); free(dw_ref); free(db_ref);
-    for (int k = 0; k < 2; k++) { free(o[k]); free(gi[k]); free(m[k]); free(r[k]); free(gw[k]); free(gb[k]); }
+    for (int k = 0; k < 3; k++) { free(o[k]); free(gi[k]); free(m[k]); free(r[k]); free(gw[k]); free(gb[k]); }
     dfree(bx); dfree(bw); dfree(bb); dfree(bdo); dfree(bo); dfree(bdi); dfree(d_mr); dfree(d_rr); dfree(d_mean);
     dfree(d_rstd); dfree(d_dw); dfree(d_db);
 }
@@ -413,6 +424,16 @@ int main(void) {
         gpu_layernorm(dt, 64, 768, 1);    // unaligned: scalar path
         gpu_layernorm(dt, 1000, 1600, 0); // GPT-2 XL width: > 48 KiB shared memory
         gpu_layernorm(dt, 7, 12288, 0);   // 1 warp per block, 96 KiB shared memory
+        // the register kernels' group counts (C / 8 groups over 32 lanes): 1, 2, 4 (and more rows than the
+        // backward's 512 blocks x 8 warps: a warp's weight registers over several rows), 5, 6, 8, then 9
+        // (the loop kernels); 768 above has 3, 1600 has 7
+        gpu_layernorm(dt, 33, 64, 0);
+        gpu_layernorm(dt, 200, 512, 0);
+        gpu_layernorm(dt, 5000, 1024, 0);
+        gpu_layernorm(dt, 77, 1032, 0);
+        gpu_layernorm(dt, 64, 1536, 0);
+        gpu_layernorm(dt, 50, 2048, 0);
+        gpu_layernorm(dt, 40, 2056, 0);
 
         gpu_gelu(dt, (size_t)4096 * 3072 + 3, 0); // the MLP activation of GPT-2 small, plus a tail
         gpu_gelu(dt, 5, 0);
