@@ -128,8 +128,8 @@ static void gpu_layernorm(int N, int C) {
     float *d_mr = dup_f(mean_ref, N), *d_rr = dup_f(rstd_ref, N);
     float *d_out = dnew(NC * 4), *d_mean = dnew((size_t)N * 4), *d_rstd = dnew((size_t)N * 4);
     float *d_dinp = dnew(NC * 4), *d_dw = dnew((size_t)C * 4), *d_db = dnew((size_t)C * 4);
-    // runs 0 and 1 on the default kernels (the forward's register kernel where C allows), run 2 on the loop
-    // kernels (MEMOPT_LN=loop): the same bits are asserted, the two kinds doing the same sums in one order
+    // runs 0 and 1 on the default kernels (the register kernels where C allows), run 2 on the loop kernels
+    // (MEMOPT_LN=loop): the same bits are asserted, the two kinds doing the same sums in the same order
     float *o[3] = {fnew(NC), fnew(NC), fnew(NC)}, *m[3] = {fnew(N), fnew(N), fnew(N)}, *r[3] = {fnew(N), fnew(N), fnew(N)};
     float *gi[3] = {fnew(NC), fnew(NC), fnew(NC)}, *gw[3] = {fnew(C), fnew(C), fnew(C)}, *gb[3] = {fnew(C), fnew(C), fnew(C)};
     for (int run = 0; run < 3; run++) {
@@ -346,8 +346,9 @@ int main(void) {
     gpu_layernorm(5, 37);      // scalar path, one block
     gpu_layernorm(1000, 1600); // GPT-2 XL width: 4 warps per block, > 48 KiB shared memory
     gpu_layernorm(7, 12288);   // 1 warp per block, 96 KiB shared memory
-    // the forward register kernel's group counts (C / 4 float4 groups over 32 lanes): 1, 2, 4 (5000 rows),
-    // 5, 7, 8, then 9 (the loop kernel); 768 above has 6
+    // the register kernels' group counts (C / 4 float4 groups over 32 lanes): 1, 2, 4 (5000 rows: more than
+    // the backward's 512 blocks x 8 warps, a warp's weight registers over several rows), 5, 7, 8, then 9
+    // (the loop kernels); 768 above has 6
     gpu_layernorm(33, 32);
     gpu_layernorm(200, 256);
     gpu_layernorm(5000, 512);
