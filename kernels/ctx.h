@@ -142,7 +142,7 @@ typedef struct mo_ctx {
     long maxpool_two_pass_runs;   // tests: max pool backwards that ran the two-pass kernels (pool.cu)
     int maxpool_two_pass;         // the max pool's backward through argmax bytes in the workspace (1, the
                                   // default), or its one-pass scan (0; tests, to compare: pool.cu)
-    int ln_loop;                  // LayerNorm on the loop kernels (1; MEMOPT_LN=loop), not the register ones
+    int ln_loop;                  // 16-bit LayerNorm on the loop kernels (1; MEMOPT_LN=loop), not the register ones
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the
