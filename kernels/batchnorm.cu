@@ -67,6 +67,17 @@
 #define BN_CH(i, n, C) ((n) <= 0xffffffffu ? (int)((unsigned)(i) % (unsigned)(C)) : (int)((i) % (size_t)(C)))
 
 static cudaStream_t S(mo_ctx *c) { return (cudaStream_t)c->stream; }
+// L(T) as DISPATCH's, with RM a compile-time bool equal to rm (the backward kernels' remask form)
+#define DISPATCH_RM(rm, dt, L)        \
+    do {                              \
+        if (rm) {                     \
+            constexpr bool RM = true; \
+            DISPATCH(dt, L);          \
+        } else {                      \
+            constexpr bool RM = false;\
+            DISPATCH(dt, L);          \
+        }                             \
+    } while (0)
 
 // gamma ((x - mean) rstd) + beta: every kernel's BN output, one fused multiply-add spelled out so that the
 // backward's recomputed ReLU mask (bn_keep) has the forward's bits whatever the compiler contracts
@@ -643,13 +654,7 @@ extern "C" mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, flo
     const dim3 vgrid(gx, (unsigned)G), egrid(gx, (unsigned)eG);
     if (vec) {
 #define L(T) bn_bwd_sums_vec_kernel<T, RM><<<vgrid, vblock, 0, S(c)>>>(part, (T::S *)dout, (const T::S *)mask, (const T::S *)in, mean, rstd, gamma, beta, M, C, rpb)
-        if (beta) {
-            const bool RM = true;
-            DISPATCH(dt, L);
-        } else {
-            const bool RM = false;
-            DISPATCH(dt, L);
-        }
+        DISPATCH_RM(beta != NULL, dt, L);
 #undef L
     } else {
         if (mask) MO_TRY(relu_backward_cuda(c, dt, dout, dout, mask, n)); // the mask in place, then unmasked
@@ -663,13 +668,7 @@ extern "C" mo_status bn_own_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, flo
     CUDA_CHECK_LAUNCH();
     if (vec) {
 #define L(T) bn_dx_vec_kernel<T, RM><<<egrid, vblock, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, gamma, beta, mean, rstd, coef, M, C, erpb)
-        if (beta) {
-            const bool RM = true;
-            DISPATCH(dt, L);
-        } else {
-            const bool RM = false;
-            DISPATCH(dt, L);
-        }
+        DISPATCH_RM(beta != NULL, dt, L);
 #undef L
     } else {
 #define L(T) bn_dx_kernel<T><<<mx_grid(n), MX_THREADS, 0, S(c)>>>((T::S *)din, (const T::S *)dout, (const T::S *)in, gamma, beta, mean, rstd, coef, n, C)

@@ -67,6 +67,12 @@ __device__ __forceinline__ void lnm_bwd_apply8(float gx[8], float sw[8], float s
         gx[k] += ((wv[k] * d[k] - dnorm_mean) - n * dnorm_norm_mean) * rs;
     }
 }
+// the block's (warps, 2, C) shared slices zeroed (and the block synchronized); this warp's slice returned
+__device__ __forceinline__ float *lnm_zero_slices(float *sh, int C) {
+    for (int i = threadIdx.x; i < (int)(blockDim.x / 32) * 2 * C; i += blockDim.x) sh[i] = 0.0f;
+    __syncthreads();
+    return sh + (size_t)(threadIdx.x / 32) * 2 * C;
+}
 // the block's partial (dweight, dbias) row: its warps' slices summed in warp order
 __device__ __forceinline__ void lnm_block_partial(float *p, const float *sh, int warps, int C) {
     for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
@@ -144,9 +150,7 @@ __global__ void layernorm_backward_mixed_rows(uint16_t *dinp, float *partial, co
                                               int C) {
     extern __shared__ __align__(16) float lnm_sh[];
     int warps = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int i = threadIdx.x; i < warps * 2 * C; i += blockDim.x) lnm_sh[i] = 0.0f;
-    __syncthreads();
-    float *sdw = lnm_sh + (size_t)w * 2 * C; // this warp's dweight slice (C), then dbias (C)
+    float *sdw = lnm_zero_slices(lnm_sh, C); // this warp's dweight slice (C), then dbias (C)
     float *sdb = sdw + C;
     const int C8 = C / 8;
 
@@ -262,9 +266,7 @@ __global__ void __launch_bounds__(LNM_BWD_WARPS_MAX * 32, 2)
                                   const float *__restrict__ rstd, int N, int C) {
     extern __shared__ __align__(16) float lnm_sh[];
     int warps = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int i = threadIdx.x; i < warps * 2 * C; i += blockDim.x) lnm_sh[i] = 0.0f;
-    __syncthreads();
-    float *sdw = lnm_sh + (size_t)w * 2 * C; // this warp's dweight slice (C), then dbias (C)
+    float *sdw = lnm_zero_slices(lnm_sh, C); // this warp's dweight slice (C), then dbias (C)
     float *sdb = sdw + C;
     const int C8 = C / 8;
     uint4 wr[NG];
