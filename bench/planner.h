@@ -49,6 +49,12 @@ extern "C" {
 // not fitted (those kernels are far below the cuBLAS rate the GEMM efficiency is fitted to); on other
 // GPUs the same share of their peak is an assumption.
 #define MO_PLAN_EFF_FLASH16 0.128
+// cuDNN's fused SDPA (MEMOPT_ATTN_IMPL=cudnn; the cost trace's ATTENTION_LIB ops) reaches this share of
+// the same peak, in the roofline's FLOPs of the causal half (forward 2, backward 5 products): `--profile`
+// of the GPT-2 124M bf16 B 8 T 1024 step on cuDNN's attention on the H100 (session 25, 2a2b833:
+// results/h100-session25.log), attention 2.61 ms a step for 12 layers x 45.1 GFLOP = 207 TFLOP/s of
+// 989.4. Taken as kern_s like the own kernels' rate, not fitted.
+#define MO_PLAN_EFF_SDPA16 0.21
 // The floor of any kernel: launch latency on a busy stream (a kernel of no work still costs this).
 #define MO_PLAN_KERNEL_FLOOR_S 2.5e-6
 // The host's rate for the CPU's part of --offload optimizer (adamw_cpu and the 16-bit cast, plain C over
@@ -172,7 +178,7 @@ typedef struct mo_roofline {
     // GPU's per-direction link rate (not scaled by any fitted efficiency). 0 for unsplit runs.
     double comm_s;
     double bubble;                 // the factor applied (1 unsplit)
-    double kern_s;                 // the 16-bit fused attention kernels at MO_PLAN_EFF_FLASH16 (not fitted)
+    double kern_s;                 // the 16-bit fused attention kernels at MO_PLAN_EFF_FLASH16, cuDNN's at MO_PLAN_EFF_SDPA16 (not fitted)
     // --offload, from the trace's MO_COST_HOST_COPY, MO_COST_HOST and copy-stream ops (not fitted; NAN
     // without the GPU's host rate): host_copy_s the synchronous copies between device and host memory at
     // the catalog's host link rate per direction and host_s the CPU's work at MO_PLAN_HOST_GBS, both whole
@@ -191,8 +197,8 @@ double mo_plan_host_s(const mo_roofline *r, int threads);
 // the materialized attention's batched GEMMs) run at mo_gpu_gemm_tflops; everything else
 // (LayerNorm, GELU, residual, softmax, permutes, cross-entropy, embedding, AdamW, the fp32 fused
 // attention kernel, which is CUDA-core code) at the memory bandwidth, or at the fp32 rate where it
-// computes more than it moves; the 16-bit fused attention at MO_PLAN_EFF_FLASH16 of the tensor peak
-// (kern_s). Each op costs at least MO_PLAN_KERNEL_FLOOR_S.
+// computes more than it moves; the 16-bit fused attention at MO_PLAN_EFF_FLASH16 of the tensor peak,
+// cuDNN's SDPA at MO_PLAN_EFF_SDPA16 (kern_s). Each op costs at least MO_PLAN_KERNEL_FLOOR_S.
 // The ops are the cost trace (kernels/cost.h) of rc's step on the dry backend (mo_plan_trace), so
 // the roofline follows whatever the model and the dispatchers run, recompute and fusions included.
 void mo_roofline_step(const mo_run_config *rc, const mo_gpu_spec *g, mo_roofline *out);

@@ -18,11 +18,12 @@
 
 // Seconds of one traced op at the datasheet rates: its compute at the rate of its class, its traffic
 // at the bandwidth, at least a launch. GEMMs (and convolutions) at the dense rate of the precision;
-// the fused attention kernels in 16 bits at MO_PLAN_EFF_FLASH16 of it (kern_s, not fitted), in fp32
+// the fused attention kernels in 16 bits at MO_PLAN_EFF_FLASH16 of it and cuDNN's at MO_PLAN_EFF_SDPA16
+// (kern_s, not fitted), in fp32
 // (CUDA-core code) as memory-bound ops; memory-bound ops at the fp32 rate where they compute more than
 // they move.
 typedef struct rates {
-    double gemm, vec, bw, flash;
+    double gemm, vec, bw, flash, sdpa;
     double host_link, host; // --offload: the host link per direction (NAN: unknown), the CPU's memory traffic
     int half;
 } rates;
@@ -33,6 +34,7 @@ static void rates_of(const mo_gpu_spec *g, mo_precision p, rates *r) {
     r->vec = 1e12 * g->fp32;
     r->bw = 1e9 * g->mem_bw_gbs;
     r->flash = MO_PLAN_EFF_FLASH16 * r->gemm;
+    r->sdpa = MO_PLAN_EFF_SDPA16 * r->gemm;
     r->host_link = g->host_gbs > 0 ? 1e9 * g->host_gbs : NAN;
     r->host = 1e9 * mo_plan_host_gbs(mo_plan_host_threads());
 }
@@ -70,7 +72,7 @@ enum { PART_GEMM, PART_MEM, PART_KERN, PART_HOST_COPY, PART_HOST, PART_COPY_STRE
 
 static int part_of(const rates *r, int cls) {
     if (cls == MO_COST_GEMM || cls == MO_COST_CONV) return PART_GEMM;
-    if (cls == MO_COST_ATTENTION && r->half) return PART_KERN;
+    if ((cls == MO_COST_ATTENTION && r->half) || cls == MO_COST_ATTENTION_LIB) return PART_KERN;
     if (cls == MO_COST_HOST_COPY) return PART_HOST_COPY;
     if (cls == MO_COST_HOST) return PART_HOST;
     if (cls == MO_COST_COPY_OUT || cls == MO_COST_COPY_BACK) return PART_COPY_STREAM;
@@ -86,7 +88,9 @@ static double op_seconds(const rates *r, const mo_cost_op *o, int part) {
     }
     if (part == PART_HOST) return o->bytes / r->host;
     if (part == PART_JOIN) return 0;
-    double rate = part == PART_GEMM ? r->gemm : part == PART_KERN ? r->flash : r->vec;
+    double rate = part == PART_GEMM ? r->gemm
+                  : part == PART_KERN ? (o->cls == MO_COST_ATTENTION_LIB ? r->sdpa : r->flash)
+                                      : r->vec;
     double t = fmax(o->flops / rate, o->bytes / r->bw);
     return fmax(t, MO_PLAN_KERNEL_FLOOR_S);
 }

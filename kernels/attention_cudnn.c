@@ -36,7 +36,7 @@ size_t mo_attention_cudnn_backward_scratch_bytes(int B, int T, int C, int NH) {
 mo_status mo_attention_cudnn_forward(mo_ctx *c, mo_dtype dt, void *out, float *lse, const void *qkv, int B, int T,
                                      int C, int NH) {
     MO_TRY(mo_attention_cudnn_check("attention_cudnn_forward", dt, B, T, C, NH));
-    mo_cost_attention_fused_forward(c, (int)mo_dtype_size(dt), B, T, C, NH);
+    mo_cost_attention_cudnn_forward(c, (int)mo_dtype_size(dt), B, T, C, NH);
     switch (c->backend) {
     case MO_BACKEND_CPU: return attention_fused_forward_mixed_cpu(dt, out, lse, qkv, B, T, C, NH);
     case MO_BACKEND_CUDA:
@@ -55,7 +55,7 @@ mo_status mo_attention_cudnn_backward(mo_ctx *c, mo_dtype dt, void *dqkv, const 
     MO_TRY(mo_attention_cudnn_check("attention_cudnn_backward", dt, B, T, C, NH));
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_attention_cudnn_backward_scratch_bytes(B, T, C, NH), &scratch));
-    mo_cost_attention_fused_backward(c, (int)mo_dtype_size(dt), B, T, C, NH);
+    mo_cost_attention_cudnn_backward(c, (int)mo_dtype_size(dt), B, T, C, NH);
     mo_status st;
     switch (c->backend) {
     case MO_BACKEND_CPU: {

@@ -9,8 +9,8 @@
 #include "attention.h" // which shapes the fp32 score kernel takes, its tile
 
 const char *mo_cost_class_name(mo_cost_class c) {
-    static const char *n[MO_COST_COUNT] = {"gemm",      "conv", "attention", "memory",   "host_copy",
-                                           "host",      "copy_out", "copy_back", "copy_join"};
+    static const char *n[MO_COST_COUNT] = {"gemm", "conv",     "attention", "attention_lib", "memory",
+                                           "host_copy", "host", "copy_out",  "copy_back",     "copy_join"};
     return (unsigned)c < MO_COST_COUNT ? n[c] : "?";
 }
 
@@ -166,6 +166,20 @@ void mo_cost_attention_fused_gemm(mo_ctx *c, int backward, int B, int T, int C, 
     mo_cost_record(c, "attn_fg_dv", MO_COST_GEMM, qk * f, 4 * (f * S + 2 * NC));
     mo_cost_record(c, "attn_fg_dq", MO_COST_GEMM, qk * f, 4 * (f * S + 2 * NC));
     mo_cost_record(c, "attn_fg_dk", MO_COST_GEMM, qk * f, 4 * (f * S + 2 * NC));
+}
+
+// cuDNN's fused SDPA, causal: the forward one kernel of the causal half's 2 products (lse kept, fp32);
+// the backward one kernel of FlashAttention-2's 5 products (the scores recomputed, dV, dP, dQ, dK; D
+// inside it), dQ accumulated in the fp32 scratch (mo_attention_cudnn_backward_scratch_bytes)
+void mo_cost_attention_cudnn_forward(mo_ctx *c, int e, int B, int T, int C, int NH) {
+    if (!c->trace) return;
+    double NC = (double)B * T * C, qk = 2.0 * B * T * T * C;
+    mo_cost_record(c, "attn_cudnn_fwd", MO_COST_ATTENTION_LIB, 0.5 * 2 * qk, e * 4 * NC + 4.0 * B * NH * T);
+}
+void mo_cost_attention_cudnn_backward(mo_ctx *c, int e, int B, int T, int C, int NH) {
+    if (!c->trace) return;
+    double NC = (double)B * T * C, qk = 2.0 * B * T * T * C;
+    mo_cost_record(c, "attn_cudnn_bwd", MO_COST_ATTENTION_LIB, 0.5 * 5 * qk, e * 8 * NC + 4.0 * (2 * NC + B * NH * T));
 }
 
 // D = rowsum(dout * out); the dk/dv kernel and the dq kernel each recompute the scores and dP (8

@@ -21,7 +21,8 @@ extern "C" {
 #endif
 
 // What rate an op runs at: GEMM (cuBLAS / tensor cores, the score kernel), convolution, the fused
-// attention kernels (their own rate: tensor cores in 16 bits, CUDA cores in fp32), memory-bound
+// attention kernels (their own rate: tensor cores in 16 bits, CUDA cores in fp32), a library's fused
+// attention kernel (ATTENTION_LIB: cuDNN's SDPA, at a rate of its own), memory-bound
 // (elementwise, norms, softmax, loss, optimizer, device copies). The rest is not device compute but what
 // --offload adds to the step, which the planner times at the host link and host rates:
 //   HOST_COPY  a synchronous copy between device and host memory (the compute stream waits for all of
@@ -32,8 +33,8 @@ extern "C" {
 //   COPY_JOIN  where the compute stream waits for copy ref (no bytes): the ops between a copy and its
 //              join are the compute it can hide behind.
 typedef enum mo_cost_class {
-    MO_COST_GEMM = 0, MO_COST_CONV, MO_COST_ATTENTION, MO_COST_MEMORY, MO_COST_HOST_COPY, MO_COST_HOST, MO_COST_COPY_OUT,
-    MO_COST_COPY_BACK, MO_COST_COPY_JOIN, MO_COST_COUNT
+    MO_COST_GEMM = 0, MO_COST_CONV, MO_COST_ATTENTION, MO_COST_ATTENTION_LIB, MO_COST_MEMORY, MO_COST_HOST_COPY,
+    MO_COST_HOST, MO_COST_COPY_OUT, MO_COST_COPY_BACK, MO_COST_COPY_JOIN, MO_COST_COUNT
 } mo_cost_class;
 const char *mo_cost_class_name(mo_cost_class c);
 
@@ -87,6 +88,9 @@ void mo_cost_attention_backward(mo_ctx *c, int e, int B, int T, int C, int NH, i
 // the dq kernels, each recomputing the scores.
 void mo_cost_attention_fused_forward(mo_ctx *c, int e, int B, int T, int C, int NH);
 void mo_cost_attention_fused_backward(mo_ctx *c, int e, int B, int T, int C, int NH);
+// cuDNN's fused SDPA (attention_cudnn.h): one forward kernel, one backward kernel
+void mo_cost_attention_cudnn_forward(mo_ctx *c, int e, int B, int T, int C, int NH);
+void mo_cost_attention_cudnn_backward(mo_ctx *c, int e, int B, int T, int C, int NH);
 // the blocked-GEMM fused attention on fp32 data (attention_fused_gemm.h), forward (backward 0) or backward
 void mo_cost_attention_fused_gemm(mo_ctx *c, int backward, int B, int T, int C, int NH);
 

@@ -441,6 +441,16 @@ static void test_roofline(void) {
     const double want = b.layers * 5 * qk / (MO_PLAN_EFF_FLASH16 * 1e12 * g->bf16);
     CHECK_MSG(bm.kern_s == 0 && ffz.kern_s == 0 && fabs(bfz.kern_s / want - 1) < 1e-6, "kern_s %.4g (want %.4g), mat %.3g, fp32 %.3g",
               bfz.kern_s, want, bm.kern_s, ffz.kern_s);
+    // cuDNN's SDPA (MEMOPT_ATTN_IMPL=cudnn) is a library kernel of its own rate: its forward 2 and backward 5
+    // products of the causal half at MO_PLAN_EFF_SDPA16 of the peak; the rest of the step as the own
+    // kernels' (the knob is in the trace's key, so the two traces are not confused)
+    mo_roofline bcz;
+    setenv("MEMOPT_ATTN_IMPL", "cudnn", 1);
+    mo_roofline_step(&b, g, &bcz);
+    unsetenv("MEMOPT_ATTN_IMPL");
+    const double want_sdpa = b.layers * 3.5 * qk / (MO_PLAN_EFF_SDPA16 * 1e12 * g->bf16);
+    CHECK_MSG(fabs(bcz.kern_s / want_sdpa - 1) < 1e-6 && bcz.gemm_s == bfz.gemm_s,
+              "cudnn kern_s %.4g (want %.4g), gemm_s %.4g (own kernels' %.4g)", bcz.kern_s, want_sdpa, bcz.gemm_s, bfz.gemm_s);
     k = synthetic_rows(rows, g, MO_PREC_BF16, 0.55, 0.45);
     mo_plan_calib_fit(&cal, g, rows, (size_t)k, -1);
     CHECK_MSG(fabs(cal.eff_gemm[MO_PREC_BF16] - 0.55) < 1e-3 && fabs(cal.eff_mem[MO_PREC_BF16] - 0.45) < 1e-3,
