@@ -249,6 +249,11 @@ mo_status mo_batchnorm_relu_backward_remask(mo_ctx *c, mo_dtype dt, void *din, f
                                             const void *dout, const void *in, const float *gamma, const float *beta,
                                             const float *mean, const float *rstd, int M, int C) {
     MO_TRY(bn_check(dt, M, C, "batchnorm_relu_backward_remask"));
+    // refused on every backend, as the aliasing above, so the model's choice (and the dry backend's
+    // allocations) are the cuda ones
+    if (c->bn_cudnn)
+        return MO_FAIL(MO_ERR_INVALID, "batchnorm_relu_backward_remask: not with MEMOPT_BN=cudnn (its forward is cuDNN's, "
+                                       "whose output the mask cannot be recomputed from)");
     MO_TRY(bn_inplace_check(c, din, in, "batchnorm_relu_backward_remask"));
     const double n = (double)M * C, e = (double)mo_dtype_size(dt);
     // sums: dout and in read; dx: dout and in read, din written (the mask recomputed in both)

@@ -66,7 +66,7 @@ mo_status mo_batchnorm_relu_backward_inplace(mo_ctx *c, mo_dtype dt, void *din, 
 // the tensor where mo_batchnorm_relu_backward_inplace takes 7. din, dgamma, dbeta as mo_batchnorm_backward's
 // (din may be in), and equal bit for bit to mo_batchnorm_relu_backward_inplace's when the tensors are
 // 16-byte aligned or when none is (the kernels' vector form is chosen by it). Not with MEMOPT_BN=cudnn,
-// whose forward computed the output its own way (MO_ERR_INVALID).
+// whose forward computed the output its own way (MO_ERR_INVALID on every backend).
 mo_status mo_batchnorm_relu_backward_remask(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
                                             const void *dout, const void *in, const float *gamma, const float *beta,
                                             const float *mean, const float *rstd, int M, int C);

@@ -97,13 +97,11 @@ done:
     return bn_context(st, "backward", dt, M, C);
 }
 
-// The ReLU's mask recomputed from in, gamma and beta (mo_batchnorm_relu_backward_remask): the own kernels
-// only, whose forward computed the output the mask stands for; dout only read
+// The ReLU's mask recomputed from in, gamma and beta (mo_batchnorm_relu_backward_remask, which refuses
+// MEMOPT_BN=cudnn): the own kernels, whose forward computed the output the mask stands for; dout only read
 mo_status batchnorm_relu_remask_backward_cuda(mo_ctx *c, mo_dtype dt, void *din, float *dgamma, float *dbeta,
                                               const void *dout, const void *in, const float *gamma, const float *beta,
                                               const float *mean, const float *rstd, int M, int C) {
-    if (c->bn_cudnn)
-        return MO_FAIL(MO_ERR_INVALID, "batchnorm_relu_backward_remask: not with MEMOPT_BN=cudnn (cuDNN's forward computed the output)");
     return bn_context(bn_own_backward_cuda(c, dt, din, dgamma, dbeta, (void *)dout, NULL, in, gamma, beta, mean, rstd,
                                            M, C),
                       "backward", dt, M, C);

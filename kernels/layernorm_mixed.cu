@@ -334,20 +334,16 @@ static mo_status layernorm_forward_mixed_launch(mo_ctx *c, void *out, float *mea
     unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
     uint16_t *o = (uint16_t *)out;
     const uint16_t *x = (const uint16_t *)inp, *w = (const uint16_t *)weight, *b = (const uint16_t *)bias;
+    void (*kern)(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int, int) =
+        vec ? layernorm_forward_mixed_kernel<D, true> : layernorm_forward_mixed_kernel<D, false>;
     switch (lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_FWD)) {
-#define LNM_FWD_CASE(ng)                                                                                       \
-    case ng:                                                                                                   \
-        layernorm_forward_mixed_regs<D, ng><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C); \
-        CUDA_CHECK_LAUNCH();                                                                                   \
-        return MO_OK;
+#define LNM_FWD_CASE(ng) \
+    case ng: kern = layernorm_forward_mixed_regs<D, ng>; break;
         LNM_FWD_CASES(LNM_FWD_CASE)
 #undef LNM_FWD_CASE
     default: break;
     }
-    if (vec)
-        layernorm_forward_mixed_kernel<D, true><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
-    else
-        layernorm_forward_mixed_kernel<D, false><<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
+    kern<<<grid, LNM_FWD_THREADS, 0, s>>>(o, mean, rstd, x, w, b, N, C);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }

@@ -21,10 +21,9 @@ struct mx_bf16 {
 
 static inline int mx_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-// 8 consecutive elements at p (16-byte aligned) as fp32; element 2k is the low half of word k
-// (little-endian), so f[j] is p[j].
-// mx_cvt8: the same of 8 elements already loaded as a uint4 (kernels that keep a row's groups in
-// registers hold them packed: half the registers of fp32).
+// 8 elements loaded as a uint4 as fp32; element 2k is the low half of word k (little-endian), so f[j] is
+// the j-th element (kernels that keep a row's groups in registers hold them packed: half the registers
+// of fp32).
 template <class D> __device__ __forceinline__ void mx_cvt8(float f[8], uint4 u) {
     const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
@@ -33,14 +32,9 @@ template <class D> __device__ __forceinline__ void mx_cvt8(float f[8], uint4 u) 
         f[2 * k + 1] = D::to_f((uint16_t)(w[k] >> 16));
     }
 }
+// 8 consecutive elements at p (16-byte aligned) as fp32: f[j] is p[j]
 template <class D> __device__ __forceinline__ void mx_ld8(float f[8], const uint16_t *p) {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        f[2 * k] = D::to_f((uint16_t)(w[k] & 0xffffu));
-        f[2 * k + 1] = D::to_f((uint16_t)(w[k] >> 16));
-    }
+    mx_cvt8<D>(f, *reinterpret_cast<const uint4 *>(p));
 }
 template <class D> __device__ __forceinline__ void mx_st8(uint16_t *p, const float f[8]) {
     unsigned w[4];

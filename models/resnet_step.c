@@ -261,6 +261,8 @@ static mo_status unit_forward(resnet *m, step_state *s, const rn_unit *u, unit_a
 // recomputed from the BN's input (a ReLU right after its BN with dout read by nobody else: 5 passes over the
 // tensor instead of 7, bit-identical; the in-place form with MEMOPT_BN=cudnn, whose forward it cannot redo).
 enum { RELU_NONE, RELU_INPLACE, RELU_REMASK };
+// How a ReLU right after its BN, whose gradient nobody else reads, has its backward
+static int relu_after_bn(const mo_ctx *x) { return x->bn_cudnn ? RELU_INPLACE : RELU_REMASK; }
 
 // dout (N,P,P,cout of u): the gradient of the unit's BN output (relu: of its ReLU's, RELU_INPLACE masked
 // here in place by bn_out, the ReLU's output: whoever reads dout after sees the masked gradient; RELU_REMASK
@@ -285,7 +287,7 @@ static mo_status unit_backward(resnet *m, step_state *s, const rn_unit *u, unit_
     if (x->bn_cudnn) MO_TRY(act_alloc(m, M * u->cout, &s->dc));
     else s->dc = ua->c, ua->c = NULL;
     const void *bn_in = ua->c ? ua->c : s->dc;
-    if (relu == RELU_REMASK && !x->bn_cudnn)
+    if (relu == RELU_REMASK)
         OP(MO_PROF_NORM, mo_batchnorm_relu_backward_remask(x, DT, s->dc, m->grads + u->g_off, m->grads + u->b_off, dout,
                                                            bn_in, m->params + u->g_off, m->params + u->b_off,
                                                            ua->mean, ua->rstd, (int)M, u->cout));
@@ -376,10 +378,10 @@ static mo_status block_backward(resnet *m, step_state *s, int l, block_acts *a) 
         void *add_to = fuse && j == 0 && k->ds < 0 ? s->g : NULL; // s->g: then the block input's gradient
         // a unit's ReLU output other than the last's: unit j + 1's input, whose backward came first; its
         // mask recomputed (RELU_REMASK) needs it no more
-        const int remask = !last && !x->bn_cudnn;
-        if (remask) act_free(m, &a->u[j].a);
+        const int relu = last ? RELU_INPLACE : relu_after_bn(x);
+        if (relu == RELU_REMASK) act_free(m, &a->u[j].a);
         MO_TRY(unit_backward(m, s, &ar->units[k->u[j]], &a->u[j], last ? s->g : s->gi, last ? NULL : &s->gi, in,
-                             last ? a->out : a->u[j].a, last ? RELU_INPLACE : RELU_REMASK, &s->dsc, add_to));
+                             last ? a->out : a->u[j].a, relu, &s->dsc, add_to));
         if (!last) act_free(m, &a->u[j].a);
         s->gi = s->dsc;
         s->dsc = NULL;
@@ -561,7 +563,7 @@ static mo_status backward(step_state *s) {
                                                 3, 2, 1));
     act_free(m, &s->g);
     act_free(m, &s->pool);
-    MO_TRY(unit_backward(m, s, u, &s->stem, s->gi, &s->gi, images_of(s), s->stem.a, RELU_REMASK, NULL, NULL));
+    MO_TRY(unit_backward(m, s, u, &s->stem, s->gi, &s->gi, images_of(s), s->stem.a, relu_after_bn(x), NULL, NULL));
     act_free(m, &s->stem.a);
     act_free(m, &s->xin);
     return MO_OK;

@@ -574,6 +574,12 @@ static void test_bad_input(void) {
     CHECK(mo_batchnorm_add_relu_forward(hc, MO_F32, b, b, b, NULL, NULL, b, b, b, b, 4, 4, 0.1f) == MO_ERR_INVALID); // res == out
     CHECK(mo_batchnorm_backward(hc, MO_F32, b, b, b, b, b, NULL, b, b, b, 4, 4, 0) == MO_ERR_INVALID);            // din == in
     CHECK(mo_batchnorm_relu_backward_inplace(hc, MO_F32, b, b, b, b, b, b, b, b, b, 4, 4) == MO_ERR_INVALID);
+    // the remask recomputes the own forward's output, not cuDNN's: refused even without aliasing
+    float *r[6];
+    for (int i = 0; i < 6; i++) r[i] = fnew(16);
+    CHECK(mo_batchnorm_relu_backward_remask(hc, MO_F32, r[0], r[1], r[2], r[3], r[4], r[5], r[5], r[5], r[5], 4, 4) ==
+          MO_ERR_INVALID);
+    for (int i = 0; i < 6; i++) free(r[i]);
     hc->bn_cudnn = 0;
     CHECK(mo_batchnorm_add_relu_forward(hc, MO_F32, b, b, b, NULL, NULL, b, b, b, NULL, 4, 4, 0.1f) == MO_ERR_INVALID);
     CHECK(mo_batchnorm_relu_backward_inplace(hc, MO_F32, b, b, b, b, b, NULL, b, b, b, 4, 4) == MO_ERR_INVALID);
