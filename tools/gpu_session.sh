@@ -35,7 +35,9 @@
 #   kernels and on cuDNN's fused SDPA (MEMOPT_ATTN_IMPL), T 1024 and 2048, beside PyTorch's; "targets" the open issues' headline rows, each
 #   beside the peer's in the same call: resnetfast and attncudnn, then a second fp32 checkpointing round, plan --validate
 #   on the ResNet rows, GPT-2 124M's tf32 / fp32 fused rows (attncudnn then also runs GPT-2 350M B 4).
-#   resnetfast's, attncudnn's and targets' files are named by the card ($gk: h200-, h100- or gpu-*.csv)
+#   resnetfast's, attncudnn's and targets' files are named by the card ($gk: h200-, h100- or gpu-*.csv); "gemmtune"
+#   tunes the GPT rows' cuBLASLt GEMMs (MEMOPT_GEMM_TUNE=1), adds the lines the table lacks to kernels/lt_algo_table.c
+#   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -221,6 +223,48 @@ PY
   cp kernels/conv_algo_table.c "$OUT/conv_algo_table.c"
   cmake --build $B -j 16 --target memopt 2>&1 | grep -E "error|FAILED" | head -20
   echo "convtune: $(( $(date +%s) - t0 )) s, $(grep -c '^    {"' kernels/conv_algo_table.c) lines in the table"
+fi
+if has gemmtune; then
+  # tuning runs of the GPT rows (MEMOPT_GEMM_TUNE=1: each new cuBLASLt plan times the heuristic's candidates);
+  # their "lt-tune: {" lines for keys the table lacks go into kernels/lt_algo_table.c (tools/lt_table_insert.py;
+  # the copy in OUTDIR is the one to commit) and memopt is rebuilt on it. GEMMTUNE_CFGS: one run's flags a line
+  t0=$(date +%s)
+  cfgs="${GEMMTUNE_CFGS:-$(printf '%s\n' "--precision fp32" "--precision tf32" "--precision bf16" "--precision fp16" \
+    "--attn fused --precision fp32" "--attn fused --precision tf32" "--attn fused --precision bf16" \
+    "--attn fused --precision fp16" "--attn fused --precision bf16 --seq 2048 --batch 4" \
+    "--attn fused --precision bf16 --preset gpt2-350m --batch 4")}"
+  i=0
+  while IFS= read -r cfg; do
+    [ -n "$cfg" ] || continue
+    i=$((i + 1))
+    MEMOPT_GEMM_TUNE=1 timeout 200 $M run --preset gpt2-124m $cfg --steps 1 --warmup 0 2>"$R/gemm-tune-$i.log" \
+      | grep -E "step:" | sed "s/^/tuning run $cfg: /"
+    echo "  $(grep -c '^lt-tune: {' "$R/gemm-tune-$i.log") faster choices, $(grep -c '^lt-tune: //' "$R/gemm-tune-$i.log") first stays"
+  done <<<"$cfgs"
+  python3 tools/lt_table_insert.py kernels/lt_algo_table.c \
+    "tools/gpu_session.sh stage gemmtune, ${MEMOPT_GIT_REV:-?}, $(date -u +%F): MEMOPT_GEMM_TUNE=1 memopt run --preset gpt2-124m, each of: $(echo "$cfgs" | paste -sd ';')" \
+    $(ls "$R"/gemm-tune-*.log | sort -V)
+  cp kernels/lt_algo_table.c "$OUT/lt_algo_table.c"
+  cmake --build $B -j 16 --target memopt gpu_lt_table 2>&1 | grep -E "error|FAILED" | head -20
+  # every stored line of this card against the heuristic's first, on fresh random operands
+  (cd $B && timeout 120 ./gpu_lt_table >"$R/gpu_lt_table.log" 2>&1; echo "gpu_lt_table exit $?: $(tail -1 "$R/gpu_lt_table.log")")
+  grep -E "^stored choices" "$R/gpu_lt_table.log"
+  echo "gemmtune: $(( $(date +%s) - t0 )) s, $(grep -c '^    {"' kernels/lt_algo_table.c) lines in the table"
+fi
+if has gemmab; then
+  # the stored GEMM choices against the heuristic's first (MEMOPT_GEMM_TABLE=0), interleaved, GEMMAB_ROUNDS rounds
+  csv="$R/$gk-gemmab.csv"
+  rows="${GEMMAB_ROWS:-$(printf '%s\n' "--attn fused --precision fp32" "--attn fused --precision tf32" \
+    "--attn fused --precision bf16" "--attn fused --precision bf16 --preset gpt2-350m --batch 4")}"
+  for rep in $(seq ${GEMMAB_ROUNDS:-2}); do
+    while IFS= read -r cfg; do
+      [ -n "$cfg" ] || continue
+      for v in table MEMOPT_GEMM_TABLE=0; do
+        env $([ $v = table ] || echo $v) MEMOPT_ATTN_IMPL=${GEMMAB_ATTN_IMPL:-cudnn} timeout 120 $M run --preset gpt2-124m $cfg \
+          --steps 10 --warmup 3 --csv "$csv" 2>&1 | grep -E "step:" | sed "s/^/$cfg $v rep $rep: /"
+      done
+    done <<<"$rows"
+  done
 fi
 if has resnetlite; then
   csv="$R/h200-resnet50-lite.csv"
