@@ -65,6 +65,27 @@
       (const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr, void *buf,          \
        size_t sizeInBytes, size_t *sizeWritten),                                                        \
       (algo, attr, buf, sizeInBytes, sizeWritten), NOT_LOADED)                                          \
+    X(cublasStatus_t, cublasLtMatmulAlgoConfigSetAttribute,                                             \
+      (cublasLtMatmulAlgo_t * algo, cublasLtMatmulAlgoConfigAttributes_t attr, const void *buf,         \
+       size_t sizeInBytes),                                                                             \
+      (algo, attr, buf, sizeInBytes), NOT_LOADED)                                                       \
+    X(cublasStatus_t, cublasLtMatmulAlgoGetIds,                                                         \
+      (cublasLtHandle_t lightHandle, cublasComputeType_t computeType, cudaDataType_t scaleType,          \
+       cudaDataType_t Atype, cudaDataType_t Btype, cudaDataType_t Ctype, cudaDataType_t Dtype,           \
+       int requestedAlgoCount, int algoIdsArray[], int *returnAlgoCount),                               \
+      (lightHandle, computeType, scaleType, Atype, Btype, Ctype, Dtype, requestedAlgoCount, algoIdsArray, \
+       returnAlgoCount),                                                                                \
+      NOT_LOADED)                                                                                       \
+    X(cublasStatus_t, cublasLtMatmulAlgoInit,                                                           \
+      (cublasLtHandle_t lightHandle, cublasComputeType_t computeType, cudaDataType_t scaleType,          \
+       cudaDataType_t Atype, cudaDataType_t Btype, cudaDataType_t Ctype, cudaDataType_t Dtype, int algoId, \
+       cublasLtMatmulAlgo_t *algo),                                                                     \
+      (lightHandle, computeType, scaleType, Atype, Btype, Ctype, Dtype, algoId, algo), NOT_LOADED)      \
+    X(cublasStatus_t, cublasLtMatmulAlgoCheck,                                                          \
+      (cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,  \
+       cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,        \
+       const cublasLtMatmulAlgo_t *algo, cublasLtMatmulHeuristicResult_t *result),                      \
+      (lightHandle, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, algo, result), NOT_LOADED)               \
     X(cublasStatus_t, cublasLtMatmul,                                                                   \
       (cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha, const void *A, \
        cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,     \

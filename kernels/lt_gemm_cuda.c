@@ -25,6 +25,10 @@
 #define LT_TUNE_WARM 2
 #define LT_TUNE_REPS 9     // median of
 #define LT_TUNE_MIN_GAIN 0.01 // a tuned choice is printed (and used) when at least 1% faster than the first
+#define LT_WIDE_IDS 64        // MEMOPT_GEMM_TUNE=2: the algorithm ids asked for (cublasLtMatmulAlgoGetIds)
+#define LT_WIDE_PER_ID 8      // and each one's own top configurations (the heuristic limited to that id)
+#define LT_WIDE_MAX 160       // candidates timed at most, the heuristic's list first
+#define LT_TUNE_REJECT 1.25f  // a candidate whose first timed run is this much slower than the best so far stops there
 
 typedef mo_lt_key lt_key; // lt_table.h
 
@@ -173,9 +177,10 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// Median ms of one candidate on g's own operands (-1 when cuBLASLt refuses it at launch).
+// Median ms of one candidate on g's own operands (-1 when cuBLASLt refuses it at launch). With bound > 0
+// (the best median so far), a first timed run over LT_TUNE_REJECT x bound ends the timing: *ms is that run.
 static mo_status lt_time(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const cublasLtMatmulAlgo_t *algo,
-                         float *ms) {
+                         float bound, float *ms) {
     cudaStream_t st = (cudaStream_t)c->stream;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -201,6 +206,10 @@ static mo_status lt_time(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const
             rs = MO_FAIL(MO_ERR_CUDA, "lt_time: %s", cudaGetErrorString(ce));
             break;
         }
+        if (r == LT_TUNE_WARM && bound > 0 && t[0] > LT_TUNE_REJECT * bound) {
+            *ms = t[0]; // clearly slower: not worth the other runs
+            break;
+        }
         if (r == LT_TUNE_WARM + LT_TUNE_REPS - 1) {
             qsort(t, LT_TUNE_REPS, sizeof t[0], cmp_float);
             *ms = t[LT_TUNE_REPS / 2];
@@ -211,16 +220,22 @@ static mo_status lt_time(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const
     return rs;
 }
 
-// Times the found candidates; *pick becomes the fastest when it beats the first by LT_TUNE_MIN_GAIN, and
-// a table line (or, when the first stays, a comment) goes to stderr.
-static mo_status lt_tune(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const cublasLtMatmulHeuristicResult_t *h,
-                         int found, int *pick) {
+// A candidate of a tuning run: the algorithm and its place in the heuristic's list (-1: found by the
+// per-algorithm search of MEMOPT_GEMM_TUNE=2, outside that list).
+typedef struct lt_cand {
+    cublasLtMatmulAlgo_t algo;
+    int rank;
+} lt_cand;
+
+// Times the candidates (the heuristic's first is cand[0]); *pick becomes the fastest when it beats the
+// first by LT_TUNE_MIN_GAIN, and a table line (or, when the first stays, a comment) goes to stderr.
+static mo_status lt_tune(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const lt_cand *cand, int found,
+                         int *pick) {
     float t0 = -1.0f, tb = -1.0f;
     int best = 0;
     for (int i = 0; i < found; i++) {
-        if (h[i].state != CUBLAS_STATUS_SUCCESS) continue;
-        float ms;
-        MO_TRY(lt_time(c, g, p, &h[i].algo, &ms));
+        float ms = -1.0f;
+        MO_TRY(lt_time(c, g, p, &cand[i].algo, i == 0 ? 0.0f : tb, &ms));
         if (i == 0) t0 = ms;
         if (ms > 0 && (tb < 0 || ms < tb)) tb = ms, best = i;
     }
@@ -242,16 +257,106 @@ static mo_status lt_tune(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const
         return MO_OK;
     }
     mo_lt_algo_cfg cf;
-    CUBLAS_CHECK(algo_cfg(&h[best].algo, &cf));
+    CUBLAS_CHECK(algo_cfg(&cand[best].algo, &cf));
     fprintf(stderr,
             "lt-tune: {\"%s\", %ld, {%d, %d, %d, %d, %d, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %d, %d, %d, %u, %u, "
             "%u, %u, %u, %u, %zu}, {%d, %d, %d, %d, %d, %d, %d, %d, %d}, %d, %.4ff, %.4ff}, // %.1f%% faster\n",
             dev, (long)cublasLtGetVersion(), k->ta, k->tb, k->m, k->n, k->k, (long long)k->lda, (long long)k->ldb,
             (long long)k->ldd, (long long)k->aux_ld, k->ab_type, k->d_type, k->epilogue, k->tf32, k->beta_zero,
             k->has_bias, k->has_aux, k->has_c, k->al_a, k->al_b, k->al_c, k->al_d, k->al_bias, k->al_aux, k->ws_bytes,
-            cf.id, cf.tile, cf.splitk, cf.reduction, cf.swizzle, cf.custom, cf.stages, cf.inner, cf.cluster, best, t0,
-            tb, 100.0 * (t0 - tb) / t0);
+            cf.id, cf.tile, cf.splitk, cf.reduction, cf.swizzle, cf.custom, cf.stages, cf.inner, cf.cluster,
+            cand[best].rank, t0, tb, 100.0 * (t0 - tb) / t0);
     *pick = best;
+    return MO_OK;
+}
+
+// The algorithm of a stored configuration built directly (cublasLtMatmulAlgoInit, then every config
+// attribute), for a stored choice the heuristic's list does not hold (found by MEMOPT_GEMM_TUNE=2).
+// *ok = 0 when cuBLASLt refuses it here (cublasLtMatmulAlgoCheck) or it needs more workspace than the
+// plan's budget, or the built algorithm does not read back as the stored configuration.
+static mo_status algo_from_cfg(mo_ctx *c, const lt_plan *p, cublasComputeType_t compute, const mo_lt_algo_cfg *cf,
+                               cublasLtMatmulAlgo_t *out, int *ok) {
+    cublasLtHandle_t lt = (cublasLtHandle_t)c->cublaslt;
+    const lt_key *k = &p->key;
+    *ok = 0;
+    cublasLtMatmulAlgo_t a;
+    memset(&a, 0, sizeof a);
+    cublasStatus_t e = cublasLtMatmulAlgoInit(lt, compute, CUDA_R_32F, (cudaDataType_t)k->ab_type,
+                                              (cudaDataType_t)k->ab_type, (cudaDataType_t)k->d_type,
+                                              (cudaDataType_t)k->d_type, cf->id, &a);
+    if (e == CUBLAS_STATUS_NOT_SUPPORTED || e == CUBLAS_STATUS_INVALID_VALUE) return MO_OK; // not here
+    CUBLAS_CHECK(e);
+    const uint32_t tile = (uint32_t)cf->tile, red = (uint32_t)cf->reduction, swz = (uint32_t)cf->swizzle,
+                   custom = (uint32_t)cf->custom, stages = (uint32_t)cf->stages;
+    const int32_t splitk = cf->splitk;
+    const uint16_t inner = (uint16_t)cf->inner, cluster = (uint16_t)cf->cluster;
+    const struct { cublasLtMatmulAlgoConfigAttributes_t attr; const void *v; size_t n; } set[8] = {
+        {CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile},
+        {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk},
+        {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red},
+        {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz},
+        {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom},
+        {CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages},
+        {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof inner},
+        {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster},
+    };
+    for (int i = 0; i < 8; i++) {
+        e = cublasLtMatmulAlgoConfigSetAttribute(&a, set[i].attr, set[i].v, set[i].n);
+        if (e == CUBLAS_STATUS_INVALID_VALUE) return MO_OK; // a value this algorithm does not take
+        CUBLAS_CHECK(e);
+    }
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    e = cublasLtMatmulAlgoCheck(lt, p->op, p->a, p->b, p->d, p->d, &a, &r);
+    if (e != CUBLAS_STATUS_SUCCESS || r.workspaceSize > k->ws_bytes) return MO_OK;
+    mo_lt_algo_cfg back;
+    CUBLAS_CHECK(algo_cfg(&a, &back));
+    if (!cfg_eq(&back, cf)) return MO_OK;
+    *out = a;
+    *ok = 1;
+    return MO_OK;
+}
+
+// MEMOPT_GEMM_TUNE=2: beyond the heuristic's list, each algorithm id's own top configurations (the
+// heuristic limited to that id: CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID), appended to cand (rank -1) where
+// their configuration is not there yet, up to LT_WIDE_MAX in all. pref: the plan's preference
+// (workspace budget, alignments), whose search mode this changes.
+static mo_status wide_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_t compute,
+                                 cublasLtMatmulPreference_t pref, lt_cand *cand, int *n) {
+    cublasLtHandle_t lt = (cublasLtHandle_t)c->cublaslt;
+    const lt_key *k = &p->key;
+    const cudaDataType_t ab = (cudaDataType_t)k->ab_type, d = (cudaDataType_t)k->d_type;
+    int ids[LT_WIDE_IDS], nid = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(lt, compute, CUDA_R_32F, ab, ab, d, d, LT_WIDE_IDS, ids, &nid));
+    const uint32_t mode = CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode, sizeof mode));
+    mo_lt_algo_cfg have[LT_WIDE_MAX];
+    for (int i = 0; i < *n; i++) CUBLAS_CHECK(algo_cfg(&cand[i].algo, &have[i]));
+    for (int j = 0; j < nid && *n < LT_WIDE_MAX; j++) {
+        cublasLtMatmulHeuristicResult_t h[LT_WIDE_PER_ID];
+        memset(h, 0, sizeof h);
+        int bad = 0;
+        for (int i = 0; i < LT_WIDE_PER_ID && !bad; i++)
+            bad = cublasLtMatmulAlgoInit(lt, compute, CUDA_R_32F, ab, ab, d, d, ids[j], &h[i].algo) !=
+                  CUBLAS_STATUS_SUCCESS;
+        if (bad) continue; // an id the data types do not take
+        int f = 0;
+        cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, LT_WIDE_PER_ID,
+                                                           h, &f);
+        if (hs != CUBLAS_STATUS_SUCCESS) continue; // none of this id fits the GEMM
+        for (int i = 0; i < f && *n < LT_WIDE_MAX; i++) {
+            if (h[i].state != CUBLAS_STATUS_SUCCESS) continue;
+            mo_lt_algo_cfg cf;
+            CUBLAS_CHECK(algo_cfg(&h[i].algo, &cf));
+            int dup = 0;
+            for (int q = 0; q < *n && !dup; q++) dup = cfg_eq(&cf, &have[q]);
+            if (dup) continue;
+            have[*n] = cf;
+            cand[*n].algo = h[i].algo;
+            cand[*n].rank = -1;
+            ++*n;
+        }
+    }
     return MO_OK;
 }
 
@@ -318,31 +423,53 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
     cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
     if (e == CUBLAS_STATUS_SUCCESS)
         hs = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, nreq, heur, &found);
-    cublasStatus_t pe = cublasLtMatmulPreferenceDestroy(pref);
-    CUBLAS_CHECK(e);
-    if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    if (e != CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
+        cublasStatus_t pe = cublasLtMatmulPreferenceDestroy(pref);
+        CUBLAS_CHECK(e);
         CUBLAS_CHECK(pe);
         CUBLAS_CHECK(plan_release(p));
         p->no_algo = 1;
         return MO_OK;
     }
-    CUBLAS_CHECK(hs);
-    CUBLAS_CHECK(pe);
-    int pick = 0;
+    if (hs != CUBLAS_STATUS_SUCCESS) {
+        cublasLtMatmulPreferenceDestroy(pref); // the heuristic's error is the one reported
+        CUBLAS_CHECK(hs);
+    }
+    CUBLAS_CHECK(heur[0].state);
+    p->algo = heur[0].algo;
     if (want) {
-        pick = -1;
-        for (int i = 0; i < found && pick < 0; i++) {
+        int hit = 0;
+        for (int i = 0; i < found && !hit; i++) {
             mo_lt_algo_cfg cfg;
             if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
-            CUBLAS_CHECK(algo_cfg(&heur[i].algo, &cfg));
-            if (cfg_eq(&cfg, &want->cfg)) pick = i;
+            const cublasStatus_t cs = algo_cfg(&heur[i].algo, &cfg);
+            if (cs != CUBLAS_STATUS_SUCCESS) {
+                cublasLtMatmulPreferenceDestroy(pref); // the read's error is the one reported
+                CUBLAS_CHECK(cs);
+            }
+            if (cfg_eq(&cfg, &want->cfg)) p->algo = heur[i].algo, hit = 1;
         }
-        if (pick < 0) c->lt_cache->table_missing++, pick = 0; // the heuristic no longer lists it
-        else c->lt_cache->table_used++;
+        if (!hit) { // a choice of the per-algorithm search: built from its configuration
+            mo_status as = algo_from_cfg(c, p, compute, &want->cfg, &p->algo, &hit);
+            if (as != MO_OK) { cublasLtMatmulPreferenceDestroy(pref); return as; }
+            if (!hit) p->algo = heur[0].algo;
+        }
+        if (hit) c->lt_cache->table_used++;
+        else c->lt_cache->table_missing++; // cuBLASLt no longer offers it here: the heuristic's first
     }
-    if (tune && found > 1) MO_TRY(lt_tune(c, g, p, heur, found, &pick));
-    CUBLAS_CHECK(heur[pick].state);
-    p->algo = heur[pick].algo;
+    if (tune && (found > 1 || c->gemm_tune == 2)) {
+        lt_cand cand[LT_WIDE_MAX];
+        int n = 0;
+        for (int i = 0; i < found; i++)
+            if (heur[i].state == CUBLAS_STATUS_SUCCESS) cand[n].algo = heur[i].algo, cand[n].rank = i, n++;
+        mo_status wst = c->gemm_tune == 2 ? wide_candidates(c, p, compute, pref, cand, &n) : MO_OK;
+        if (wst != MO_OK) { cublasLtMatmulPreferenceDestroy(pref); return wst; }
+        int pick = 0;
+        mo_status ts = lt_tune(c, g, p, cand, n, &pick);
+        if (ts != MO_OK) { cublasLtMatmulPreferenceDestroy(pref); return ts; }
+        p->algo = cand[pick].algo;
+    }
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     p->no_algo = 0;
     return MO_OK;
 }

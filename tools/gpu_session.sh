@@ -225,7 +225,8 @@ PY
   echo "convtune: $(( $(date +%s) - t0 )) s, $(grep -c '^    {"' kernels/conv_algo_table.c) lines in the table"
 fi
 if has gemmtune; then
-  # tuning runs of the GPT rows (MEMOPT_GEMM_TUNE=1: each new cuBLASLt plan times the heuristic's candidates);
+  # tuning runs of the GPT rows (MEMOPT_GEMM_TUNE=GEMMTUNE_MODE, default 2: each new cuBLASLt plan times the
+  # heuristic's candidates and each algorithm's own top configurations);
   # their "lt-tune: {" lines for keys the table lacks go into kernels/lt_algo_table.c (tools/lt_table_insert.py;
   # the copy in OUTDIR is the one to commit) and memopt is rebuilt on it. GEMMTUNE_CFGS: one run's flags a line
   t0=$(date +%s)
@@ -237,12 +238,12 @@ if has gemmtune; then
   while IFS= read -r cfg; do
     [ -n "$cfg" ] || continue
     i=$((i + 1))
-    MEMOPT_GEMM_TUNE=1 timeout 200 $M run --preset gpt2-124m $cfg --steps 1 --warmup 0 2>"$R/gemm-tune-$i.log" \
+    MEMOPT_GEMM_TUNE=${GEMMTUNE_MODE:-2} timeout 200 $M run --preset gpt2-124m $cfg --steps 1 --warmup 0 2>"$R/gemm-tune-$i.log" \
       | grep -E "step:" | sed "s/^/tuning run $cfg: /"
     echo "  $(grep -c '^lt-tune: {' "$R/gemm-tune-$i.log") faster choices, $(grep -c '^lt-tune: //' "$R/gemm-tune-$i.log") first stays"
   done <<<"$cfgs"
-  python3 tools/lt_table_insert.py kernels/lt_algo_table.c \
-    "tools/gpu_session.sh stage gemmtune, ${MEMOPT_GIT_REV:-?}, $(date -u +%F): MEMOPT_GEMM_TUNE=1 memopt run --preset gpt2-124m, each of: $(echo "$cfgs" | paste -sd ';')" \
+  python3 tools/lt_table_insert.py --replace kernels/lt_algo_table.c \
+    "tools/gpu_session.sh stage gemmtune, ${MEMOPT_GIT_REV:-?}, $(date -u +%F): MEMOPT_GEMM_TUNE=${GEMMTUNE_MODE:-2} memopt run --preset gpt2-124m, each of: $(echo "$cfgs" | paste -sd ';')" \
     $(ls "$R"/gemm-tune-*.log | sort -V)
   cp kernels/lt_algo_table.c "$OUT/lt_algo_table.c"
   cmake --build $B -j 16 --target memopt gpu_lt_table 2>&1 | grep -E "error|FAILED" | head -20
