@@ -166,10 +166,29 @@ static int cfg_eq(const mo_lt_algo_cfg *x, const mo_lt_algo_cfg *y) {
 }
 
 // Whether g may run several times with the same result: D overwritten (beta 0, or beta reading a separate
-// Cin) and no operand aliasing D.
+// Cin) and no operand aliasing D. (A tuning run times an in-place accumulation on a scratch D instead.)
 static int lt_rerunnable(const mo_lt_gemm *g) {
     if (g->A == g->D || g->B == g->D || (g->bias && g->bias == g->D) || (g->aux && g->aux == g->D)) return 0;
     return g->beta == 0.0f || (g->Cin != NULL && g->Cin != g->D);
+}
+
+// Whether g accumulates into D in place (beta != 0, C is D) with no operand aliasing D: a tuning run can
+// time it on a scratch copy of D instead (lt_scratch_d), leaving the real D alone.
+static int lt_inplace_only(const mo_lt_gemm *g) {
+    if (g->A == g->D || g->B == g->D || (g->bias && g->bias == g->D) || (g->aux && g->aux == g->D)) return 0;
+    return g->beta != 0.0f && (g->Cin == NULL || g->Cin == g->D);
+}
+
+// For timing an in-place accumulation: gt's D (and C) become a zeroed scratch buffer from the allocator of
+// D's size and alignment class (*base: what to free). Only a tuning run does this.
+static mo_status lt_scratch_d(mo_ctx *c, const lt_key *k, mo_lt_gemm *gt, void **base) {
+    const size_t e = k->d_type == CUDA_R_32F ? 4 : 2, off = k->al_d < 256 ? k->al_d : 0;
+    const size_t bytes = (size_t)k->ldd * (size_t)k->n * e + off;
+    MO_TRY(mo_scratch_alloc(c, bytes, base));
+    CUDA_CHECK(cudaMemsetAsync(*base, 0, bytes, (cudaStream_t)c->stream));
+    gt->D = (char *)*base + off;
+    gt->Cin = NULL;
+    return MO_OK;
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -416,7 +435,7 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
             return ts;
         }
     }
-    const int tune = c->gemm_tune && lt_rerunnable(g);
+    const int tune = c->gemm_tune && (lt_rerunnable(g) || lt_inplace_only(g));
     const int nreq = want || tune ? LT_TOP : 1;
     cublasLtMatmulHeuristicResult_t heur[LT_TOP];
     int found = 0;
@@ -465,7 +484,12 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
         mo_status wst = c->gemm_tune == 2 ? wide_candidates(c, p, compute, pref, cand, &n) : MO_OK;
         if (wst != MO_OK) { cublasLtMatmulPreferenceDestroy(pref); return wst; }
         int pick = 0;
-        mo_status ts = lt_tune(c, g, p, cand, n, &pick);
+        mo_lt_gemm gt = *g; // an in-place accumulation is timed on a scratch D
+        void *scratch = NULL;
+        mo_status ts = lt_rerunnable(g) ? MO_OK : lt_scratch_d(c, k, &gt, &scratch);
+        if (ts == MO_OK) ts = lt_tune(c, &gt, p, cand, n, &pick);
+        mo_status fs = scratch ? mo_scratch_free(c, scratch) : MO_OK;
+        if (ts == MO_OK) ts = fs;
         if (ts != MO_OK) { cublasLtMatmulPreferenceDestroy(pref); return ts; }
         p->algo = cand[pick].algo;
     }

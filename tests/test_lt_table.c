@@ -46,7 +46,9 @@ static void table_well_formed(void) {
         CHECK_MSG(k->lda >= (k->ta ? k->k : k->m) && k->ldb >= (k->tb ? k->n : k->k) && k->ldd >= k->m,
                   "line %d: leading dimensions %lld %lld %lld too small", i, (long long)k->lda, (long long)k->ldb,
                   (long long)k->ldd);
-        CHECK_MSG(t->rank > 0 && t->best_ms > 0 && t->best_ms < t->heur_ms,
+        // rank: its place in the heuristic's list (never 0, the first itself), or -1 when the per-algorithm
+        // search of MEMOPT_GEMM_TUNE=2 found it outside that list
+        CHECK_MSG((t->rank > 0 || t->rank == -1) && t->best_ms > 0 && t->best_ms < t->heur_ms,
                   "line %d: rank %d, %.4f ms against the first's %.4f (a stored choice must have beaten it)", i,
                   t->rank, t->best_ms, t->heur_ms);
         for (int j = 0; j < i; j++)

@@ -230,21 +230,22 @@ if has gemmtune; then
   # their "lt-tune: {" lines for keys the table lacks go into kernels/lt_algo_table.c (tools/lt_table_insert.py;
   # the copy in OUTDIR is the one to commit) and memopt is rebuilt on it. GEMMTUNE_CFGS: one run's flags a line
   t0=$(date +%s)
-  cfgs="${GEMMTUNE_CFGS:-$(printf '%s\n' "--precision fp32" "--precision tf32" "--precision bf16" "--precision fp16" \
-    "--attn fused --precision fp32" "--attn fused --precision tf32" "--attn fused --precision bf16" \
-    "--attn fused --precision fp16" "--attn fused --precision bf16 --seq 2048 --batch 4" \
-    "--attn fused --precision bf16 --preset gpt2-350m --batch 4")}"
+  g="--preset gpt2-124m"
+  cfgs="${GEMMTUNE_CFGS:-$(printf '%s\n' "$g --precision fp32" "$g --precision tf32" "$g --precision bf16" "$g --precision fp16" \
+    "$g --attn fused --precision fp32" "$g --attn fused --precision tf32" "$g --attn fused --precision bf16" \
+    "$g --attn fused --precision fp16" "$g --attn fused --precision bf16 --seq 2048 --batch 4" \
+    "--preset gpt2-350m --attn fused --precision bf16 --batch 4")}"
   i=0
   while IFS= read -r cfg; do
     [ -n "$cfg" ] || continue
     i=$((i + 1))
-    MEMOPT_GEMM_TUNE=${GEMMTUNE_MODE:-2} timeout 200 $M run --preset gpt2-124m $cfg --steps 1 --warmup 0 2>"$R/gemm-tune-$i.log" \
+    MEMOPT_GEMM_TUNE=${GEMMTUNE_MODE:-2} timeout 200 $M run $cfg --steps 1 --warmup 0 2>"$R/gemm-tune-$i.log" \
       | grep -E "step:" | sed "s/^/tuning run $cfg: /"
     echo "  $(grep -c '^lt-tune: {' "$R/gemm-tune-$i.log") faster choices, $(grep -c '^lt-tune: //' "$R/gemm-tune-$i.log") first stays"
   done <<<"$cfgs"
   python3 tools/lt_table_insert.py --replace kernels/lt_algo_table.c \
-    "tools/gpu_session.sh stage gemmtune, ${MEMOPT_GIT_REV:-?}, $(date -u +%F): MEMOPT_GEMM_TUNE=${GEMMTUNE_MODE:-2} memopt run --preset gpt2-124m, each of: $(echo "$cfgs" | paste -sd ';')" \
-    $(ls "$R"/gemm-tune-*.log | sort -V)
+    "tools/gpu_session.sh stage gemmtune, ${MEMOPT_GIT_REV:-?}, $(date -u +%F): MEMOPT_GEMM_TUNE=${GEMMTUNE_MODE:-2} memopt run --steps 1 --warmup 0, each of: $(echo "$cfgs" | paste -sd ';')" \
+    $(for j in $(seq $i); do echo "$R/gemm-tune-$j.log"; done)
   cp kernels/lt_algo_table.c "$OUT/lt_algo_table.c"
   cmake --build $B -j 16 --target memopt gpu_lt_table 2>&1 | grep -E "error|FAILED" | head -20
   # every stored line of this card against the heuristic's first, on fresh random operands
@@ -255,13 +256,14 @@ fi
 if has gemmab; then
   # the stored GEMM choices against the heuristic's first (MEMOPT_GEMM_TABLE=0), interleaved, GEMMAB_ROUNDS rounds
   csv="$R/$gk-gemmab.csv"
-  rows="${GEMMAB_ROWS:-$(printf '%s\n' "--attn fused --precision fp32" "--attn fused --precision tf32" \
-    "--attn fused --precision bf16" "--attn fused --precision bf16 --preset gpt2-350m --batch 4")}"
+  g="--preset gpt2-124m"
+  rows="${GEMMAB_ROWS:-$(printf '%s\n' "$g --attn fused --precision fp32" "$g --attn fused --precision tf32" \
+    "$g --attn fused --precision bf16" "--preset gpt2-350m --attn fused --precision bf16 --batch 4")}"
   for rep in $(seq ${GEMMAB_ROUNDS:-2}); do
     while IFS= read -r cfg; do
       [ -n "$cfg" ] || continue
       for v in table MEMOPT_GEMM_TABLE=0; do
-        env $([ $v = table ] || echo $v) MEMOPT_ATTN_IMPL=${GEMMAB_ATTN_IMPL:-cudnn} timeout 120 $M run --preset gpt2-124m $cfg \
+        env $([ $v = table ] || echo $v) MEMOPT_ATTN_IMPL=${GEMMAB_ATTN_IMPL:-cudnn} timeout 120 $M run $cfg \
           --steps 10 --warmup 3 --csv "$csv" 2>&1 | grep -E "step:" | sed "s/^/$cfg $v rep $rep: /"
       done
     done <<<"$rows"
