@@ -185,7 +185,12 @@ static mo_status lt_scratch_d(mo_ctx *c, const lt_key *k, mo_lt_gemm *gt, void *
     const size_t e = k->d_type == CUDA_R_32F ? 4 : 2, off = k->al_d < 256 ? k->al_d : 0;
     const size_t bytes = (size_t)k->ldd * (size_t)k->n * e + off;
     MO_TRY(mo_scratch_alloc(c, bytes, base));
-    CUDA_CHECK(cudaMemsetAsync(*base, 0, bytes, (cudaStream_t)c->stream));
+    const cudaError_t ce = cudaMemsetAsync(*base, 0, bytes, (cudaStream_t)c->stream);
+    if (ce != cudaSuccess) {
+        mo_scratch_free(c, *base); // the memset's error is the one reported
+        *base = NULL;
+        CUDA_CHECK(ce);
+    }
     gt->D = (char *)*base + off;
     gt->Cin = NULL;
     return MO_OK;
@@ -454,7 +459,10 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
         cublasLtMatmulPreferenceDestroy(pref); // the heuristic's error is the one reported
         CUBLAS_CHECK(hs);
     }
-    CUBLAS_CHECK(heur[0].state);
+    if (heur[0].state != CUBLAS_STATUS_SUCCESS) {
+        cublasLtMatmulPreferenceDestroy(pref); // the first's own status is the one reported
+        CUBLAS_CHECK(heur[0].state);
+    }
     p->algo = heur[0].algo;
     if (want) {
         int hit = 0;
