@@ -167,17 +167,15 @@ static int cfg_eq(const mo_lt_algo_cfg *x, const mo_lt_algo_cfg *y) {
 
 // Whether g may run several times with the same result: D overwritten (beta 0, or beta reading a separate
 // Cin) and no operand aliasing D. (A tuning run times an in-place accumulation on a scratch D instead.)
-static int lt_rerunnable(const mo_lt_gemm *g) {
-    if (g->A == g->D || g->B == g->D || (g->bias && g->bias == g->D) || (g->aux && g->aux == g->D)) return 0;
-    return g->beta == 0.0f || (g->Cin != NULL && g->Cin != g->D);
+static int lt_d_aliased(const mo_lt_gemm *g) {
+    return g->A == g->D || g->B == g->D || (g->bias && g->bias == g->D) || (g->aux && g->aux == g->D);
 }
+static int lt_reads_own_d(const mo_lt_gemm *g) { return g->beta != 0.0f && (g->Cin == NULL || g->Cin == g->D); }
+static int lt_rerunnable(const mo_lt_gemm *g) { return !lt_d_aliased(g) && !lt_reads_own_d(g); }
 
 // Whether g accumulates into D in place (beta != 0, C is D) with no operand aliasing D: a tuning run can
 // time it on a scratch copy of D instead (lt_scratch_d), leaving the real D alone.
-static int lt_inplace_only(const mo_lt_gemm *g) {
-    if (g->A == g->D || g->B == g->D || (g->bias && g->bias == g->D) || (g->aux && g->aux == g->D)) return 0;
-    return g->beta != 0.0f && (g->Cin == NULL || g->Cin == g->D);
-}
+static int lt_inplace_only(const mo_lt_gemm *g) { return !lt_d_aliased(g) && lt_reads_own_d(g); }
 
 // For timing an in-place accumulation: gt's D (and C) become a zeroed scratch buffer from the allocator of
 // D's size and alignment class (*base: what to free). Only a tuning run does this.

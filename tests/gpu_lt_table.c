@@ -80,41 +80,39 @@ static void run_line(const mo_lt_choice *t, int line) {
         g.aux_ld = k->aux_ld;
     }
     if (k->has_c) g.Cin = dev_operand(k->d_type, nd, k->al_c, &bc);
-    {
-        // an in-place accumulation (beta 1, C is D: the tuning run timed it on a scratch D) starts each run
-        // from the same D
-        const int inplace = !k->beta_zero && !k->has_c;
-        unsigned char *d0 = NULL;
-        if (inplace) {
-            d0 = malloc(nd * tsize(k->d_type));
-            d2h(d0, g.D, nd * tsize(k->d_type));
-        }
-        float *got[3];
-        long used0, miss0, used1, miss1;
-        for (int r = 0; r < 3; r++) {
-            if (inplace) h2d(g.D, d0, nd * tsize(k->d_type));
-            gc->gemm_table = r < 2;
-            mo_lt_cache_destroy(gc); // a fresh plan each time: the lookup runs again
-            mo_lt_table_stats(gc, &used0, &miss0);
-            int no_algo = 0;
-            CHECK_OK(mo_lt_matmul(gc, &g, &no_algo));
-            CHECK_MSG(!no_algo, "line %d: no algorithm", line);
-            mo_lt_table_stats(gc, &used1, &miss1);
-            if (r < 2) CHECK_MSG(used1 == 1 && miss1 == 0, "line %d: stored choice used %ld, missing %ld", line, used1, miss1);
-            else CHECK_MSG(used1 == 0, "line %d: table off but used", line);
-            got[r] = host_f32(k->d_type, g.D, nd);
-        }
-        gc->gemm_table = 1;
-        CHECK_MSG(memcmp(got[0], got[1], nd * sizeof(float)) == 0, "line %d: two runs of the stored algorithm differ",
-                  line);
-        // the heuristic's first as the reference: same math, another summation order
-        const double tol = k->d_type != CUDA_R_32F || k->ab_type != CUDA_R_32F ? 2e-2 : k->tf32 ? 5e-3 : 1e-5;
-        char label[96];
-        snprintf(label, sizeof label, "line %d stored vs first", line);
-        test_check_rel(got[0], got[2], nd, tol, __FILE__, __LINE__, label);
-        for (int r = 0; r < 3; r++) free(got[r]);
-        free(d0);
+    // an in-place accumulation (beta 1, C is D: the tuning run timed it on a scratch D) starts each run
+    // from the same D
+    const int inplace = !k->beta_zero && !k->has_c;
+    unsigned char *d0 = NULL;
+    if (inplace) {
+        d0 = malloc(nd * tsize(k->d_type));
+        d2h(d0, g.D, nd * tsize(k->d_type));
     }
+    float *got[3];
+    long used0, miss0, used1, miss1;
+    for (int r = 0; r < 3; r++) {
+        if (inplace) h2d(g.D, d0, nd * tsize(k->d_type));
+        gc->gemm_table = r < 2;
+        mo_lt_cache_destroy(gc); // a fresh plan each time: the lookup runs again
+        mo_lt_table_stats(gc, &used0, &miss0);
+        int no_algo = 0;
+        CHECK_OK(mo_lt_matmul(gc, &g, &no_algo));
+        CHECK_MSG(!no_algo, "line %d: no algorithm", line);
+        mo_lt_table_stats(gc, &used1, &miss1);
+        if (r < 2) CHECK_MSG(used1 == 1 && miss1 == 0, "line %d: stored choice used %ld, missing %ld", line, used1, miss1);
+        else CHECK_MSG(used1 == 0, "line %d: table off but used", line);
+        got[r] = host_f32(k->d_type, g.D, nd);
+    }
+    gc->gemm_table = 1;
+    CHECK_MSG(memcmp(got[0], got[1], nd * sizeof(float)) == 0, "line %d: two runs of the stored algorithm differ",
+              line);
+    // the heuristic's first as the reference: same math, another summation order
+    const double tol = k->d_type != CUDA_R_32F || k->ab_type != CUDA_R_32F ? 2e-2 : k->tf32 ? 5e-3 : 1e-5;
+    char label[96];
+    snprintf(label, sizeof label, "line %d stored vs first", line);
+    test_check_rel(got[0], got[2], nd, tol, __FILE__, __LINE__, label);
+    for (int r = 0; r < 3; r++) free(got[r]);
+    free(d0);
     dfree(ba); dfree(bb); dfree(bd); dfree(bbias); dfree(baux); dfree(bc);
 }
 #endif

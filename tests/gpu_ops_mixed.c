@@ -190,18 +190,19 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
     check16(dt, gi[0], dinp_ref, NC, "layernorm backward dinp");
     check32(dt, gw[0], dw_ref, C, TOL_LN_PARAM, "layernorm backward dweight");
     check32(dt, gb[0], db_ref, C, TOL_LN_PARAM, "layernorm backward dbias");
-    same_bits(o[0], o[1], NC * 2, "layernorm out", dt);
-    same_bits(m[0], m[1], (size_t)N * 4, "layernorm mean", dt);
-    same_bits(r[0], r[1], (size_t)N * 4, "layernorm rstd", dt);
-    same_bits(gi[0], gi[1], NC * 2, "layernorm dinp", dt);
-    same_bits(gw[0], gw[1], (size_t)C * 4, "layernorm dweight", dt);
-    same_bits(gb[0], gb[1], (size_t)C * 4, "layernorm dbias", dt);
-    same_bits(o[0], o[2], NC * 2, "layernorm out (register vs loop kernels)", dt);
-    same_bits(m[0], m[2], (size_t)N * 4, "layernorm mean (register vs loop kernels)", dt);
-    same_bits(r[0], r[2], (size_t)N * 4, "layernorm rstd (register vs loop kernels)", dt);
-    same_bits(gi[0], gi[2], NC * 2, "layernorm dinp (register vs loop kernels)", dt);
-    same_bits(gw[0], gw[2], (size_t)C * 4, "layernorm dweight (register vs loop kernels)", dt);
-    same_bits(gb[0], gb[2], (size_t)C * 4, "layernorm dbias (register vs loop kernels)", dt);
+    // run 1: the same kernels again; run 2: the loop kernels (MEMOPT_LN=loop)
+    for (int k = 1; k <= 2; k++) {
+        const char *how = k == 1 ? "run twice" : "register vs loop kernels";
+        char l[6][64];
+        const char *what[6] = {"out", "mean", "rstd", "dinp", "dweight", "dbias"};
+        for (int q = 0; q < 6; q++) snprintf(l[q], sizeof l[q], "layernorm %s (%s)", what[q], how);
+        same_bits(o[0], o[k], NC * 2, l[0], dt);
+        same_bits(m[0], m[k], (size_t)N * 4, l[1], dt);
+        same_bits(r[0], r[k], (size_t)N * 4, l[2], dt);
+        same_bits(gi[0], gi[k], NC * 2, l[3], dt);
+        same_bits(gw[0], gw[k], (size_t)C * 4, l[4], dt);
+        same_bits(gb[0], gb[k], (size_t)C * 4, l[5], dt);
+    }
     free(x); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0); free(out_ref); free(dinp_ref);
     free(mean_ref); free(rstd_ref); free(dw_ref); free(db_ref);
     for (int k = 0; k < 3; k++) { free(o[k]); free(gi[k]); free(m[k]); free(r[k]); free(gw[k]); free(gb[k]); }
