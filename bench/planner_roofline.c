@@ -492,28 +492,24 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
     //    the libraries' GEMMs and convolutions take both at the same tensor-core rate, and they move the same
     //    bytes (plan --validate of session 25's H100 ResNet-50 file: the lone fp16 row 27.0% off on the
     //    defaults, 3.6% on bf16's fit);
-    //  - tf32 the GEMM efficiency of a 16-bit precision (bf16 first), keeping the default memory one: its
-    //    GEMMs and convolutions run on tensor cores as theirs do (the roofline takes them at the TF32 rate,
-    //    half the 16-bit one), the rest is the fp32 step's kernels on fp32 data. fp32's memory efficiency was
-    //    tried too: its fits come from steps whose time is CUDA-core GEMMs, and on session 25's H100 GPT-2
-    //    file it moved the lone tf32 row from +8.2% to -15.9%. plan --validate over the committed files: the
-    //    lone tf32 ResNet-50 rows on the H100 from 19-30% off to 14-22%, two more files with every row
-    //    within 15%, none fewer.
+    //  - tf32 both efficiencies of a 16-bit precision (bf16 first): its GEMMs and convolutions run on tensor
+    //    cores as theirs do (the roofline takes them at the TF32 rate, half the 16-bit one), and the rest is
+    //    the same templated kernels (batch norm, LayerNorm, loss) on 4-byte elements, whose share of the
+    //    bandwidth does not depend on the element's width. fp32's memory efficiency was tried first: its fits
+    //    come from steps whose time is CUDA-core GEMMs, and on session 25's H100 GPT-2 file it moved the
+    //    lone tf32 row from +8.2% to -15.9%. The default memory efficiency (0.5) left the lone tf32 ResNet-50
+    //    rows of the H100 files 10-20% slow (97d16ba's +19.7%); bf16's took them to +3.0 to +7.0%, moved the
+    //    two lone GPT-2 tf32 rows from -2.6% / -2.4% to -10.2% / -9.6% and H200 e06bb93's ResNet row from
+    //    +4.6% to +8.6%: plan --validate over the committed files, 4 more tf32 rows within 15%, none fewer.
     static const int from[4][2] = {{-1, -1}, {MO_PREC_BF16, MO_PREC_FP16}, {MO_PREC_BF16, -1}, {MO_PREC_FP16, -1}};
-    static const int mem_too[4] = {0, 0, 1, 1}; // by mo_precision: the memory efficiency as well
     for (int p = 0; p < 4; p++) {
         int q = -1;
         for (int j = 0; j < 2 && q < 0 && !c->rows[p]; j++)
             if (from[p][j] >= 0 && c->rows[from[p][j]]) q = from[p][j];
         if (q < 0) continue;
-        const char *qn = mo_precision_name((mo_precision)q);
         c->eff_gemm[p] = c->eff_gemm[q];
-        if (mem_too[p]) {
-            c->eff_mem[p] = c->eff_mem[q];
-            snprintf(c->how[p], sizeof c->how[p], "%s's, %.80s", qn, c->how[q]);
-        } else {
-            snprintf(c->how[p], sizeof c->how[p], "%.2f GEMM (%s's), %.1f memory (default)", c->eff_gemm[p], qn, c->eff_mem[p]);
-        }
+        c->eff_mem[p] = c->eff_mem[q];
+        snprintf(c->how[p], sizeof c->how[p], "%s's, %.80s", mo_precision_name((mo_precision)q), c->how[q]);
     }
     host_fit(c, g, &one, rows, n, skip);
 }
