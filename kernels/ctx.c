@@ -3,6 +3,7 @@
 #include "attention_cudnn.h"
 #include "cost.h"
 #include "copy_stream.h"
+#include "zero_side.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,10 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         free(c);
         return kst;
     }
+    if ((kst = knob01("MEMOPT_ZERO_SIDE", 1, &c->zero_side_on)) != MO_OK) {
+        free(c);
+        return kst;
+    }
     c->conv_add16_beta1 = 1;
     c->conv_force_rank = -1;
     c->conv_last_engine = -1;
@@ -229,6 +234,7 @@ static void prof_free(mo_profiler *p);
 void mo_ctx_destroy(mo_ctx *c) {
     if (!c) return;
     mo_copy_destroy(c); // its stream drained before anything it copied is given back
+    mo_zero_side_destroy(c); // likewise: no clear still writes into memory about to be freed
     prof_free(c->prof);
     mo_free(c->alloc, c->gemm_ws); // in stream order, before the stream goes
 #ifdef MEMOPT_HAVE_CUDA

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/copy_stream.h"
+#include "kernels/zero_side.h"
 #include "kernels/cost.h"
 #include "models/step_ops.h"
 #include "strategies/comm.h"
@@ -306,20 +307,28 @@ mo_status mo_sched_forward_backward(const mo_sched_config *c, const mo_sched_mod
         else
             for (int l = 0; l <= c->blocks; l++) slot[i].tk[l] = -1;
     }
-    mo_cost_set_region(x, MO_COST_OPTIMIZER); // zeroing the gradients: the optimizer's part of the step
-    if (st == MO_OK && c->grads) st = mo_memset_zero(x, c->grads, c->n_grads * sizeof(float));
+    // Zeroing the gradients: the optimizer's part of the step. On a side stream (zero_side.h), under the
+    // first forward, which never writes a gradient; joined before the first backward (the pipeline's
+    // interleaved ones: before it starts).
+    mo_cost_set_region(x, MO_COST_OPTIMIZER);
+    if (st == MO_OK && c->grads) st = mo_zero_side_begin(x, c->grads, c->n_grads * sizeof(float));
     mo_cost_set_region(x, MO_COST_BODY);
     if (!pipe) {
         sched_slot *t = &slot[0];
         for (int k = 0; k < c->accum && st == MO_OK; k++) {
             t->micro = k;
             st = forward(&s, t);
+            if (st == MO_OK) st = mo_zero_side_join(x);
             if (st == MO_OK) st = backward(&s, t);
             slot_unwind(&s, t); // a failure (out of memory) unwinds every live activation
         }
     } else if (st == MO_OK) {
-        st = pipeline(&s, slot, nslots);
+        st = mo_zero_side_join(x);
+        if (st == MO_OK) st = pipeline(&s, slot, nslots);
     }
+    // after a failed forward too: nothing enqueued later (the next step's clear, a free) passes the clear
+    mo_status stj = mo_zero_side_join(x);
+    if (st == MO_OK) st = stj;
     for (int i = 0; i < nslots; i++) {
         if (slot[i].mstate && slot[i].blocks && slot[i].x && slot[i].h && slot[i].hb && slot[i].tk) slot_unwind(&s, &slot[i]);
         free(slot[i].mstate);

@@ -1,0 +1,82 @@
+// Zeroing on a side stream (zero_side.h).
+#include "zero_side.h"
+#include "cost.h"
+
+#include <stdlib.h>
+#ifdef MEMOPT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include "cuda_check.h"
+#endif
+
+struct mo_zero_side {
+    void *stream;       // cudaStream_t, non-blocking
+    void *ev_ready;     // on the compute stream: where it stood at the begin
+    void *ev_done;      // on the side stream: after the memset
+    int pending;
+};
+
+#ifdef MEMOPT_HAVE_CUDA
+static mo_status side_of(mo_ctx *c, struct mo_zero_side **out) {
+    if (!c->zero_side) {
+        struct mo_zero_side *z = calloc(1, sizeof *z);
+        if (!z) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the zeroing stream");
+        c->zero_side = z; // destroyed with the context from here on, whatever is made below
+        cudaStream_t s;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        z->stream = s;
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        z->ev_ready = e;
+        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        z->ev_done = e;
+    }
+    *out = c->zero_side;
+    return MO_OK;
+}
+#endif
+
+mo_status mo_zero_side_begin(mo_ctx *c, void *dst, size_t bytes) {
+    if (c->backend != MO_BACKEND_CUDA || !c->zero_side_on) return mo_memset_zero(c, dst, bytes);
+#ifdef MEMOPT_HAVE_CUDA
+    MO_TRY(mo_zero_side_join(c));
+    mo_cost_record(c, "memset", MO_COST_MEMORY, 0, (double)bytes); // as mo_memset_zero records it
+    struct mo_zero_side *z = NULL;
+    MO_TRY(side_of(c, &z));
+    cudaStream_t s = (cudaStream_t)z->stream;
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)z->ev_ready, (cudaStream_t)c->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)z->ev_ready, 0));
+    CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s));
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)z->ev_done, s));
+    z->pending = 1;
+    return MO_OK;
+#else
+    return MO_FAIL(MO_ERR_UNSUPPORTED, "zeroing stream: this build has no CUDA");
+#endif
+}
+
+mo_status mo_zero_side_join(mo_ctx *c) {
+#ifdef MEMOPT_HAVE_CUDA
+    struct mo_zero_side *z = c->zero_side;
+    if (!z || !z->pending) return MO_OK;
+    z->pending = 0;
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)z->ev_done, 0));
+#else
+    (void)c;
+#endif
+    return MO_OK;
+}
+
+void mo_zero_side_destroy(mo_ctx *c) {
+    struct mo_zero_side *z = c->zero_side;
+    if (!z) return;
+#ifdef MEMOPT_HAVE_CUDA
+    if (z->stream) {
+        cudaStreamSynchronize((cudaStream_t)z->stream);
+        cudaStreamDestroy((cudaStream_t)z->stream);
+    }
+    if (z->ev_ready) cudaEventDestroy((cudaEvent_t)z->ev_ready);
+    if (z->ev_done) cudaEventDestroy((cudaEvent_t)z->ev_done);
+#endif
+    free(z);
+    c->zero_side = NULL;
+}

@@ -1,0 +1,32 @@
+// Zeroing a buffer on a stream of its own: the step's gradient buffer (n_params fp32) is cleared at the
+// step's start, and a memset there is a memory-bound pass the compute stream would otherwise wait for
+// before the forward. On the side stream it runs under the forward (which never touches the gradients),
+// ordered after everything enqueued on the compute stream before it (the last step's optimizer reads
+// the gradients), and the compute stream joins it before the first gradient write (the first backward).
+//   cuda: a non-blocking stream and two events, made at the first use and kept with the context
+//   cpu / dry: mo_memset_zero at once; the join does nothing
+// MEMOPT_ZERO_SIDE=0 (ctx.c reads it) clears on the compute stream instead, to measure the difference.
+#ifndef MEMOPT_ZERO_SIDE_H
+#define MEMOPT_ZERO_SIDE_H
+
+#include <stddef.h>
+#include "ctx.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Clears bytes at dst; the cost trace records it as mo_memset_zero does. At most one is pending at a
+// time: a second begin joins the first.
+mo_status mo_zero_side_begin(mo_ctx *c, void *dst, size_t bytes);
+// The compute stream waits for the pending clear from here on (nothing when none is pending).
+mo_status mo_zero_side_join(mo_ctx *c);
+// mo_ctx_destroy calls it: the side stream drained, its stream and events destroyed.
+void mo_zero_side_destroy(mo_ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
