@@ -73,6 +73,13 @@ for v in 31 0 -64 x 64x 3.5 65537 99999999999999999999 " 64" "+64" 064 "64 "; do
     bad "MEMOPT_WORKSPACE_MIB=$v: exit $rc, stderr '$(cat "$tmp/wsbad.err")'"
 done
 
+# 4b. MEMOPT_ZERO_SIDE takes 0 or 1 (the same step either way on cpu, where the clear is synchronous);
+# another value exits 2 naming the variable and what it takes, in one line.
+MEMOPT_ZERO_SIDE=0 "$M" run "${TINY[@]}" >/dev/null 2>&1 && ok || bad "MEMOPT_ZERO_SIDE=0 run failed"
+MEMOPT_ZERO_SIDE=yes "$M" run "${TINY[@]}" >"$tmp/zs.out" 2>"$tmp/zs.err"; rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/zs.err")" -eq 1 ] && grep -qF "MEMOPT_ZERO_SIDE=yes: expected 0 or 1" "$tmp/zs.err" && ok ||
+  bad "MEMOPT_ZERO_SIDE=yes: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/zs.err")"
+
 # 5. The committed results files still read (compare each with itself).
 n=0
 for f in "$SRC"/results/*.csv; do
