@@ -122,7 +122,7 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     c->attn_tf32 = !(at && strcmp(at, "0") == 0);
     const char *gt = getenv("MEMOPT_GEMM_TABLE"), *gu = getenv("MEMOPT_GEMM_TUNE");
     c->gemm_table = !(gt && strcmp(gt, "0") == 0);
-    c->gemm_tune = gu && strcmp(gu, "1") == 0 ? 1 : gu && strcmp(gu, "2") == 0 ? 2 : 0;
+    c->gemm_tune = gu && strcmp(gu, "1") == 0 ? 1 : gu && strcmp(gu, "2") == 0 ? 2 : gu && strcmp(gu, "3") == 0 ? 3 : 0;
     const char *ce = getenv("MEMOPT_CE");
     c->ce_loop = ce && strcmp(ce, "loop") == 0;
     const char *ct = getenv("MEMOPT_CONV_TABLE"), *cu = getenv("MEMOPT_CONV_TUNE");

@@ -81,6 +81,10 @@
        cudaDataType_t Atype, cudaDataType_t Btype, cudaDataType_t Ctype, cudaDataType_t Dtype, int algoId, \
        cublasLtMatmulAlgo_t *algo),                                                                     \
       (lightHandle, computeType, scaleType, Atype, Btype, Ctype, Dtype, algoId, algo), NOT_LOADED)      \
+    X(cublasStatus_t, cublasLtMatmulAlgoCapGetAttribute,                                               \
+      (const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapAttributes_t attr, void *buf,             \
+       size_t sizeInBytes, size_t *sizeWritten),                                                        \
+      (algo, attr, buf, sizeInBytes, sizeWritten), NOT_LOADED)                                          \
     X(cublasStatus_t, cublasLtMatmulAlgoCheck,                                                          \
       (cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,  \
        cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,        \

@@ -25,7 +25,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},
     {"MEMOPT_FUSE_EPILOGUES", "1|0: the GEMM epilogue fusions forced on or off (default: 16-bit only)"},
     {"MEMOPT_GEMM_TABLE", "0: the stored cuBLASLt choices ignored"},
-    {"MEMOPT_GEMM_TUNE", "1: every GEMM that can be rerun is tuned over the heuristic's top 16; 2: also over each cuBLASLt algorithm's own top 8"},
+    {"MEMOPT_GEMM_TUNE", "1: every GEMM that can be rerun is tuned over the heuristic's top 16; 2: also over each cuBLASLt algorithm's own top 8; 3: also every tile and stage count of those algorithms"},
     {"MEMOPT_LN", "loop: the 16-bit LayerNorm on the kernels that loop over a row's groups, not the ones that hold them in registers"},
     {"MEMOPT_MARK_LIB_WRITES", "1: what cuBLAS, cuBLASLt and cuDNN write is cleared first (for compute-sanitizer initcheck)"},
     {"MEMOPT_OFFLOAD_CHUNK", "N: --offload optimizer's update in chunks of N parameters, pipelined on the copy stream"},

@@ -28,6 +28,8 @@
 #define LT_WIDE_IDS 64        // MEMOPT_GEMM_TUNE=2: the algorithm ids asked for (cublasLtMatmulAlgoGetIds)
 #define LT_WIDE_PER_ID 8      // and each one's own top configurations (the heuristic limited to that id)
 #define LT_WIDE_MAX 160       // candidates timed at most, the heuristic's list first
+#define LT_ENUM_MAX 480       // MEMOPT_GEMM_TUNE=3: candidates timed at most, tune 2's first
+#define LT_ENUM_TRY 6000      // configurations built and checked at most per GEMM
 #define LT_TUNE_REJECT 1.25f  // a candidate whose first timed run is this much slower than the best so far stops there
 
 typedef mo_lt_key lt_key; // lt_table.h
@@ -382,6 +384,96 @@ static mo_status wide_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
     return MO_OK;
 }
 
+#define LT_ENUM_CAPS 256 // tile or stage ids read of one algorithm at most
+
+// An array capability of algorithm a (uint32 ids: CUBLASLT_ALGO_CAP_TILE_IDS, STAGES_IDS) into ids, its
+// length asked for first (sizeInBytes 0); 0 when it has none or cannot be read.
+static int cap_ids(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoCapAttributes_t attr, uint32_t ids[LT_ENUM_CAPS]) {
+    size_t need = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(a, attr, NULL, 0, &need) != CUBLAS_STATUS_SUCCESS || need == 0 ||
+        need % sizeof ids[0] || need > LT_ENUM_CAPS * sizeof ids[0])
+        return 0;
+    size_t w = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(a, attr, ids, need, &w) != CUBLAS_STATUS_SUCCESS) return 0;
+    return (int)(need / sizeof ids[0]);
+}
+
+// MEMOPT_GEMM_TUNE=3: beyond tune 2's candidates, configurations built directly for each algorithm id
+// among them: every tile and stage count the id's capabilities list (CUBLASLT_ALGO_CAP_TILE_IDS,
+// STAGES_IDS) under each of the rest-of-configuration tuples its candidates use (split-K and reduction,
+// swizzle, custom option, inner and cluster shape; the swizzle also flipped where the id supports it).
+// Those cublasLtMatmulAlgoCheck accepts within the workspace budget (algo_from_cfg), at most
+// LT_ENUM_TRY built per GEMM, are appended (rank -1), spread evenly over the list when more than
+// LT_ENUM_MAX in all would be timed. cand has room for LT_ENUM_MAX.
+static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_t compute, lt_cand *cand, int *n) {
+    cublasLtHandle_t lt = (cublasLtHandle_t)c->cublaslt;
+    const lt_key *k = &p->key;
+    const int n0 = *n;
+    mo_lt_algo_cfg *have = malloc((size_t)(n0 ? n0 : 1) * sizeof *have);
+    lt_cand *pool = malloc((size_t)LT_ENUM_TRY * sizeof *pool);
+    mo_lt_algo_cfg *pcfg = malloc((size_t)LT_ENUM_TRY * sizeof *pcfg);
+    if (!have || !pool || !pcfg) {
+        free(have), free(pool), free(pcfg);
+        return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the GEMM configurations");
+    }
+    mo_status st = MO_OK;
+    int npool = 0, tried = 0;
+    for (int i = 0; i < n0; i++) {
+        cublasStatus_t e = algo_cfg(&cand[i].algo, &have[i]);
+        if (e != CUBLAS_STATUS_SUCCESS) { free(have), free(pool), free(pcfg); CUBLAS_CHECK(e); }
+    }
+    for (int i = 0; i < n0 && st == MO_OK && tried < LT_ENUM_TRY; i++) {
+        int first = 1; // the first candidate of this id: its capabilities are read once
+        for (int j = 0; j < i && first; j++) first = have[j].id != have[i].id;
+        if (!first) continue;
+        cublasLtMatmulAlgo_t a;
+        memset(&a, 0, sizeof a);
+        if (cublasLtMatmulAlgoInit(lt, compute, CUDA_R_32F, (cudaDataType_t)k->ab_type, (cudaDataType_t)k->ab_type,
+                                   (cudaDataType_t)k->d_type, (cudaDataType_t)k->d_type, have[i].id, &a) !=
+            CUBLAS_STATUS_SUCCESS)
+            continue;
+        uint32_t tiles[LT_ENUM_CAPS], stages[LT_ENUM_CAPS];
+        int32_t swz_ok = 0;
+        size_t w = 0;
+        int nt = cap_ids(&a, CUBLASLT_ALGO_CAP_TILE_IDS, tiles), ns = cap_ids(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, stages);
+        if (cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz_ok, sizeof swz_ok, &w) !=
+            CUBLAS_STATUS_SUCCESS)
+            swz_ok = 0;
+        if (nt == 0) tiles[0] = (uint32_t)have[i].tile, nt = 1;
+        if (ns == 0) stages[0] = (uint32_t)have[i].stages, ns = 1;
+        for (int q = i; q < n0 && st == MO_OK && tried < LT_ENUM_TRY; q++) { // each tuple of this id's candidates
+            if (have[q].id != have[i].id) continue;
+            for (int sw = 0; sw < (swz_ok ? 2 : 1) && st == MO_OK; sw++)
+                for (int ti = 0; ti < nt && st == MO_OK && tried < LT_ENUM_TRY; ti++)
+                    for (int si = 0; si < ns && st == MO_OK && tried < LT_ENUM_TRY; si++) {
+                        mo_lt_algo_cfg cf = have[q];
+                        cf.tile = (int)tiles[ti];
+                        cf.stages = (int)stages[si];
+                        if (sw) cf.swizzle = !cf.swizzle;
+                        int dup = 0;
+                        for (int h = 0; h < n0 && !dup; h++) dup = cfg_eq(&cf, &have[h]);
+                        for (int h = 0; h < npool && !dup; h++) dup = cfg_eq(&cf, &pcfg[h]);
+                        if (dup) continue;
+                        tried++;
+                        int ok = 0;
+                        st = algo_from_cfg(c, p, compute, &cf, &pool[npool].algo, &ok);
+                        if (st == MO_OK && ok) pool[npool].rank = -1, pcfg[npool] = cf, npool++;
+                    }
+        }
+    }
+    // spread evenly: the list runs tile by tile, so a prefix would try few tiles
+    const int room = LT_ENUM_MAX - n0;
+    for (int j = 0; st == MO_OK && j < room && j < npool; j++) {
+        const int from = npool <= room ? j : (int)((long)j * npool / room);
+        cand[(*n)++] = pool[from];
+    }
+    if (st == MO_OK)
+        fprintf(stderr, "lt-tune: // m %d n %d k %d ta %d tb %d epilogue %d: %d configurations built, %d accepted, %d timed in all\n",
+                k->m, k->n, k->k, k->ta, k->tb, k->epilogue, tried, npool, *n);
+    free(have), free(pool), free(pcfg);
+    return st;
+}
+
 // Builds p for g (descriptors with g's pointers set, layouts, the heuristic's algorithm) into p, whose
 // key is already set; p->no_algo = 1 (descriptors released) when there is no algorithm. On failure the
 // caller releases p.
@@ -482,13 +574,15 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
         if (hit) c->lt_cache->table_used++;
         else c->lt_cache->table_missing++; // cuBLASLt no longer offers it here: the heuristic's first
     }
-    if (tune && (found > 1 || c->gemm_tune == 2)) {
-        lt_cand cand[LT_WIDE_MAX];
+    if (tune && (found > 1 || c->gemm_tune >= 2)) {
+        lt_cand *cand = malloc(LT_ENUM_MAX * sizeof *cand); // LT_ENUM_MAX >= LT_WIDE_MAX
+        if (!cand) { cublasLtMatmulPreferenceDestroy(pref); return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the GEMM candidates"); }
         int n = 0;
         for (int i = 0; i < found; i++)
             if (heur[i].state == CUBLAS_STATUS_SUCCESS) cand[n].algo = heur[i].algo, cand[n].rank = i, n++;
-        mo_status wst = c->gemm_tune == 2 ? wide_candidates(c, p, compute, pref, cand, &n) : MO_OK;
-        if (wst != MO_OK) { cublasLtMatmulPreferenceDestroy(pref); return wst; }
+        mo_status wst = c->gemm_tune >= 2 ? wide_candidates(c, p, compute, pref, cand, &n) : MO_OK;
+        if (wst == MO_OK && c->gemm_tune == 3) wst = enum_candidates(c, p, compute, cand, &n);
+        if (wst != MO_OK) { free(cand); cublasLtMatmulPreferenceDestroy(pref); return wst; }
         int pick = 0;
         mo_lt_gemm gt = *g; // an in-place accumulation is timed on a scratch D
         void *scratch = NULL;
@@ -496,8 +590,9 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
         if (ts == MO_OK) ts = lt_tune(c, &gt, p, cand, n, &pick);
         mo_status fs = scratch ? mo_scratch_free(c, scratch) : MO_OK;
         if (ts == MO_OK) ts = fs;
+        if (ts == MO_OK) p->algo = cand[pick].algo;
+        free(cand);
         if (ts != MO_OK) { cublasLtMatmulPreferenceDestroy(pref); return ts; }
-        p->algo = cand[pick].algo;
     }
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     p->no_algo = 0;
