@@ -468,7 +468,7 @@ static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
         cand[(*n)++] = pool[from];
     }
     if (st == MO_OK)
-        fprintf(stderr, "lt-tune: // m %d n %d k %d ta %d tb %d epilogue %d: %d configurations built, %d accepted, %d timed in all\n",
+        fprintf(stderr, "lt-enum: m %d n %d k %d ta %d tb %d epilogue %d: %d configurations built, %d accepted, %d timed in all\n",
                 k->m, k->n, k->k, k->ta, k->tb, k->epilogue, tried, npool, *n);
     free(have), free(pool), free(pcfg);
     return st;
