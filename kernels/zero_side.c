@@ -1,5 +1,6 @@
 // Zeroing on a side stream (zero_side.h).
 #include "zero_side.h"
+#include "copy_stream.h" // mo_copy_spin_cuda: the test hook
 #include "cost.h"
 
 #include <stdlib.h>
@@ -7,6 +8,8 @@
 #include <cuda_runtime_api.h>
 #include "cuda_check.h"
 #endif
+
+mo_zero_side_test mo_zero_side_testing;
 
 struct mo_zero_side {
     void *stream;       // cudaStream_t, non-blocking
@@ -45,6 +48,7 @@ mo_status mo_zero_side_begin(mo_ctx *c, void *dst, size_t bytes) {
     cudaStream_t s = (cudaStream_t)z->stream;
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)z->ev_ready, (cudaStream_t)c->stream));
     CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)z->ev_ready, 0));
+    if (mo_zero_side_testing.delay_us > 0) MO_TRY(mo_copy_spin_cuda(s, mo_zero_side_testing.delay_us));
     CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)z->ev_done, s));
     z->pending = 1;
@@ -59,6 +63,7 @@ mo_status mo_zero_side_join(mo_ctx *c) {
     struct mo_zero_side *z = c->zero_side;
     if (!z || !z->pending) return MO_OK;
     z->pending = 0;
+    if (mo_zero_side_testing.skip_join) return MO_OK;
     CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)z->ev_done, 0));
 #else
     (void)c;

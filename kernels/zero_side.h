@@ -25,6 +25,15 @@ mo_status mo_zero_side_join(mo_ctx *c);
 // mo_ctx_destroy calls it: the side stream drained, its stream and events destroyed.
 void mo_zero_side_destroy(mo_ctx *c);
 
+// Test hooks (tests/gpu_gpt.c; cuda only, both 0 in every run of memopt): delay_us spins the side stream
+// that long before each clear, so that it lands late on purpose; skip_join makes mo_zero_side_join a no-op
+// (the negative control: the backward then accumulates into gradients the clear has not reached yet, and
+// the clear lands in the middle of it, so the test must see other gradients).
+typedef struct mo_zero_side_test {
+    int delay_us, skip_join;
+} mo_zero_side_test;
+extern mo_zero_side_test mo_zero_side_testing;
+
 #ifdef __cplusplus
 }
 #endif

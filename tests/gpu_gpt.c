@@ -4,6 +4,7 @@
 // dry backend's peak equal to the cuda backend's to the byte.
 #include <math.h>
 #include <stdio.h>
+#include "kernels/zero_side.h"
 #include "tests/gpt_fixture.h"
 
 static mo_gpt_config small_config(void) {
@@ -61,6 +62,36 @@ static void compare_model(int fused, int tf32, uint64_t seed) {
     }
     free(gc);
     free(gg);
+}
+
+// The gradients' clear on its side stream (kernels/zero_side.h), held back 20 ms by the test hook: a
+// second forward/backward of the same model on the same batch (no update between) gives the first's
+// gradients bit for bit, as the join before the first backward orders every gradient write after the
+// clear. The negative control skips the join: the backward then adds onto the first run's gradients and
+// the clear lands in the middle of it, so the gradients must differ (else this test could not fail).
+static void test_zero_side(uint64_t seed) {
+    mo_gpt_config c = small_config();
+    c.layers = 4; // a backward longer than nothing, shorter than the delay
+    gpt_fixture f;
+    if (!fixture_open(&f, MO_BACKEND_CUDA, &c, seed)) return;
+    const size_t n = f.m->num_params;
+    float *g[3] = {NULL, NULL, NULL};
+    for (int r = 0; r < 3; r++) {
+        mo_zero_side_testing = (mo_zero_side_test){.delay_us = 20000, .skip_join = r == 2};
+        CHECK_OK(mo_gpt_forward_backward(f.m));
+        mo_zero_side_testing = (mo_zero_side_test){0, 0};
+        CHECK_OK(mo_ctx_sync(f.ctx));
+        g[r] = fixture_read(&f, f.m->grads, n);
+    }
+    if (g[0] && g[1] && g[2]) {
+        CHECK_MSG(!memcmp(g[0], g[1], n * sizeof(float)), "a second step's gradients differ with the clear held back 20 ms");
+        CHECK_MSG(memcmp(g[0], g[2], n * sizeof(float)) != 0,
+                  "negative control: without the join, the held-back clear still gave the same gradients");
+        printf("zero side: a held-back clear gives the same gradients bit for bit; without the join they differ\n");
+    }
+    mo_zero_side_destroy(f.ctx); // the control's late clear drained before the gradients are freed
+    for (int r = 0; r < 3; r++) free(g[r]);
+    fixture_close(&f);
 }
 
 // Reduced: batch 2 (bit-identity does not depend on it), both runs for each attention form, the
@@ -153,6 +184,7 @@ int main(void) {
     compare_model(1, 0, seed + 1);
     compare_model(0, 1, seed + 2);
     test_deterministic_and_checkpoint(seed + 3);
+    test_zero_side(seed + 4);
     test_dry_equals_cuda();
     test_overfit();
     return test_finish();
