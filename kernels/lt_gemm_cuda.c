@@ -456,8 +456,10 @@ static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
                         if (dup) continue;
                         tried++;
                         int ok = 0;
-                        st = algo_from_cfg(c, p, compute, &cf, &pool[npool].algo, &ok);
-                        if (st == MO_OK && ok) pool[npool].rank = -1, pcfg[npool] = cf, npool++;
+                        // any refusal of a built configuration (a value the id does not take, a status
+                        // other than INVALID_VALUE included) only leaves it out
+                        if (algo_from_cfg(c, p, compute, &cf, &pool[npool].algo, &ok) != MO_OK) mo_clear_error(), ok = 0;
+                        if (ok) pool[npool].rank = -1, pcfg[npool] = cf, npool++;
                     }
         }
     }
