@@ -74,6 +74,7 @@ static void test_zero_side(uint64_t seed) {
     c.layers = 4; // a backward longer than nothing, shorter than the delay
     gpt_fixture f;
     if (!fixture_open(&f, MO_BACKEND_CUDA, &c, seed)) return;
+    f.ctx->zero_side_on = 1; // whatever MEMOPT_ZERO_SIDE says: this test is about the side stream
     const size_t n = f.m->num_params;
     float *g[3] = {NULL, NULL, NULL};
     for (int r = 0; r < 3; r++) {
