@@ -160,7 +160,7 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         free(c);
         return kst;
     }
-    if ((kst = knob01("MEMOPT_ZERO_SIDE", 1, &c->zero_side_on)) != MO_OK) {
+    if ((kst = knob01("MEMOPT_ZERO_SIDE", 0, &c->zero_side_on)) != MO_OK) {
         free(c);
         return kst;
     }

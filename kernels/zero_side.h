@@ -5,7 +5,8 @@
 // the gradients), and the compute stream joins it before the first gradient write (the first backward).
 //   cuda: a non-blocking stream and two events, made at the first use and kept with the context
 //   cpu / dry: mo_memset_zero at once; the join does nothing
-// MEMOPT_ZERO_SIDE=0 (ctx.c reads it) clears on the compute stream instead, to measure the difference.
+// Off by default until it has been measured on a device: MEMOPT_ZERO_SIDE=1 (ctx.c reads it) turns it on;
+// off, mo_zero_side_begin clears on the compute stream (mo_memset_zero) and the join does nothing.
 #ifndef MEMOPT_ZERO_SIDE_H
 #define MEMOPT_ZERO_SIDE_H
 

@@ -307,7 +307,7 @@ mo_status mo_sched_forward_backward(const mo_sched_config *c, const mo_sched_mod
         else
             for (int l = 0; l <= c->blocks; l++) slot[i].tk[l] = -1;
     }
-    // Zeroing the gradients: the optimizer's part of the step. On a side stream (zero_side.h), under the
+    // Zeroing the gradients: the optimizer's part of the step. With MEMOPT_ZERO_SIDE=1 on a side stream (zero_side.h), under the
     // first forward, which never writes a gradient; joined before the first backward (the pipeline's
     // interleaved ones: before it starts).
     mo_cost_set_region(x, MO_COST_OPTIMIZER);
