@@ -226,7 +226,7 @@ PY
 fi
 if has gemmtune; then
   # tuning runs of the GPT rows (MEMOPT_GEMM_TUNE=GEMMTUNE_MODE, default 2: each new cuBLASLt plan times the
-  # heuristic's candidates and each algorithm's own top configurations);
+  # heuristic's candidates and each algorithm's own top configurations; 3: also their tiles and stage counts);
   # their "lt-tune: {" lines go into kernels/lt_algo_table.c, replacing the lines of keys tuned again (tools/lt_table_insert.py;
   # the copy in OUTDIR is the one to commit) and memopt is rebuilt on it. GEMMTUNE_CFGS: one run's flags a line
   t0=$(date +%s)
