@@ -416,13 +416,12 @@ static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
         free(have), free(pool), free(pcfg);
         return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the GEMM configurations");
     }
-    mo_status st = MO_OK;
     int npool = 0, tried = 0;
     for (int i = 0; i < n0; i++) {
         cublasStatus_t e = algo_cfg(&cand[i].algo, &have[i]);
         if (e != CUBLAS_STATUS_SUCCESS) { free(have), free(pool), free(pcfg); CUBLAS_CHECK(e); }
     }
-    for (int i = 0; i < n0 && st == MO_OK && tried < LT_ENUM_TRY; i++) {
+    for (int i = 0; i < n0 && tried < LT_ENUM_TRY; i++) {
         int first = 1; // the first candidate of this id: its capabilities are read once
         for (int j = 0; j < i && first; j++) first = have[j].id != have[i].id;
         if (!first) continue;
@@ -436,16 +435,15 @@ static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
         int32_t swz_ok = 0;
         size_t w = 0;
         int nt = cap_ids(&a, CUBLASLT_ALGO_CAP_TILE_IDS, tiles), ns = cap_ids(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, stages);
-        if (cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz_ok, sizeof swz_ok, &w) !=
-            CUBLAS_STATUS_SUCCESS)
-            swz_ok = 0;
+        const cublasLtMatmulAlgoCapAttributes_t swz_cap = CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT;
+        if (cublasLtMatmulAlgoCapGetAttribute(&a, swz_cap, &swz_ok, sizeof swz_ok, &w) != CUBLAS_STATUS_SUCCESS) swz_ok = 0;
         if (nt == 0) tiles[0] = (uint32_t)have[i].tile, nt = 1;
         if (ns == 0) stages[0] = (uint32_t)have[i].stages, ns = 1;
-        for (int q = i; q < n0 && st == MO_OK && tried < LT_ENUM_TRY; q++) { // each tuple of this id's candidates
+        for (int q = i; q < n0 && tried < LT_ENUM_TRY; q++) { // each tuple of this id's candidates
             if (have[q].id != have[i].id) continue;
-            for (int sw = 0; sw < (swz_ok ? 2 : 1) && st == MO_OK; sw++)
-                for (int ti = 0; ti < nt && st == MO_OK && tried < LT_ENUM_TRY; ti++)
-                    for (int si = 0; si < ns && st == MO_OK && tried < LT_ENUM_TRY; si++) {
+            for (int sw = 0; sw < (swz_ok ? 2 : 1); sw++)
+                for (int ti = 0; ti < nt && tried < LT_ENUM_TRY; ti++)
+                    for (int si = 0; si < ns && tried < LT_ENUM_TRY; si++) {
                         mo_lt_algo_cfg cf = have[q];
                         cf.tile = (int)tiles[ti];
                         cf.stages = (int)stages[si];
@@ -458,22 +456,23 @@ static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
                         int ok = 0;
                         // any refusal of a built configuration (a value the id does not take, a status
                         // other than INVALID_VALUE included) only leaves it out
-                        if (algo_from_cfg(c, p, compute, &cf, &pool[npool].algo, &ok) != MO_OK) mo_clear_error(), ok = 0;
+                        if (algo_from_cfg(c, p, compute, &cf, &pool[npool].algo, &ok) != MO_OK)
+                            mo_clear_error(), ok = 0;
                         if (ok) pool[npool].rank = -1, pcfg[npool] = cf, npool++;
                     }
         }
     }
     // spread evenly: the list runs tile by tile, so a prefix would try few tiles
     const int room = LT_ENUM_MAX - n0;
-    for (int j = 0; st == MO_OK && j < room && j < npool; j++) {
+    for (int j = 0; j < room && j < npool; j++) {
         const int from = npool <= room ? j : (int)((long)j * npool / room);
         cand[(*n)++] = pool[from];
     }
-    if (st == MO_OK)
-        fprintf(stderr, "lt-enum: m %d n %d k %d ta %d tb %d epilogue %d: %d configurations built, %d accepted, %d timed in all\n",
-                k->m, k->n, k->k, k->ta, k->tb, k->epilogue, tried, npool, *n);
+    fprintf(stderr, "lt-enum: m %d n %d k %d ta %d tb %d epilogue %d: %d configurations built, %d accepted, "
+                    "%d timed in all\n",
+            k->m, k->n, k->k, k->ta, k->tb, k->epilogue, tried, npool, *n);
     free(have), free(pool), free(pcfg);
-    return st;
+    return MO_OK;
 }
 
 // Builds p for g (descriptors with g's pointers set, layouts, the heuristic's algorithm) into p, whose
@@ -578,7 +577,10 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
     }
     if (tune && (found > 1 || c->gemm_tune >= 2)) {
         lt_cand *cand = malloc(LT_ENUM_MAX * sizeof *cand); // LT_ENUM_MAX >= LT_WIDE_MAX
-        if (!cand) { cublasLtMatmulPreferenceDestroy(pref); return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the GEMM candidates"); }
+        if (!cand) {
+            cublasLtMatmulPreferenceDestroy(pref);
+            return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the GEMM candidates");
+        }
         int n = 0;
         for (int i = 0; i < found; i++)
             if (heur[i].state == CUBLAS_STATUS_SUCCESS) cand[n].algo = heur[i].algo, cand[n].rank = i, n++;

@@ -307,9 +307,9 @@ mo_status mo_sched_forward_backward(const mo_sched_config *c, const mo_sched_mod
         else
             for (int l = 0; l <= c->blocks; l++) slot[i].tk[l] = -1;
     }
-    // Zeroing the gradients: the optimizer's part of the step. With MEMOPT_ZERO_SIDE=1 on a side stream (zero_side.h), under the
-    // first forward, which never writes a gradient; joined before the first backward (the pipeline's
-    // interleaved ones: before it starts).
+    // Zeroing the gradients: the optimizer's part of the step. With MEMOPT_ZERO_SIDE=1 on a side stream
+    // (zero_side.h), under the first forward, which never writes a gradient; joined before the first
+    // backward (the pipeline's interleaved ones: before it starts).
     mo_cost_set_region(x, MO_COST_OPTIMIZER);
     if (st == MO_OK && c->grads) st = mo_zero_side_begin(x, c->grads, c->n_grads * sizeof(float));
     mo_cost_set_region(x, MO_COST_BODY);
