@@ -86,7 +86,8 @@ typedef struct mo_ctx {
     int gemm_tune;                // MEMOPT_GEMM_TUNE=1: every new cuBLASLt plan that can be rerun without
                                   // changing its result times the heuristic's top candidates and prints a
                                   // table line for the fastest (lt_gemm_cuda.c); the run then uses it.
-                                  // 2: also each algorithm id's own top configurations (a wider search)
+                                  // 2: also each algorithm id's own top configurations (a wider search);
+                                  // 3: also every tile and stage count of those ids (an enumeration)
     struct mo_cost_trace *trace;  // the cost trace (cost.h): NULL (the default) records nothing
     int prof_cat;                 // the mo_prof_cat of the last mo_prof_begin (profiling on or off): the
                                   // trace's per-op category, for --profile's predicted time beside measured

@@ -33,7 +33,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_POISON_ALLOC", "1: every new block but cuda's pinned host ones filled with 0xff bytes (NaN, -1): a read of unwritten memory changes results"},
     {"MEMOPT_RECOMPUTE_TAIL", "0: the ResNet's checkpointed segment rebuilds its last block's output in its recompute, not kept from forward"},
     {"MEMOPT_WORKSPACE_MIB", "N: the libraries' workspace (cuBLASLt, cuDNN, im2col chunks) N MiB instead of the model's default (32; the ResNet's 256) (32 to 65536)"},
-    {"MEMOPT_ZERO_SIDE", "1: the GPT step's gradients cleared on a side stream under the first forward, not on the compute stream before it"},
+    {"MEMOPT_ZERO_SIDE", "1: the schedule's gradient buffer (GPT, MLP) cleared on a side stream under the first forward, not on the compute stream before it"},
 };
 
 const mo_knob *mo_knobs(size_t *n) {

@@ -8,8 +8,8 @@
 // in the heuristic's list, the first's and its median ms.
 // The H200 lines: tuned on the H200 of the device tool (driver 580.159.04, CUDA 13.0, cuBLASLt 130100) at
 // 6598d7f99e04, 2026-12-02, tools/gpu_session.sh stage tune (results/h200-gemm-tune.log has every line, kept or
-// not). The H100 lines: stage gemmtune, below. rank -1: found by MEMOPT_GEMM_TUNE=2's per-algorithm search,
-// outside the heuristic's list (built from its configuration when used).
+// not). The H100 lines: stage gemmtune, below. rank -1: found by MEMOPT_GEMM_TUNE=2's per-algorithm search
+// (or 3's enumeration), outside the heuristic's list (built from its configuration when used).
 #include "lt_table.h"
 
 const mo_lt_choice mo_lt_table[] = {

@@ -326,7 +326,7 @@ static mo_status algo_from_cfg(mo_ctx *c, const lt_plan *p, cublasComputeType_t 
     };
     for (int i = 0; i < 8; i++) {
         e = cublasLtMatmulAlgoConfigSetAttribute(&a, set[i].attr, set[i].v, set[i].n);
-        if (e == CUBLAS_STATUS_INVALID_VALUE) return MO_OK; // a value this algorithm does not take
+        if (e == CUBLAS_STATUS_INVALID_VALUE || e == CUBLAS_STATUS_NOT_SUPPORTED) return MO_OK; // a value it does not take
         CUBLAS_CHECK(e);
     }
     cublasLtMatmulHeuristicResult_t r;
@@ -384,94 +384,118 @@ static mo_status wide_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
     return MO_OK;
 }
 
-#define LT_ENUM_CAPS 256 // tile or stage ids read of one algorithm at most
-
-// An array capability of algorithm a (uint32 ids: CUBLASLT_ALGO_CAP_TILE_IDS, STAGES_IDS) into ids, its
-// length asked for first (sizeInBytes 0); 0 when it has none or cannot be read.
-static int cap_ids(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoCapAttributes_t attr, uint32_t ids[LT_ENUM_CAPS]) {
-    size_t need = 0;
+// The ids of an array capability of algorithm a (uint32: CUBLASLT_ALGO_CAP_TILE_IDS, STAGES_IDS), its
+// length asked for first (sizeInBytes 0), in *ids (malloc'd; the caller frees); 0 when it has none or
+// cannot be read (*ids NULL).
+static int cap_ids(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoCapAttributes_t attr, uint32_t **ids) {
+    *ids = NULL;
+    size_t need = 0, w = 0;
     if (cublasLtMatmulAlgoCapGetAttribute(a, attr, NULL, 0, &need) != CUBLAS_STATUS_SUCCESS || need == 0 ||
-        need % sizeof ids[0] || need > LT_ENUM_CAPS * sizeof ids[0])
+        need % sizeof **ids)
         return 0;
-    size_t w = 0;
-    if (cublasLtMatmulAlgoCapGetAttribute(a, attr, ids, need, &w) != CUBLAS_STATUS_SUCCESS) return 0;
-    return (int)(need / sizeof ids[0]);
+    uint32_t *v = malloc(need);
+    if (!v || cublasLtMatmulAlgoCapGetAttribute(a, attr, v, need, &w) != CUBLAS_STATUS_SUCCESS) {
+        free(v);
+        return 0;
+    }
+    *ids = v;
+    return (int)(need / sizeof *v);
 }
 
-// MEMOPT_GEMM_TUNE=3: beyond tune 2's candidates, configurations built directly for each algorithm id
-// among them: every tile and stage count the id's capabilities list (CUBLASLT_ALGO_CAP_TILE_IDS,
-// STAGES_IDS) under each of the rest-of-configuration tuples its candidates use (split-K and reduction,
-// swizzle, custom option, inner and cluster shape; the swizzle also flipped where the id supports it).
-// Those cublasLtMatmulAlgoCheck accepts within the workspace budget (algo_from_cfg), at most
-// LT_ENUM_TRY built per GEMM, are appended (rank -1), spread evenly over the list when more than
-// LT_ENUM_MAX in all would be timed. cand has room for LT_ENUM_MAX.
+#define LT_ENUM_LIST 400000 // configurations listed at most per GEMM (before the strided sample)
+
+// MEMOPT_GEMM_TUNE=3: beyond tune 2's candidates, configurations built directly. For each distinct
+// rest-of-configuration tuple among the candidates (algorithm id, split-K and reduction, swizzle, custom
+// option, inner and cluster shape; again with the swizzle flipped where the id supports it), every tile
+// and stage count that id's capabilities list (CUBLASLT_ALGO_CAP_TILE_IDS, STAGES_IDS; the tuple's own
+// where it lists none). Of that list a strided sample of at most LT_ENUM_TRY is built and checked
+// (algo_from_cfg: cublasLtMatmulAlgoCheck, the workspace budget), so every tuple and tile gets its share;
+// those accepted are appended (rank -1), spread evenly over them when more than LT_ENUM_MAX in all would
+// be timed. cand has room for LT_ENUM_MAX. A cuBLASLt error other than a refusal ends the building there
+// (what was built is kept) and is named in the lt-enum line.
 static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_t compute, lt_cand *cand, int *n) {
     cublasLtHandle_t lt = (cublasLtHandle_t)c->cublaslt;
     const lt_key *k = &p->key;
     const int n0 = *n;
     mo_lt_algo_cfg *have = malloc((size_t)(n0 ? n0 : 1) * sizeof *have);
+    mo_lt_algo_cfg *tup = malloc((size_t)(2 * n0 + 1) * sizeof *tup); // distinct tuples (tile, stages unset)
+    mo_lt_algo_cfg *list = malloc((size_t)LT_ENUM_LIST * sizeof *list);
     lt_cand *pool = malloc((size_t)LT_ENUM_TRY * sizeof *pool);
-    mo_lt_algo_cfg *pcfg = malloc((size_t)LT_ENUM_TRY * sizeof *pcfg);
-    if (!have || !pool || !pcfg) {
-        free(have), free(pool), free(pcfg);
+    if (!have || !tup || !list || !pool) {
+        free(have), free(tup), free(list), free(pool);
         return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the GEMM configurations");
     }
-    int npool = 0, tried = 0;
     for (int i = 0; i < n0; i++) {
         cublasStatus_t e = algo_cfg(&cand[i].algo, &have[i]);
-        if (e != CUBLAS_STATUS_SUCCESS) { free(have), free(pool), free(pcfg); CUBLAS_CHECK(e); }
+        if (e != CUBLAS_STATUS_SUCCESS) {
+            free(have), free(tup), free(list), free(pool);
+            CUBLAS_CHECK(e);
+        }
     }
-    for (int i = 0; i < n0 && tried < LT_ENUM_TRY; i++) {
-        int first = 1; // the first candidate of this id: its capabilities are read once
-        for (int j = 0; j < i && first; j++) first = have[j].id != have[i].id;
-        if (!first) continue;
+    int nlist = 0, ntup = 0;
+    for (int i = 0; i < n0; i++) {
         cublasLtMatmulAlgo_t a;
         memset(&a, 0, sizeof a);
         if (cublasLtMatmulAlgoInit(lt, compute, CUDA_R_32F, (cudaDataType_t)k->ab_type, (cudaDataType_t)k->ab_type,
                                    (cudaDataType_t)k->d_type, (cudaDataType_t)k->d_type, have[i].id, &a) !=
             CUBLAS_STATUS_SUCCESS)
             continue;
-        uint32_t tiles[LT_ENUM_CAPS], stages[LT_ENUM_CAPS];
         int32_t swz_ok = 0;
         size_t w = 0;
-        int nt = cap_ids(&a, CUBLASLT_ALGO_CAP_TILE_IDS, tiles), ns = cap_ids(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, stages);
         const cublasLtMatmulAlgoCapAttributes_t swz_cap = CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT;
         if (cublasLtMatmulAlgoCapGetAttribute(&a, swz_cap, &swz_ok, sizeof swz_ok, &w) != CUBLAS_STATUS_SUCCESS) swz_ok = 0;
-        if (nt == 0) tiles[0] = (uint32_t)have[i].tile, nt = 1;
-        if (ns == 0) stages[0] = (uint32_t)have[i].stages, ns = 1;
-        for (int q = i; q < n0 && tried < LT_ENUM_TRY; q++) { // each tuple of this id's candidates
-            if (have[q].id != have[i].id) continue;
-            for (int sw = 0; sw < (swz_ok ? 2 : 1); sw++)
-                for (int ti = 0; ti < nt && tried < LT_ENUM_TRY; ti++)
-                    for (int si = 0; si < ns && tried < LT_ENUM_TRY; si++) {
-                        mo_lt_algo_cfg cf = have[q];
-                        cf.tile = (int)tiles[ti];
-                        cf.stages = (int)stages[si];
-                        if (sw) cf.swizzle = !cf.swizzle;
-                        int dup = 0;
-                        for (int h = 0; h < n0 && !dup; h++) dup = cfg_eq(&cf, &have[h]);
-                        for (int h = 0; h < npool && !dup; h++) dup = cfg_eq(&cf, &pcfg[h]);
-                        if (dup) continue;
-                        tried++;
-                        int ok = 0;
-                        // any refusal of a built configuration (a value the id does not take, a status
-                        // other than INVALID_VALUE included) only leaves it out
-                        if (algo_from_cfg(c, p, compute, &cf, &pool[npool].algo, &ok) != MO_OK)
-                            mo_clear_error(), ok = 0;
-                        if (ok) pool[npool].rank = -1, pcfg[npool] = cf, npool++;
-                    }
+        uint32_t *tiles = NULL, *stages = NULL;
+        int nt = cap_ids(&a, CUBLASLT_ALGO_CAP_TILE_IDS, &tiles), ns = cap_ids(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, &stages);
+        for (int sw = 0; sw < (swz_ok ? 2 : 1); sw++) {
+            mo_lt_algo_cfg t = have[i];
+            if (sw) t.swizzle = !t.swizzle;
+            const int own_tile = t.tile, own_stages = t.stages;
+            t.tile = t.stages = 0;
+            int dup = 0;
+            for (int q = 0; q < ntup && !dup; q++) dup = cfg_eq(&t, &tup[q]);
+            if (dup) continue;
+            tup[ntup++] = t;
+            for (int ti = 0; ti < (nt ? nt : 1); ti++)
+                for (int si = 0; si < (ns ? ns : 1) && nlist < LT_ENUM_LIST; si++) {
+                    mo_lt_algo_cfg cf = t;
+                    cf.tile = nt ? (int)tiles[ti] : own_tile;
+                    cf.stages = ns ? (int)stages[si] : own_stages;
+                    list[nlist++] = cf;
+                }
+        }
+        free(tiles), free(stages);
+    }
+    // a strided sample of the list (all of it when short enough), less the candidates already there
+    int npool = 0, tried = 0;
+    const char *stopped = NULL;
+    char why[160] = "";
+    const int take = nlist < LT_ENUM_TRY ? nlist : LT_ENUM_TRY;
+    for (int j = 0; j < take && !stopped; j++) {
+        const mo_lt_algo_cfg *cf = &list[nlist <= LT_ENUM_TRY ? j : (int)((long)j * nlist / LT_ENUM_TRY)];
+        int dup = 0;
+        for (int h = 0; h < n0 && !dup; h++) dup = cfg_eq(cf, &have[h]);
+        if (dup) continue;
+        tried++;
+        int ok = 0;
+        // algo_from_cfg returns MO_OK with ok 0 for a configuration cuBLASLt refuses; another error (a
+        // broken handle, memory) ends the building here
+        if (algo_from_cfg(c, p, compute, cf, &pool[npool].algo, &ok) != MO_OK) {
+            snprintf(why, sizeof why, "%s", mo_errmsg());
+            mo_clear_error();
+            stopped = why;
+        } else if (ok) {
+            pool[npool].rank = -1;
+            npool++;
         }
     }
-    // spread evenly: the list runs tile by tile, so a prefix would try few tiles
+    // spread evenly over what was accepted
     const int room = LT_ENUM_MAX - n0;
-    for (int j = 0; j < room && j < npool; j++) {
-        const int from = npool <= room ? j : (int)((long)j * npool / room);
-        cand[(*n)++] = pool[from];
-    }
-    fprintf(stderr, "lt-enum: m %d n %d k %d ta %d tb %d epilogue %d: %d configurations built, %d accepted, "
-                    "%d timed in all\n",
-            k->m, k->n, k->k, k->ta, k->tb, k->epilogue, tried, npool, *n);
-    free(have), free(pool), free(pcfg);
+    for (int j = 0; j < room && j < npool; j++) cand[(*n)++] = pool[npool <= room ? j : (int)((long)j * npool / room)];
+    fprintf(stderr, "lt-enum: m %d n %d k %d ta %d tb %d epilogue %d: %d tuples, %d configurations listed, %d built, "
+                    "%d accepted, %d timed in all%s%s\n",
+            k->m, k->n, k->k, k->ta, k->tb, k->epilogue, ntup, nlist, tried, npool, *n,
+            stopped ? "; stopped at: " : "", stopped ? stopped : "");
+    free(have), free(tup), free(list), free(pool);
     return MO_OK;
 }
 

@@ -15,23 +15,30 @@ struct mo_zero_side {
     void *stream;       // cudaStream_t, non-blocking
     void *ev_ready;     // on the compute stream: where it stood at the begin
     void *ev_done;      // on the side stream: after the memset
-    int pending;
+    int pending;        // a clear not joined yet
+    int done_lost;      // ev_done's record failed: the join synchronizes the side stream instead
 };
 
 #ifdef MEMOPT_HAVE_CUDA
+// The context's side stream and events, made at the first use; attached to the context only once all
+// three exist (a failure leaves nothing half made behind, and the next call tries again).
 static mo_status side_of(mo_ctx *c, struct mo_zero_side **out) {
     if (!c->zero_side) {
-        struct mo_zero_side *z = calloc(1, sizeof *z);
-        if (!z) return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the zeroing stream");
-        c->zero_side = z; // destroyed with the context from here on, whatever is made below
-        cudaStream_t s;
-        CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        z->stream = s;
-        cudaEvent_t e;
-        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        z->ev_ready = e;
-        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        z->ev_done = e;
+        cudaStream_t s = NULL;
+        cudaEvent_t e0 = NULL, e1 = NULL;
+        cudaError_t r = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (r == cudaSuccess) r = cudaEventCreateWithFlags(&e0, cudaEventDisableTiming);
+        if (r == cudaSuccess) r = cudaEventCreateWithFlags(&e1, cudaEventDisableTiming);
+        struct mo_zero_side *z = r == cudaSuccess ? calloc(1, sizeof *z) : NULL;
+        if (!z) {
+            if (e1) cudaEventDestroy(e1);
+            if (e0) cudaEventDestroy(e0);
+            if (s) cudaStreamDestroy(s);
+            if (r != cudaSuccess) return MO_FAIL(MO_ERR_CUDA, "the zeroing stream and its events: %s", cudaGetErrorString(r));
+            return MO_FAIL(MO_ERR_OOM, "host memory exhausted for the zeroing stream");
+        }
+        z->stream = s, z->ev_ready = e0, z->ev_done = e1;
+        c->zero_side = z;
     }
     *out = c->zero_side;
     return MO_OK;
@@ -47,11 +54,17 @@ mo_status mo_zero_side_begin(mo_ctx *c, void *dst, size_t bytes) {
     MO_TRY(side_of(c, &z));
     cudaStream_t s = (cudaStream_t)z->stream;
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)z->ev_ready, (cudaStream_t)c->stream));
-    CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)z->ev_ready, 0));
+    if (!mo_zero_side_testing.skip_ready) CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)z->ev_ready, 0));
     if (mo_zero_side_testing.delay_us > 0) MO_TRY(mo_copy_spin_cuda(s, mo_zero_side_testing.delay_us));
     CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s));
-    CUDA_CHECK(cudaEventRecord((cudaEvent_t)z->ev_done, s));
+    // pending from the memset on: a failed record below still leaves it to the join, which then waits for
+    // the whole side stream (the event may not mark it)
     z->pending = 1;
+    cudaError_t r = cudaEventRecord((cudaEvent_t)z->ev_done, s);
+    if (r != cudaSuccess) {
+        z->done_lost = 1;
+        return MO_FAIL(MO_ERR_CUDA, "cudaEventRecord (the zeroing stream's end): %s", cudaGetErrorString(r));
+    }
     return MO_OK;
 #else
     return MO_FAIL(MO_ERR_UNSUPPORTED, "zeroing stream: this build has no CUDA");
@@ -62,9 +75,14 @@ mo_status mo_zero_side_join(mo_ctx *c) {
 #ifdef MEMOPT_HAVE_CUDA
     struct mo_zero_side *z = c->zero_side;
     if (!z || !z->pending) return MO_OK;
-    z->pending = 0;
-    if (mo_zero_side_testing.skip_join) return MO_OK;
-    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)z->ev_done, 0));
+    if (mo_zero_side_testing.skip_join) {
+        z->pending = 0;
+        return MO_OK;
+    }
+    // pending until the wait is in place: a failed one is tried again by the next join
+    if (z->done_lost) CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)z->stream)); // the host waits instead
+    else CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)z->ev_done, 0));
+    z->pending = 0, z->done_lost = 0;
 #else
     (void)c;
 #endif

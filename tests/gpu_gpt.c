@@ -4,6 +4,7 @@
 // dry backend's peak equal to the cuda backend's to the byte.
 #include <math.h>
 #include <stdio.h>
+#include "kernels/copy_stream.h" // mo_copy_spin_cuda: holding the compute stream back
 #include "kernels/zero_side.h"
 #include "tests/gpt_fixture.h"
 
@@ -80,7 +81,7 @@ static void test_zero_side(uint64_t seed) {
     for (int r = 0; r < 3; r++) {
         mo_zero_side_testing = (mo_zero_side_test){.delay_us = 20000, .skip_join = r == 2};
         CHECK_OK(mo_gpt_forward_backward(f.m));
-        mo_zero_side_testing = (mo_zero_side_test){0, 0};
+        mo_zero_side_testing = (mo_zero_side_test){0, 0, 0};
         CHECK_OK(mo_ctx_sync(f.ctx));
         g[r] = fixture_read(&f, f.m->grads, n);
     }
@@ -91,6 +92,32 @@ static void test_zero_side(uint64_t seed) {
         printf("zero side: a held-back clear gives the same gradients bit for bit; without the join they differ\n");
     }
     mo_zero_side_destroy(f.ctx); // the control's late clear drained before the gradients are freed
+#ifdef MEMOPT_HAVE_CUDA
+    // The other order: the clear waits for what the compute stream had enqueued before it (the last
+    // update's read of the gradients). A copy of the gradients held back 20 ms on the compute stream and
+    // enqueued before the clear still sees them; without that wait (skip_ready, the control) it sees zeros.
+    void *keep = NULL;
+    if (g[0] && CHECK_OK(mo_alloc(f.alloc, n * sizeof(float), MO_CAT_ACTIVATION, &keep))) {
+        for (int r = 0; r < 2; r++) {
+            CHECK_OK(mo_gpt_forward_backward(f.m)); // the gradients g[0] again
+            CHECK_OK(mo_copy_spin_cuda(f.ctx->stream, 20000));
+            CHECK_OK(mo_memcpy_d2d(f.ctx, keep, f.m->grads, n * sizeof(float)));
+            mo_zero_side_testing = (mo_zero_side_test){.skip_ready = r == 1};
+            CHECK_OK(mo_zero_side_begin(f.ctx, f.m->grads, n * sizeof(float)));
+            mo_zero_side_testing = (mo_zero_side_test){0, 0, 0};
+            CHECK_OK(mo_zero_side_join(f.ctx));
+            CHECK_OK(mo_ctx_sync(f.ctx));
+            float *k = fixture_read(&f, keep, n);
+            if (k && r == 0) CHECK_MSG(!memcmp(k, g[0], n * sizeof(float)), "a read enqueued before the clear saw it");
+            if (k && r == 1)
+                CHECK_MSG(memcmp(k, g[0], n * sizeof(float)) != 0,
+                          "negative control: a clear that does not wait still let the held-back read see the gradients");
+            free(k);
+        }
+        CHECK_OK(mo_free(f.alloc, keep));
+        printf("zero side: a read enqueued before the clear sees the gradients; without the wait it does not\n");
+    }
+#endif
     for (int r = 0; r < 3; r++) free(g[r]);
     fixture_close(&f);
 }
