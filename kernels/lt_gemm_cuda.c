@@ -29,7 +29,8 @@
 #define LT_WIDE_PER_ID 8      // and each one's own top configurations (the heuristic limited to that id)
 #define LT_WIDE_MAX 160       // candidates timed at most, the heuristic's list first
 #define LT_ENUM_MAX 480       // MEMOPT_GEMM_TUNE=3: candidates timed at most, tune 2's first
-#define LT_ENUM_TRY 6000      // configurations built and checked at most per GEMM
+#define LT_ENUM_TRY 6000      // configurations built and checked at most per GEMM (a strided sample of
+#define LT_ENUM_LIST 400000   // at most this many listed)
 #define LT_TUNE_REJECT 1.25f  // a candidate whose first timed run is this much slower than the best so far stops there
 
 typedef mo_lt_key lt_key; // lt_table.h
@@ -294,6 +295,13 @@ static mo_status lt_tune(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const
     return MO_OK;
 }
 
+// Algorithm id of the plan's types (A and B ab_type, C and D d_type, fp32 scale) initialised into *a.
+static cublasStatus_t algo_init(mo_ctx *c, const lt_key *k, cublasComputeType_t compute, int id,
+                                cublasLtMatmulAlgo_t *a) {
+    const cudaDataType_t ab = (cudaDataType_t)k->ab_type, d = (cudaDataType_t)k->d_type;
+    return cublasLtMatmulAlgoInit((cublasLtHandle_t)c->cublaslt, compute, CUDA_R_32F, ab, ab, d, d, id, a);
+}
+
 // The algorithm of a stored configuration built directly (cublasLtMatmulAlgoInit, then every config
 // attribute), for a stored choice the heuristic's list does not hold (found by MEMOPT_GEMM_TUNE=2).
 // *ok = 0 when cuBLASLt refuses it here (cublasLtMatmulAlgoCheck) or it needs more workspace than the
@@ -305,9 +313,7 @@ static mo_status algo_from_cfg(mo_ctx *c, const lt_plan *p, cublasComputeType_t 
     *ok = 0;
     cublasLtMatmulAlgo_t a;
     memset(&a, 0, sizeof a);
-    cublasStatus_t e = cublasLtMatmulAlgoInit(lt, compute, CUDA_R_32F, (cudaDataType_t)k->ab_type,
-                                              (cudaDataType_t)k->ab_type, (cudaDataType_t)k->d_type,
-                                              (cudaDataType_t)k->d_type, cf->id, &a);
+    cublasStatus_t e = algo_init(c, k, compute, cf->id, &a);
     if (e == CUBLAS_STATUS_NOT_SUPPORTED || e == CUBLAS_STATUS_INVALID_VALUE) return MO_OK; // not here
     CUBLAS_CHECK(e);
     const uint32_t tile = (uint32_t)cf->tile, red = (uint32_t)cf->reduction, swz = (uint32_t)cf->swizzle,
@@ -361,8 +367,7 @@ static mo_status wide_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
         memset(h, 0, sizeof h);
         int bad = 0;
         for (int i = 0; i < LT_WIDE_PER_ID && !bad; i++)
-            bad = cublasLtMatmulAlgoInit(lt, compute, CUDA_R_32F, ab, ab, d, d, ids[j], &h[i].algo) !=
-                  CUBLAS_STATUS_SUCCESS;
+            bad = algo_init(c, k, compute, ids[j], &h[i].algo) != CUBLAS_STATUS_SUCCESS;
         if (bad) continue; // an id the data types do not take
         int f = 0;
         cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, LT_WIDE_PER_ID,
@@ -402,8 +407,6 @@ static int cap_ids(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoCapAttribute
     return (int)(need / sizeof *v);
 }
 
-#define LT_ENUM_LIST 400000 // configurations listed at most per GEMM (before the strided sample)
-
 // MEMOPT_GEMM_TUNE=3: beyond tune 2's candidates, configurations built directly. For each distinct
 // rest-of-configuration tuple among the candidates (algorithm id, split-K and reduction, swizzle, custom
 // option, inner and cluster shape; again with the swizzle flipped where the id supports it), every tile
@@ -414,7 +417,6 @@ static int cap_ids(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoCapAttribute
 // be timed. cand has room for LT_ENUM_MAX. A cuBLASLt error other than a refusal ends the building there
 // (what was built is kept) and is named in the lt-enum line.
 static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_t compute, lt_cand *cand, int *n) {
-    cublasLtHandle_t lt = (cublasLtHandle_t)c->cublaslt;
     const lt_key *k = &p->key;
     const int n0 = *n;
     mo_lt_algo_cfg *have = malloc((size_t)(n0 ? n0 : 1) * sizeof *have);
@@ -436,10 +438,7 @@ static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
     for (int i = 0; i < n0; i++) {
         cublasLtMatmulAlgo_t a;
         memset(&a, 0, sizeof a);
-        if (cublasLtMatmulAlgoInit(lt, compute, CUDA_R_32F, (cudaDataType_t)k->ab_type, (cudaDataType_t)k->ab_type,
-                                   (cudaDataType_t)k->d_type, (cudaDataType_t)k->d_type, have[i].id, &a) !=
-            CUBLAS_STATUS_SUCCESS)
-            continue;
+        if (algo_init(c, k, compute, have[i].id, &a) != CUBLAS_STATUS_SUCCESS) continue;
         int32_t swz_ok = 0;
         size_t w = 0;
         const cublasLtMatmulAlgoCapAttributes_t swz_cap = CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT;
