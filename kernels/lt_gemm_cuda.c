@@ -31,6 +31,7 @@
 #define LT_ENUM_MAX 480       // MEMOPT_GEMM_TUNE=3: candidates timed at most, tune 2's first
 #define LT_ENUM_TRY 6000      // configurations built and checked at most per GEMM (a strided sample of
 #define LT_ENUM_LIST 400000   // at most this many listed)
+#define LT_TUNE_BUDGET_MS 60e3 // a GEMM's searched candidates timed for at most this long (wall clock)
 #define LT_TUNE_REJECT 1.25f  // a candidate whose first timed run is this much slower than the best so far stops there
 
 typedef mo_lt_key lt_key; // lt_table.h
@@ -258,7 +259,14 @@ static mo_status lt_tune(mo_ctx *c, const mo_lt_gemm *g, const lt_plan *p, const
                          int *pick) {
     float t0 = -1.0f, tb = -1.0f;
     int best = 0;
+    const double end_ms = mo_host_ms() + LT_TUNE_BUDGET_MS;
     for (int i = 0; i < found; i++) {
+        // the searched candidates (rank -1: tune 2's and 3's) only while the GEMM's budget lasts
+        if (cand[i].rank < 0 && mo_host_ms() > end_ms) {
+            fprintf(stderr, "lt-tune: // m %d n %d k %d: the budget of %.0f s ended the timing at #%d of %d\n",
+                    p->key.m, p->key.n, p->key.k, LT_TUNE_BUDGET_MS / 1e3, i, found);
+            break;
+        }
         float ms = -1.0f;
         MO_TRY(lt_time(c, g, p, &cand[i].algo, i == 0 ? 0.0f : tb, &ms));
         if (i == 0) t0 = ms;
@@ -335,6 +343,20 @@ static mo_status algo_from_cfg(mo_ctx *c, const lt_plan *p, cublasComputeType_t 
         if (e == CUBLAS_STATUS_INVALID_VALUE || e == CUBLAS_STATUS_NOT_SUPPORTED) return MO_OK; // a value it does not take
         CUBLAS_CHECK(e);
     }
+    // cublasLtMatmulAlgoCheck does not see the pointers ("will fail if e.g. buffers are not correctly
+    // aligned", cublasLt.h): an algorithm needing more alignment than the key's pointers have is refused here,
+    // as the heuristic refuses it through the preference's MIN_ALIGNMENT attributes
+    static const cublasLtMatmulAlgoCapAttributes_t al_cap[4] = {
+        CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t al_have[4] = {k->al_a, k->al_b, k->has_c ? k->al_c : k->al_d, k->al_d};
+    for (int i = 0; i < 4; i++) {
+        uint32_t need = 0;
+        size_t w = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&a, al_cap[i], &need, sizeof need, &w) == CUBLAS_STATUS_SUCCESS &&
+            need > al_have[i])
+            return MO_OK;
+    }
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof r);
     e = cublasLtMatmulAlgoCheck(lt, p->op, p->a, p->b, p->d, p->d, &a, &r);
@@ -399,12 +421,12 @@ static int cap_ids(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoCapAttribute
         need % sizeof **ids)
         return 0;
     uint32_t *v = malloc(need);
-    if (!v || cublasLtMatmulAlgoCapGetAttribute(a, attr, v, need, &w) != CUBLAS_STATUS_SUCCESS) {
+    if (!v || cublasLtMatmulAlgoCapGetAttribute(a, attr, v, need, &w) != CUBLAS_STATUS_SUCCESS || w > need) {
         free(v);
         return 0;
     }
     *ids = v;
-    return (int)(need / sizeof *v);
+    return (int)(w / sizeof *v); // the bytes written (sizeWritten), not the bytes asked for
 }
 
 // MEMOPT_GEMM_TUNE=3: beyond tune 2's candidates, configurations built directly. For each distinct
@@ -454,13 +476,16 @@ static mo_status enum_candidates(mo_ctx *c, const lt_plan *p, cublasComputeType_
             for (int q = 0; q < ntup && !dup; q++) dup = cfg_eq(&t, &tup[q]);
             if (dup) continue;
             tup[ntup++] = t;
-            for (int ti = 0; ti < (nt ? nt : 1); ti++)
-                for (int si = 0; si < (ns ? ns : 1) && nlist < LT_ENUM_LIST; si++) {
-                    mo_lt_algo_cfg cf = t;
-                    cf.tile = nt ? (int)tiles[ti] : own_tile;
-                    cf.stages = ns ? (int)stages[si] : own_stages;
-                    list[nlist++] = cf;
-                }
+            // every tuple its share of the list (at most 2 n0 tuples): a strided sample of its own tile x
+            // stage grid where that is longer, so that the first tuples cannot fill the list alone
+            const long NS = ns ? ns : 1, G = (long)(nt ? nt : 1) * NS, quota = LT_ENUM_LIST / (2L * n0);
+            for (long x = 0; x < (G < quota ? G : quota) && nlist < LT_ENUM_LIST; x++) {
+                const long g = G <= quota ? x : x * G / quota;
+                mo_lt_algo_cfg cf = t;
+                cf.tile = nt ? (int)tiles[g / NS] : own_tile;
+                cf.stages = ns ? (int)stages[g % NS] : own_stages;
+                list[nlist++] = cf;
+            }
         }
         free(tiles), free(stages);
     }

@@ -46,9 +46,9 @@ static mo_status side_of(mo_ctx *c, struct mo_zero_side **out) {
 #endif
 
 mo_status mo_zero_side_begin(mo_ctx *c, void *dst, size_t bytes) {
+    MO_TRY(mo_zero_side_join(c)); // first, also when the knob was turned off with a clear still pending
     if (c->backend != MO_BACKEND_CUDA || !c->zero_side_on) return mo_memset_zero(c, dst, bytes);
 #ifdef MEMOPT_HAVE_CUDA
-    MO_TRY(mo_zero_side_join(c));
     mo_cost_record(c, "memset", MO_COST_MEMORY, 0, (double)bytes); // as mo_memset_zero records it
     struct mo_zero_side *z = NULL;
     MO_TRY(side_of(c, &z));

@@ -261,12 +261,14 @@ static mo_status pipeline(sched *s, sched_slot *slot, int nslots) {
         f->micro = warm + i;
         MO_TRY(forward(s, f));
         MO_TRY(send_output_recv_grad(s, f, b));
+        MO_TRY(mo_zero_side_join(s->c->ctx)); // the gradients' clear before the first backward (then a no-op)
         MO_TRY(backward(s, b));
         MO_TRY(send_grad_recv_input(s, b, i + 1 < rem ? SLOT(warm + i + 1) : NULL));
     }
     for (int i = 0; i < warm; i++) {
         sched_slot *b = SLOT(rem + i);
         MO_TRY(recv_grad(s, b));
+        MO_TRY(mo_zero_side_join(s->c->ctx));
         MO_TRY(backward(s, b));
         MO_TRY(send_grad_recv_input(s, b, NULL));
     }
@@ -323,8 +325,7 @@ mo_status mo_sched_forward_backward(const mo_sched_config *c, const mo_sched_mod
             slot_unwind(&s, t); // a failure (out of memory) unwinds every live activation
         }
     } else if (st == MO_OK) {
-        st = mo_zero_side_join(x);
-        if (st == MO_OK) st = pipeline(&s, slot, nslots);
+        st = pipeline(&s, slot, nslots); // joins the clear before its first backward
     }
     // after a failed forward too: nothing enqueued later (the next step's clear, a free) passes the clear
     mo_status stj = mo_zero_side_join(x);

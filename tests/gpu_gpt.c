@@ -76,19 +76,26 @@ static void test_zero_side(uint64_t seed) {
     gpt_fixture f;
     if (!fixture_open(&f, MO_BACKEND_CUDA, &c, seed)) return;
     f.ctx->zero_side_on = 1; // whatever MEMOPT_ZERO_SIDE says: this test is about the side stream
+    // Under compute-sanitizer the tool runs the two streams' work one after the other (gpu_offload_act.c:
+    // session 12's pass kept the losses with the joins skipped): the held-back clear then lands before the
+    // forward, or the held-back read before the clear, and the negative controls could not see anything.
+    // They are left out there; the positive controls still run.
+    const int controls = !test_under_sanitizer();
+    if (!controls) printf("MEMOPT_TEST_UNDER_SANITIZER: the zero-side negative controls left out (the sanitizer serializes the streams)\n");
     const size_t n = f.m->num_params;
     float *g[3] = {NULL, NULL, NULL};
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < (controls ? 3 : 2); r++) {
         mo_zero_side_testing = (mo_zero_side_test){.delay_us = 20000, .skip_join = r == 2};
         CHECK_OK(mo_gpt_forward_backward(f.m));
         mo_zero_side_testing = (mo_zero_side_test){0, 0, 0};
         CHECK_OK(mo_ctx_sync(f.ctx));
         g[r] = fixture_read(&f, f.m->grads, n);
     }
-    if (g[0] && g[1] && g[2]) {
+    if (g[0] && g[1]) {
         CHECK_MSG(!memcmp(g[0], g[1], n * sizeof(float)), "a second step's gradients differ with the clear held back 20 ms");
-        CHECK_MSG(memcmp(g[0], g[2], n * sizeof(float)) != 0,
-                  "negative control: without the join, the held-back clear still gave the same gradients");
+        if (controls)
+            CHECK_MSG(g[2] && memcmp(g[0], g[2], n * sizeof(float)) != 0,
+                      "negative control: without the join, the held-back clear still gave the same gradients");
         printf("zero side: a held-back clear gives the same gradients bit for bit; without the join they differ\n");
     }
     mo_zero_side_destroy(f.ctx); // the control's late clear drained before the gradients are freed
@@ -98,7 +105,7 @@ static void test_zero_side(uint64_t seed) {
     // enqueued before the clear still sees them; without that wait (skip_ready, the control) it sees zeros.
     void *keep = NULL;
     if (g[0] && CHECK_OK(mo_alloc(f.alloc, n * sizeof(float), MO_CAT_ACTIVATION, &keep))) {
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < (controls ? 2 : 1); r++) {
             CHECK_OK(mo_gpt_forward_backward(f.m)); // the gradients g[0] again
             CHECK_OK(mo_copy_spin_cuda(f.ctx->stream, 20000));
             CHECK_OK(mo_memcpy_d2d(f.ctx, keep, f.m->grads, n * sizeof(float)));
