@@ -173,7 +173,7 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     const char *ln = getenv("MEMOPT_LN");
     c->ln_loop = ln && strcmp(ln, "loop") == 0;
     const char *db = getenv("MEMOPT_DBIAS");
-    c->dbias_narrow = db && strcmp(db, "narrow") == 0;
+    c->dbias_wide = db && strcmp(db, "wide") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
     if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
     // which 16-bit fused attention runs: a value other than these two would run the default while the

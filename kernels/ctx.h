@@ -145,7 +145,7 @@ typedef struct mo_ctx {
     int maxpool_two_pass;         // the max pool's backward through argmax bytes in the workspace (1, the
                                   // default), or its one-pass scan (0; tests, to compare: pool.cu)
     int ln_loop;                  // 16-bit LayerNorm on the loop kernels (1; MEMOPT_LN=loop), not the register ones
-    int dbias_narrow;             // 16-bit GEMM bias gradients on the 2-byte-load kernel (1; MEMOPT_DBIAS=narrow), not the 16-byte one
+    int dbias_wide;               // 16-bit GEMM bias gradients on the 16-byte-load kernel (1; MEMOPT_DBIAS=wide; not yet run on a GPU)
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the

@@ -7,12 +7,13 @@
 //           order; partial[chunk][col].
 //   pass 2: one thread per column adds the chunks 0, 1, .. in order, then to dbias.
 // Pass 1 has two kernels that make the same sums in the same order, so the same bits (gpu_ops_gemm_attn_mixed):
-//   wide (OC % 8 == 0, dout 16-byte aligned; the default): a block of 64 threads, 8 column threads x 8 row
+//   wide (MEMOPT_DBIAS=wide, OC % 8 == 0, dout 16-byte aligned): a block of 64 threads, 8 column threads x 8 row
 //     lanes, each thread 8 columns through one 16-byte load a row, so that 8 threads read a row's 128
 //     contiguous bytes; the 64 columns' 8 lane sums then go through shared memory, one thread a column.
-//   narrow (other OC, or MEMOPT_DBIAS=narrow): 32 columns x 8 row lanes, one 2-byte load a thread a row.
+//   narrow (the default): 32 columns x 8 row lanes, one 2-byte load a thread a row.
 //   Why: the narrow kernel took 0.73 ms of the bf16 GPT-2 124M step on an H100 (48 calls a step, ncu,
-//   session 32), about 60% of what its bytes allow.
+//   session 32), about 60% of what its bytes allow. The wide kernel was written after that call, with no
+//   device time left: it stays opt-in until a device has run gpu_ops_gemm_attn_mixed and an A/B of the step.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -142,7 +143,7 @@ mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const vo
                                   int OC) {
     cudaStream_t s = (cudaStream_t)c->stream;
     const int chunks = mo_mm_mixed_dbias_chunks(N);
-    if (!c->dbias_narrow && OC % 8 == 0 && ((uintptr_t)dout & 15) == 0) {
+    if (c->dbias_wide && OC % 8 == 0 && ((uintptr_t)dout & 15) == 0) {
         const dim3 grid((unsigned)((OC + MM_DBIAS_WIDE_COLS - 1) / MM_DBIAS_WIDE_COLS), (unsigned)chunks);
         if (dt == MO_BF16)
             mm_dbias_partial_wide_kernel<<<grid, 64, 0, s>>>(partial, (const __nv_bfloat16 *)dout, N, OC);

@@ -160,16 +160,17 @@ static void gpu_matmul(mo_dtype dt, const mm_shape *s) {
     if (s->bias) {
         test_check_rel(got_db[0], db_ref, OC, tol_fp32(N), __FILE__, __LINE__, label);
         check_same(label, got_db[0], got_db[1], OC * sizeof(float));
-        // the 2-byte-load kernel (MEMOPT_DBIAS=narrow) makes the same sums in the same order as the
-        // 16-byte one (the default where OC % 8 == 0): the same bits, on the same random dout
+        // the 16-byte-load kernel (MEMOPT_DBIAS=wide, where OC % 8 == 0) makes the same sums in the same
+        // order as the 2-byte one (the default): the same bits, on the same random dout
         h2d(d_dw, dw0, nw * sizeof(float));
         h2d(d_db, db0, OC * sizeof(float));
-        gc->dbias_narrow = 1;
+        const int wide0 = gc->dbias_wide;
+        gc->dbias_wide = !wide0;
         CHECK_OK(mo_matmul_backward_mixed(gc, dt, NULL, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC));
-        gc->dbias_narrow = 0;
+        gc->dbias_wide = wide0;
         d2h(got_db[1], d_db, OC * sizeof(float));
-        snprintf(label, sizeof label, "%s %s bwd dbias, %s kernel against the narrow one", pn, s->what,
-                 OC % 8 == 0 ? "wide" : "narrow");
+        snprintf(label, sizeof label, "%s %s bwd dbias, the %s kernel against the narrow one", pn, s->what,
+                 OC % 8 == 0 ? "wide" : "narrow (OC % 8 != 0)");
         check_same(label, got_db[0], got_db[1], OC * sizeof(float));
     } else {
         CHECK_MSG(memcmp(got_db[0], db0, OC * sizeof(float)) == 0, "%s: dbias NULL but the buffer changed", label);
