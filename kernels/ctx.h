@@ -159,7 +159,7 @@ typedef struct mo_ctx {
                                   // host_alloc between their forward and their recompute (schedule.h)
     struct mo_copy_engine *copy;  // the copy stream and its events (copy_stream.h): lazily, at the first copy
     struct mo_zero_side *zero_side; // the gradients' zeroing stream (zero_side.h): lazily, cuda only
-    int zero_side_on;             // MEMOPT_ZERO_SIDE=1 (default 0 until measured): the gradients cleared on a side stream
+    int zero_side_on;             // MEMOPT_ZERO_SIDE=1 (default 0: it gained nothing, session 32): the gradients cleared on a side stream
 } mo_ctx;
 
 // mo_ctx.conv_gemm's values (MEMOPT_CONV_GEMM 0, 1x1, all, unset or auto).
