@@ -172,7 +172,12 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     c->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
     const char *ln = getenv("MEMOPT_LN");
     c->ln_loop = ln && strcmp(ln, "loop") == 0;
+    // which kernel sums the 16-bit GEMMs' bias gradients: refused when unknown, as MEMOPT_ATTN_IMPL below
     const char *db = getenv("MEMOPT_DBIAS");
+    if (db && *db && strcmp(db, "narrow") != 0 && strcmp(db, "wide") != 0) {
+        free(c);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DBIAS=%s: expected narrow or wide", db);
+    }
     c->dbias_wide = db && strcmp(db, "wide") == 0;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
     if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
