@@ -38,6 +38,8 @@
 #   resnetfast's, attncudnn's and targets' files are named by the card ($gk: h200-, h100- or gpu-*.csv); "gemmtune"
 #   tunes the GPT rows' cuBLASLt GEMMs (MEMOPT_GEMM_TUNE=1), adds the lines the table lacks to kernels/lt_algo_table.c
 #   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
+#   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel against the cpu reference and,
+#   bit for bit, the default one) and A/Bs MEMOPT_DBIAS=wide against the default in the bf16 GPT-2 steps (cuDNN attention)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -252,6 +254,21 @@ if has gemmtune; then
   (cd $B && timeout 120 ./gpu_lt_table >"$R/gpu_lt_table.log" 2>&1; echo "gpu_lt_table exit $?: $(tail -1 "$R/gpu_lt_table.log")")
   grep -E "^stored choices" "$R/gpu_lt_table.log"
   echo "gemmtune: $(( $(date +%s) - t0 )) s, $(grep -c '^    {"' kernels/lt_algo_table.c) lines in the table"
+fi
+if has dbiasab; then
+  # MEMOPT_DBIAS=wide (kernels/matmul_mixed.cu, written in session 32 with no device left): its test, then the
+  # step against the default, interleaved, DBIASAB_ROUNDS rounds ($gk-dbias-ab.csv)
+  (cd $B && timeout 120 ./gpu_ops_gemm_attn_mixed >"$R/gpu_ops_gemm_attn_mixed.log" 2>&1
+   echo "gpu_ops_gemm_attn_mixed exit $?: $(tail -1 "$R/gpu_ops_gemm_attn_mixed.log")")
+  grep -E "FAIL" "$R/gpu_ops_gemm_attn_mixed.log" | head -5
+  for rep in $(seq ${DBIASAB_ROUNDS:-2}); do
+    for shape in "--preset gpt2-124m" "--preset gpt2-124m --seq 2048 --batch 4"; do
+      for v in MEMOPT_DBIAS=narrow MEMOPT_DBIAS=wide; do
+        env $v MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run $shape --attn fused --precision bf16 --steps 20 --warmup 3 \
+          --csv "$R/$gk-dbias-ab.csv" 2>&1 | grep -E "step:" | sed "s/^/$shape $v rep $rep: /"
+      done
+    done
+  done
 fi
 if has gemmab; then
   # the stored GEMM choices against the heuristic's first (MEMOPT_GEMM_TABLE=0), interleaved, GEMMAB_ROUNDS rounds
