@@ -22,6 +22,7 @@
 
 #include "cuda_check.h"
 #include "matmul_mixed.h"
+#include "mixed_dev.cuh"
 
 static __device__ __forceinline__ float mm_ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 static __device__ __forceinline__ float mm_ld(const __half *p, size_t i) { return __half2float(p[i]); }
@@ -47,34 +48,13 @@ __global__ void mm_dbias_partial_kernel(float *__restrict__ partial, const T *__
     }
 }
 
-// 8 consecutive 16-bit values (one 16-byte load) to fp32
-static __device__ __forceinline__ void mm_ld8(float *f, const __nv_bfloat16 *p) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 v = __bfloat1622float2(h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
-}
-static __device__ __forceinline__ void mm_ld8(float *f, const __half *p) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 v = __half22float2(h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
-}
-
 #define MM_DBIAS_WIDE_COLS 64 // columns a block of the wide kernel: 8 threads x 8 columns
 // The wide pass 1 (see the top): block (64 columns, chunk); thread (tx, ty) = (threadIdx.x % 8, / 8) sums
 // rows ty, ty+8, .. of the chunk for columns col0 + tx*8 .. +7, as the narrow kernel's lane ty does.
-template <typename T>
+// D: mx_bf16 or mx_f16 (mixed_dev.cuh), dout as raw 16-bit storage.
+template <class D>
 __global__ void __launch_bounds__(64) mm_dbias_partial_wide_kernel(float *__restrict__ partial,
-                                                                   const T *__restrict__ dout, int N, int OC) {
+                                                                   const uint16_t *__restrict__ dout, int N, int OC) {
     __shared__ float lane_sum[8][MM_DBIAS_WIDE_COLS + 1];
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const int c8 = blockIdx.x * MM_DBIAS_WIDE_COLS + tx * 8, chunk = blockIdx.y; // OC % 8 == 0: all 8 or none
@@ -85,7 +65,7 @@ __global__ void __launch_bounds__(64) mm_dbias_partial_wide_kernel(float *__rest
 #pragma unroll 4
         for (int r = r0 + ty; r < r1; r += 8) {
             float v[8];
-            mm_ld8(v, dout + (size_t)r * OC + c8);
+            mx_ld8<D>(v, dout + (size_t)r * OC + c8);
 #pragma unroll
             for (int j = 0; j < 8; j++) s[j] += v[j];
         }
@@ -143,12 +123,12 @@ mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const vo
                                   int OC) {
     cudaStream_t s = (cudaStream_t)c->stream;
     const int chunks = mo_mm_mixed_dbias_chunks(N);
-    if (c->dbias_wide && OC % 8 == 0 && ((uintptr_t)dout & 15) == 0) {
+    if (c->dbias_wide && OC % 8 == 0 && mx_aligned16(dout)) {
         const dim3 grid((unsigned)((OC + MM_DBIAS_WIDE_COLS - 1) / MM_DBIAS_WIDE_COLS), (unsigned)chunks);
         if (dt == MO_BF16)
-            mm_dbias_partial_wide_kernel<<<grid, 64, 0, s>>>(partial, (const __nv_bfloat16 *)dout, N, OC);
+            mm_dbias_partial_wide_kernel<mx_bf16><<<grid, 64, 0, s>>>(partial, (const uint16_t *)dout, N, OC);
         else
-            mm_dbias_partial_wide_kernel<<<grid, 64, 0, s>>>(partial, (const __half *)dout, N, OC);
+            mm_dbias_partial_wide_kernel<mx_f16><<<grid, 64, 0, s>>>(partial, (const uint16_t *)dout, N, OC);
     } else {
         const dim3 grid((unsigned)((OC + 31) / 32), (unsigned)chunks);
         if (dt == MO_BF16)
