@@ -13,6 +13,8 @@
 extern "C" {
 #endif
 
+enum { MO_DBIAS_NARROW = 0, MO_DBIAS_WIDE = 1, MO_DBIAS_LT = 2 }; // mo_ctx.dbias_mode
+
 // cuBLASLt workspace: taken from the allocator (category workspace) on every backend, so the dry
 // backend's peak includes it exactly. 32 MiB is what cuBLASLt's heuristics want for Hopper GEMMs. It is
 // also cuDNN's budget and the im2col chunks' (conv.h). A model may have another default budget
@@ -59,7 +61,7 @@ typedef struct mo_ctx {
                                   // replaced (fp32 step 157.6 ms fused, 156.2 unfused; GEMM time 130.6 vs
                                   // 128.0), while in bf16 the GEMMs grew 0.6 ms and 1.0 ms of elementwise
                                   // kernels went (step 20.5 fused, 21.1 unfused): docs/perf-notes.md
-    long epilogue_fallbacks;      // fused GEMMs (residual C input, DGELU) that cuBLASLt had no algorithm
+    long epilogue_fallbacks;      // fused GEMMs (residual C input, DGELU, 16-bit BGRADB) that cuBLASLt had no algorithm
                                   // for and that ran unfused (tests read it to see which path ran)
     int attn_gemm;                // materialized attention, how its batched GEMMs run (MO_ATTN_GEMM_*):
                                   // 0 = the default of mo_attn_gemm_mode; MEMOPT_ATTN_GEMM=strided |
@@ -145,7 +147,10 @@ typedef struct mo_ctx {
     int maxpool_two_pass;         // the max pool's backward through argmax bytes in the workspace (1, the
                                   // default), or its one-pass scan (0; tests, to compare: pool.cu)
     int ln_loop;                  // 16-bit LayerNorm on the loop kernels (1; MEMOPT_LN=loop), not the register ones
-    int dbias_wide;               // 16-bit GEMM bias gradients on the 16-byte-load kernel (1; MEMOPT_DBIAS=wide; not yet run on a GPU)
+    int dbias_mode;               // 16-bit GEMM bias gradients (MEMOPT_DBIAS; not yet run on a GPU but narrow):
+                                  // MO_DBIAS_NARROW (0, the default) the 2-byte-load kernel, MO_DBIAS_WIDE the
+                                  // 16-byte-load one (the same bits), MO_DBIAS_LT cuBLASLt's BGRADB epilogue on
+                                  // the dweight GEMM (other bits: its own summation order)
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the

@@ -11,6 +11,8 @@
 //     lanes, each thread 8 columns through one 16-byte load a row, so that 8 threads read a row's 128
 //     contiguous bytes; the 64 columns' 8 lane sums then go through shared memory, one thread a column.
 //   narrow (the default): 32 columns x 8 row lanes, one 2-byte load a thread a row.
+//   MEMOPT_DBIAS=lt takes neither: cuBLASLt's BGRADB epilogue sums dout's columns inside the dweight GEMM
+//     (matmul_mixed_cuda.c), which reads dout anyway; matmul_mixed_dbias_add_cuda adds its sums to dbias.
 //   Why: the narrow kernel took 0.73 ms of the bf16 GPT-2 124M step on an H100 (48 calls a step, ncu,
 //   session 32), about 60% of what its bytes allow. The wide kernel was written after that call, with no
 //   device time left: it stays opt-in until a device has run gpu_ops_gemm_attn_mixed and an A/B of the step.
@@ -123,7 +125,7 @@ mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const vo
                                   int OC) {
     cudaStream_t s = (cudaStream_t)c->stream;
     const int chunks = mo_mm_mixed_dbias_chunks(N);
-    if (c->dbias_wide && OC % 8 == 0 && mx_aligned16(dout)) {
+    if (c->dbias_mode == MO_DBIAS_WIDE && OC % 8 == 0 && mx_aligned16(dout)) {
         const dim3 grid((unsigned)((OC + MM_DBIAS_WIDE_COLS - 1) / MM_DBIAS_WIDE_COLS), (unsigned)chunks);
         if (dt == MO_BF16)
             mm_dbias_partial_wide_kernel<mx_bf16><<<grid, 64, 0, s>>>(partial, (const uint16_t *)dout, N, OC);
@@ -138,6 +140,13 @@ mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const vo
     }
     CUDA_CHECK_LAUNCH();
     mm_dbias_final_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, s>>>(dbias, partial, chunks, OC);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+mo_status matmul_mixed_dbias_add_cuda(mo_ctx *c, float *dbias, const float *sums, int OC) {
+    // pass 2 with one chunk: dbias += sums, elementwise
+    mm_dbias_final_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, (cudaStream_t)c->stream>>>(dbias, sums, 1, OC);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }

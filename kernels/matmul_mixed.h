@@ -42,6 +42,8 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
 // gelu_out = gelu(out) elementwise in dt (used when the GELU epilogue is unavailable).
 mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const void *dout, float *partial, int N,
                                   int OC);
+// dbias (OC) += sums (OC), fp32 elementwise: after the BGRADB epilogue wrote the column sums (MEMOPT_DBIAS=lt)
+mo_status matmul_mixed_dbias_add_cuda(mo_ctx *c, float *dbias, const float *sums, int OC);
 // out (N, OC) += bias (OC) in dt (the fallback when no cuBLASLt algorithm takes the bias epilogue)
 mo_status matmul_mixed_bias_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *bias, int N, int OC);
 mo_status matmul_mixed_gelu_cuda(mo_ctx *c, mo_dtype dt, void *gelu_out, const void *out, size_t n);

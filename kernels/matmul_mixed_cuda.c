@@ -12,8 +12,12 @@
 // - no scratch either way.
 // Epilogues: BIAS / GELU_AUX_BIAS with the bias and aux in the type of D (their default data types);
 // GELU from the fp32 accumulator, the pre-activation stored rounded to dt in aux = out.
-// dbias: not BGRADB (its output type would follow D's), but a fixed-order fp32 column reduction of the
-// 16-bit dout (matmul_mixed.cu). Everything on c->stream, the workspace is c->gemm_ws.
+// dbias: by default a fixed-order fp32 column reduction of the 16-bit dout (matmul_mixed.cu), a pass of its
+// own over dout. MEMOPT_DBIAS=lt has the dweight GEMM sum dout's columns in its BGRADB epilogue instead: the
+// bias gradient takes D's type (cublasLt.h, BIAS_DATA_TYPE), fp32 here, and is overwritten, so it goes to
+// the scratch's first OC floats and a kernel adds it to dbias; with no BGRADB algorithm for the shape it
+// falls back to the plain GEMM and the reduction kernels (counted in epilogue_fallbacks).
+// Everything on c->stream, the workspace is c->gemm_ws.
 #include "matmul_mixed.h"
 
 #include <cublasLt.h>
@@ -115,6 +119,15 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
     }
     mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, t, CUDA_R_32F, 1.0f,
                  CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
+    if (dbias && c->dbias_mode == MO_DBIAS_LT) {
+        // BGRADB: the column sums of dout^T's op_T, i.e. of dout (N, OC) over k = N, fp32 (OC) into scratch
+        mo_lt_gemm fused = g;
+        fused.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+        fused.bias = scratch;
+        MO_TRY(mo_lt_matmul(c, &fused, &no_algo));
+        if (!no_algo) return matmul_mixed_dbias_add_cuda(c, dbias, (const float *)scratch, OC);
+        c->epilogue_fallbacks++;
+    }
     MO_TRY(mo_lt_matmul(c, &g, &no_algo));
     if (no_algo) MO_TRY(mx_gemm_ex(c, &g));
     if (dbias) MO_TRY(matmul_mixed_dbias_cuda(c, dt, dbias, dout, (float *)scratch, N, OC));

@@ -80,10 +80,12 @@ MEMOPT_ZERO_SIDE=yes "$M" run "${TINY[@]}" >"$tmp/zs.out" 2>"$tmp/zs.err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/zs.err")" -eq 1 ] && grep -qF "MEMOPT_ZERO_SIDE=yes: expected 0 or 1" "$tmp/zs.err" && ok ||
   bad "MEMOPT_ZERO_SIDE=yes: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/zs.err")"
 
-# 4c. MEMOPT_DBIAS takes narrow or wide (cuda kernels only: the same step on cpu); another value exits 2 so.
-MEMOPT_DBIAS=wide "$M" run "${TINY[@]}" >/dev/null 2>&1 && ok || bad "MEMOPT_DBIAS=wide run failed"
+# 4c. MEMOPT_DBIAS takes narrow, wide or lt (cuda only: the same step on cpu); another value exits 2 so.
+for v in wide lt; do
+  MEMOPT_DBIAS=$v "$M" run "${TINY[@]}" >/dev/null 2>&1 && ok || bad "MEMOPT_DBIAS=$v run failed"
+done
 MEMOPT_DBIAS=fast "$M" run "${TINY[@]}" >"$tmp/db.out" 2>"$tmp/db.err"; rc=$?
-[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/db.err")" -eq 1 ] && grep -qF "MEMOPT_DBIAS=fast: expected narrow or wide" "$tmp/db.err" && ok ||
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/db.err")" -eq 1 ] && grep -qF "MEMOPT_DBIAS=fast: expected narrow, wide or lt" "$tmp/db.err" && ok ||
   bad "MEMOPT_DBIAS=fast: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/db.err")"
 
 # 5. The committed results files still read (compare each with itself).

@@ -160,18 +160,40 @@ static void gpu_matmul(mo_dtype dt, const mm_shape *s) {
     if (s->bias) {
         test_check_rel(got_db[0], db_ref, OC, tol_fp32(N), __FILE__, __LINE__, label);
         check_same(label, got_db[0], got_db[1], OC * sizeof(float));
-        // the 16-byte-load kernel (MEMOPT_DBIAS=wide, where OC % 8 == 0) makes the same sums in the same
-        // order as the 2-byte one (the default): the same bits, on the same random dout
-        h2d(d_dw, dw0, nw * sizeof(float));
-        h2d(d_db, db0, OC * sizeof(float));
-        const int wide0 = gc->dbias_wide;
-        gc->dbias_wide = !wide0;
-        CHECK_OK(mo_matmul_backward_mixed(gc, dt, NULL, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC));
-        gc->dbias_wide = wide0;
-        d2h(got_db[1], d_db, OC * sizeof(float));
-        snprintf(label, sizeof label, "%s %s bwd dbias, the %s kernel against the narrow one", pn, s->what,
-                 OC % 8 == 0 ? "wide" : "narrow (OC % 8 != 0)");
-        check_same(label, got_db[0], got_db[1], OC * sizeof(float));
+        // the bias-gradient engines (MEMOPT_DBIAS), each on the same random dout, whichever the run set:
+        //   narrow and wide (16-byte loads, where OC % 8 == 0) make the same sums in the same order: the
+        //   bits of got_db[0] when it came from either;
+        //   lt (cuBLASLt's BGRADB epilogue on the dweight GEMM) sums in its own order: against the cpu
+        //   reference, twice for the same bits, and dweight still right beside it.
+        const int mode0 = gc->dbias_mode;
+        static const char *mode_name[] = {"narrow", "wide", "lt"};
+        for (int m = MO_DBIAS_NARROW; m <= MO_DBIAS_LT; m++) {
+            if (m == mode0) continue;
+            float *db_m[2] = {got_db[1], fnew(OC)};
+            const long fb0 = gc->epilogue_fallbacks;
+            gc->dbias_mode = m;
+            for (int r = 0; r < 2; r++) {
+                h2d(d_dw, dw0, nw * sizeof(float));
+                h2d(d_db, db0, OC * sizeof(float));
+                CHECK_OK(mo_matmul_backward_mixed(gc, dt, NULL, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC));
+                d2h(db_m[r], d_db, OC * sizeof(float));
+            }
+            gc->dbias_mode = mode0;
+            d2h(got_dw[1], d_dw, nw * sizeof(float));
+            snprintf(label, sizeof label, "%s %s bwd dbias, MEMOPT_DBIAS=%s%s", pn, s->what, mode_name[m],
+                     m == MO_DBIAS_WIDE && OC % 8 ? " (OC % 8 != 0: the narrow kernel)" : "");
+            test_check_rel(db_m[0], db_ref, OC, tol_fp32(N), __FILE__, __LINE__, label);
+            check_same(label, db_m[0], db_m[1], OC * sizeof(float));
+            if (m != MO_DBIAS_LT && mode0 != MO_DBIAS_LT)
+                CHECK_MSG(memcmp(got_db[0], db_m[0], OC * sizeof(float)) == 0,
+                          "%s: not the bits of MEMOPT_DBIAS=%s", label, mode_name[mode0]);
+            if (m == MO_DBIAS_LT) // which engine ran: BGRADB, or (no algorithm for the shape) the kernels
+                printf("  %s: %s\n", label,
+                       gc->epilogue_fallbacks > fb0 ? "no BGRADB algorithm, the reduction kernels ran" : "BGRADB epilogue");
+            snprintf(label, sizeof label, "%s %s bwd dweight beside MEMOPT_DBIAS=%s", pn, s->what, mode_name[m]);
+            test_check_rel(got_dw[1], dw_ref, nw, DWEIGHT_TOL, __FILE__, __LINE__, label);
+            free(db_m[1]);
+        }
     } else {
         CHECK_MSG(memcmp(got_db[0], db0, OC * sizeof(float)) == 0, "%s: dbias NULL but the buffer changed", label);
     }

@@ -39,7 +39,7 @@
 #   tunes the GPT rows' cuBLASLt GEMMs (MEMOPT_GEMM_TUNE=1), adds the lines the table lacks to kernels/lt_algo_table.c
 #   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
 #   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel against the cpu reference and,
-#   bit for bit, the default one) and A/Bs MEMOPT_DBIAS=wide against the default in the bf16 GPT-2 steps (cuDNN attention)
+#   bit for bit, the default one; BGRADB's sums too) and A/Bs MEMOPT_DBIAS=wide and lt against the default in the bf16 GPT-2 steps (cuDNN attention)
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -256,14 +256,14 @@ if has gemmtune; then
   echo "gemmtune: $(( $(date +%s) - t0 )) s, $(grep -c '^    {"' kernels/lt_algo_table.c) lines in the table"
 fi
 if has dbiasab; then
-  # MEMOPT_DBIAS=wide (kernels/matmul_mixed.cu, written in session 32 with no device left): its test, then the
-  # step against the default, interleaved, DBIASAB_ROUNDS rounds ($gk-dbias-ab.csv)
+  # MEMOPT_DBIAS=wide and lt (kernels/matmul_mixed.cu, matmul_mixed_cuda.c; written in sessions 32-33 with no
+  # device): their test, then the step on each against the default, interleaved, DBIASAB_ROUNDS rounds ($gk-dbias-ab.csv)
   (cd $B && timeout 120 ./gpu_ops_gemm_attn_mixed >"$R/gpu_ops_gemm_attn_mixed.log" 2>&1
    echo "gpu_ops_gemm_attn_mixed exit $?: $(tail -1 "$R/gpu_ops_gemm_attn_mixed.log")")
   grep -E "FAIL" "$R/gpu_ops_gemm_attn_mixed.log" | head -5
   for rep in $(seq ${DBIASAB_ROUNDS:-2}); do
     for shape in "--preset gpt2-124m" "--preset gpt2-124m --seq 2048 --batch 4"; do
-      for v in MEMOPT_DBIAS=narrow MEMOPT_DBIAS=wide; do
+      for v in MEMOPT_DBIAS=narrow MEMOPT_DBIAS=wide MEMOPT_DBIAS=lt; do
         env $v MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run $shape --attn fused --precision bf16 --steps 20 --warmup 3 \
           --csv "$R/$gk-dbias-ab.csv" 2>&1 | grep -E "step:" | sed "s/^/$shape $v rep $rep: /"
       done
