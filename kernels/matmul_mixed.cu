@@ -14,8 +14,9 @@
 //   MEMOPT_DBIAS=lt takes neither: cuBLASLt's BGRADB epilogue sums dout's columns inside the dweight GEMM
 //     (matmul_mixed_cuda.c), which reads dout anyway; matmul_mixed_dbias_add_cuda adds its sums to dbias.
 //   Why: the narrow kernel took 0.73 ms of the bf16 GPT-2 124M step on an H100 (48 calls a step, ncu,
-//   session 32), about 60% of what its bytes allow. The wide kernel was written after that call, with no
-//   device time left: it stays opt-in until a device has run gpu_ops_gemm_attn_mixed and an A/B of the step.
+//   session 32), about 60% of what its bytes allow. But on that H100 (session 33) neither wide nor lt moved the
+//   step (16.59 / 16.60 ms narrow, 16.60 / 16.64 wide, 16.65 / 16.60 lt, interleaved) nor --profile's GEMM class,
+//   which holds the bias gradients: narrow stays the default, the other two opt-in.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
