@@ -256,8 +256,8 @@ if has gemmtune; then
   echo "gemmtune: $(( $(date +%s) - t0 )) s, $(grep -c '^    {"' kernels/lt_algo_table.c) lines in the table"
 fi
 if has dbiasab; then
-  # MEMOPT_DBIAS=wide and lt (kernels/matmul_mixed.cu, matmul_mixed_cuda.c; the H100's step moved with neither,
-  # session 33): their test, then the step on each against the default, interleaved, DBIASAB_ROUNDS rounds ($gk-dbias-ab.csv)
+  # MEMOPT_DBIAS=wide and lt (kernels/matmul_mixed.cu, matmul_mixed_cuda.c; neither moved the step on an
+  # H100 or an H200, session 33): their test, then the step on each against the default, interleaved, DBIASAB_ROUNDS rounds ($gk-dbias-ab.csv)
   (cd $B && timeout 120 ./gpu_ops_gemm_attn_mixed >"$R/gpu_ops_gemm_attn_mixed.log" 2>&1
    echo "gpu_ops_gemm_attn_mixed exit $?: $(tail -1 "$R/gpu_ops_gemm_attn_mixed.log")")
   grep -E "FAIL" "$R/gpu_ops_gemm_attn_mixed.log" | head -5
