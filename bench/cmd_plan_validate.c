@@ -4,7 +4,10 @@
 //     (exit 1), since exactness is the planner's contract.
 //   step time: the roofline for the row's device (its catalog entry, matched by device name),
 //     calibrated leave-one-out on the file's other rows of that device and precision (a row never
-//     calibrates its own prediction). The goal is within 15%; misses are reported, not failed.
+//     calibrates its own prediction). A precision with no such rows borrows a near one's fit from the file
+//     (mo_plan_calib_fit), and failing that takes the fit of the committed results/ rows of its device and
+//     precision, the validated file left out, as `memopt plan` would; the stated defaults only when neither
+//     has one. The goal is within 15%; misses are reported, not failed.
 // Writes <--out-dir or plots>/plan_validate.csv and, when gnuplot is installed, plan_validate.png
 // from plots/plan_validate.gp.
 #include <math.h>
@@ -127,6 +130,8 @@ mo_status mo_plan_validate(const mo_config *cfg) {
     vrow *v = calloc(n ? n : 1, sizeof *v);
     if (!v) st = MO_FAIL(MO_ERR_INTERNAL, "out of host memory");
     double t0 = mo_plan_now();
+    mo_plan_calib *results_cal = NULL; // the committed results' fit, for precisions the file cannot fit
+    const mo_gpu_spec *results_g = NULL;
     printf("memopt plan --validate %s: %zu rows; peaks re-run on the dry backend, times from the roofline calibrated leave-one-out\n",
            path, n);
     printf("  %4s  %-62s %15s %15s %10s  %9s %9s %7s\n", "row", "configuration", "peak measured", "peak predicted", "diff B",
@@ -170,6 +175,25 @@ mo_status mo_plan_validate(const mo_config *cfg) {
         } else if (x->why[0] == '\0' && !strcmp(r->backend, "cuda") && !strcmp(r->status, "ok") && r->step_ms > 0 && g) {
             mo_plan_calib cal;
             mo_plan_calib_fit(&cal, g, rows, n, (long)i);
+            // a precision on the defaults (no row of it or of a near one in the file, but this): the
+            // committed results' fit for the device, the validated file left out (fitted once a device)
+            const int p = (int)rc.precision;
+            if (!cal.rows[p] && !strncmp(cal.how[p], "defaults", 8)) {
+                if (!results_cal || results_g != g) {
+                    if (!results_cal) results_cal = malloc(sizeof *results_cal);
+                    if (results_cal) {
+                        char rdir[MO_PATH_MAX];
+                        if (!mo_plan_find_file("results", rdir, sizeof rdir)) snprintf(rdir, sizeof rdir, "results");
+                        mo_plan_calib_load_except(results_cal, g, rdir, path, NULL);
+                        results_g = g;
+                    }
+                }
+                if (results_cal && results_cal->rows[p]) {
+                    cal.eff_gemm[p] = results_cal->eff_gemm[p];
+                    cal.eff_mem[p] = results_cal->eff_mem[p];
+                    snprintf(cal.how[p], sizeof cal.how[p], "results/'s, %.80s", results_cal->how[p]);
+                }
+            }
             mo_roofline roof;
             mo_plan_row_roofline(r, &rc, g, &roof);
             // the host work at the row's own thread count, not this process's
@@ -239,6 +263,7 @@ mo_status mo_plan_validate(const mo_config *cfg) {
                      nm - exact, nm, (long long)worst);
     free(errs);
     free(v);
+    free(results_cal);
     free(rows);
     if (have_cat) mo_gpu_catalog_free(&cat);
     return st;

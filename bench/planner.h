@@ -239,6 +239,10 @@ void mo_plan_calib_defaults(mo_plan_calib *c);
 void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row *rows, size_t n, long skip);
 // Loads every results/*.csv in dir (unreadable files are noted on `notes`, not fatal) and fits.
 mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, FILE *notes);
+// The same with one file left out (except: its path, compared by device and inode; NULL: none), so that
+// plan --validate of a committed file never calibrates on that file's own rows.
+mo_status mo_plan_calib_load_except(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, const char *except,
+                                    FILE *notes);
 // The predicted step time (ms) of a roofline under a calibration: the device floors over their fitted
 // efficiencies, plus communication, the fixed-rate kernels, and --offload's host copies, host work and
 // exposed copy-stream time.

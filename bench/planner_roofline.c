@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // Seconds of one traced op at the datasheet rates: its compute at the rate of its class, its traffic
 // at the bandwidth, at least a launch. GEMMs (and convolutions) at the dense rate of the precision;
@@ -515,7 +516,20 @@ void mo_plan_calib_fit(mo_plan_calib *c, const mo_gpu_spec *g, const mo_csv_row 
 }
 
 mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, FILE *notes) {
+    return mo_plan_calib_load_except(c, g, dir, NULL, notes);
+}
+
+// Whether path names the same file as the stat of the left-out one (the same device and inode).
+static int same_file(const char *path, const struct stat *except) {
+    struct stat s;
+    return except && stat(path, &s) == 0 && s.st_dev == except->st_dev && s.st_ino == except->st_ino;
+}
+
+mo_status mo_plan_calib_load_except(mo_plan_calib *c, const mo_gpu_spec *g, const char *dir, const char *except,
+                                    FILE *notes) {
     mo_plan_calib_defaults(c);
+    struct stat ex;
+    const int have_ex = except && stat(except, &ex) == 0;
     DIR *d = opendir(dir);
     if (!d) return MO_OK; // no results yet: the defaults
     mo_csv_row *all = NULL;
@@ -526,6 +540,7 @@ mo_status mo_plan_calib_load(mo_plan_calib *c, const mo_gpu_spec *g, const char 
         if (len < 5 || strcmp(e->d_name + len - 4, ".csv")) continue;
         char path[MO_PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        if (have_ex && same_file(path, &ex)) continue;
         mo_csv_row *rows = NULL;
         size_t k = 0;
         if (mo_csv_read(path, &rows, &k) != MO_OK) {

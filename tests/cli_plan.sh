@@ -2,13 +2,15 @@
 # memopt plan as a user runs it: the report's parts, the predicted peak equal to `memopt run
 # --backend dry`'s to the byte, bad input (exit 2, one line naming the flag), a bad catalog refused
 # with its line number, --validate (exact peaks pass, a planted difference fails with exit 1), and
-# rows at another workspace budget left out of the time calibration and of --validate's times, and the wall time of a gpt2-1558m
+# rows at another workspace budget left out of the time calibration and of --validate's times, a lone precision's
+# time calibrated from results/ without the validated file, and the wall time of a gpt2-1558m
 # and a 7B-shape plan (printed, not asserted).
 # Usage: cli_plan.sh path/to/memopt source-dir
 set -u
 M="${1:?usage: cli_plan.sh path/to/memopt source-dir}"
 SRC="${2:?usage: cli_plan.sh path/to/memopt source-dir}"
 case "$M" in /*) ;; *) M="$(cd "$(dirname "$M")" && pwd)/$(basename "$M")" ;; esac
+SRC="$(cd "$SRC" && pwd)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0
@@ -103,6 +105,27 @@ rc=$?
   grep -q "step time: $(( $(wc -l <"$ws") - nws )) rows compared" "$tmp/wsv.out" &&
   grep -q "peak memory: $(( $(wc -l <"$ws") - 1 )) rows compared" "$tmp/wsv.out" && ok ||
   { bad "--validate of $ws (exit $rc):"; tail -5 "$tmp/wsv.out"; }
+
+# 6b. --validate: a precision the file has no other row of (nor a near one's) takes the fit of the committed
+# results/ rows of its device, with the validated file itself left out. The H200 file of one fp32 and one
+# tf32 fused row: both calibrated from results/; the same predictions as from a results/ folder without the
+# file (cwd's results/ comes first), and other ones when a copy of the file is there under another name
+# (so leaving the file out is what gives the first ones).
+lone=results/h200-attn32-fused-39e78b2.csv
+preds() { awk -F, 'NR > 1 { print $17 }' "$1/plan_validate.csv"; }
+mkdir -p "$tmp/root/results"
+for f in results/*.csv; do [ "$f" = "$lone" ] || cp "$f" "$tmp/root/results/"; done
+"$M" plan --validate "$lone" --out-dir "$tmp/lone1" >"$tmp/out" 2>&1
+rc1=$?
+(cd "$tmp/root" && "$M" plan --validate "$SRC/$lone" --out-dir "$tmp/lone2" >/dev/null 2>&1)
+cp "$lone" "$tmp/root/results/copy-of-lone.csv"
+(cd "$tmp/root" && "$M" plan --validate "$SRC/$lone" --out-dir "$tmp/lone3" >/dev/null 2>&1)
+[ $rc1 -eq 0 ] && [ "$(grep -c "results/'s" "$tmp/lone1/plan_validate.csv")" -eq 2 ] && ok ||
+  { bad "--validate $lone: want both rows calibrated from results/ (exit $rc1)"; cut -d, -f17- "$tmp/lone1/plan_validate.csv"; }
+[ -n "$(preds "$tmp/lone1")" ] && [ "$(preds "$tmp/lone1")" = "$(preds "$tmp/lone2")" ] && ok ||
+  bad "--validate $lone: results/ with the file ($(preds "$tmp/lone1" | tr '\n' ' ')) against without it ($(preds "$tmp/lone2" | tr '\n' ' '))"
+[ "$(preds "$tmp/lone3")" != "$(preds "$tmp/lone2")" ] && ok ||
+  bad "--validate $lone: a copy of the file in results/ did not move the fit: the test shows nothing"
 
 # 7. Wall time of the whole process (CUDA builds spend most of it loading cuBLAS/cuDNN).
 for shape in "--preset gpt2-1558m" "--layers 32 --hidden 4096 --heads 32 --seq 4096"; do
