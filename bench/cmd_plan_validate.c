@@ -5,9 +5,9 @@
 //   step time: the roofline for the row's device (its catalog entry, matched by device name),
 //     calibrated leave-one-out on the file's other rows of that device and precision (a row never
 //     calibrates its own prediction). A precision with no such rows borrows a near one's fit from the file
-//     (mo_plan_calib_fit), and failing that takes the fit of the committed results/ rows of its device and
-//     precision, the validated file left out, as `memopt plan` would; the stated defaults only when neither
-//     has one. The goal is within 15%; misses are reported, not failed.
+//     (mo_plan_calib_fit), and failing that takes what the committed results/ rows of its device give that
+//     precision (their own fit, or a near one's), the validated file left out, as `memopt plan` would; the
+//     stated defaults only when neither has one. The goal is within 15%; misses are reported, not failed.
 // Writes <--out-dir or plots>/plan_validate.csv and, when gnuplot is installed, plan_validate.png
 // from plots/plan_validate.gp.
 #include <math.h>
@@ -178,7 +178,7 @@ mo_status mo_plan_validate(const mo_config *cfg) {
             // a precision on the defaults (no row of it or of a near one in the file, but this): the
             // committed results' fit for the device, the validated file left out (fitted once a device)
             const int p = (int)rc.precision;
-            if (!cal.rows[p] && !strncmp(cal.how[p], "defaults", 8)) {
+            if (!strncmp(cal.how[p], "defaults", 8)) {
                 if (!results_cal || results_g != g) {
                     if (!results_cal) results_cal = malloc(sizeof *results_cal);
                     if (results_cal) {
@@ -188,7 +188,7 @@ mo_status mo_plan_validate(const mo_config *cfg) {
                         results_g = g;
                     }
                 }
-                if (results_cal && results_cal->rows[p]) {
+                if (results_cal && strncmp(results_cal->how[p], "defaults", 8)) { // its own rows or a near one's
                     cal.eff_gemm[p] = results_cal->eff_gemm[p];
                     cal.eff_mem[p] = results_cal->eff_mem[p];
                     snprintf(cal.how[p], sizeof cal.how[p], "results/'s, %.80s", results_cal->how[p]);

@@ -9,14 +9,16 @@
 // CUDA_R_32F, are listed; so the dweight GEMM accumulates straight into the fp32 gradient with beta 1.
 // Should the heuristic return no algorithm for a shape (odd leading dimensions), each GEMM falls back
 // to cublasGemmEx with the same types (listed for cublasGemmEx too), the bias then added by a kernel
-// - no scratch either way.
+// - no scratch either way (the scratch is the bias gradient's: below).
 // Epilogues: BIAS / GELU_AUX_BIAS with the bias and aux in the type of D (their default data types);
 // GELU from the fp32 accumulator, the pre-activation stored rounded to dt in aux = out.
 // dbias: by default a fixed-order fp32 column reduction of the 16-bit dout (matmul_mixed.cu), a pass of its
 // own over dout. MEMOPT_DBIAS=lt has the dweight GEMM sum dout's columns in its BGRADB epilogue instead: the
 // bias gradient takes D's type (cublasLt.h, BIAS_DATA_TYPE), fp32 here, and is overwritten, so it goes to
 // the scratch's first OC floats and a kernel adds it to dbias; with no BGRADB algorithm for the shape it
-// falls back to the plain GEMM and the reduction kernels (counted in epilogue_fallbacks).
+// falls back to the plain GEMM and the reduction kernels (counted in epilogue_fallbacks; that path has not
+// run on a device: every shape of gpu_ops_gemm_attn_mixed, the odd ones too, got a BGRADB algorithm on the
+// H100 and H200 of session 33).
 // Everything on c->stream, the workspace is c->gemm_ws.
 #include "matmul_mixed.h"
 

@@ -10,7 +10,7 @@ set -u
 M="${1:?usage: cli_plan.sh path/to/memopt source-dir}"
 SRC="${2:?usage: cli_plan.sh path/to/memopt source-dir}"
 case "$M" in /*) ;; *) M="$(cd "$(dirname "$M")" && pwd)/$(basename "$M")" ;; esac
-SRC="$(cd "$SRC" && pwd)"
+SRC="$(CDPATH= cd -- "$SRC" && pwd)" || { echo "cli_plan.sh: no source dir '$2'"; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0
@@ -118,13 +118,15 @@ for f in results/*.csv; do [ "$f" = "$lone" ] || cp "$f" "$tmp/root/results/"; d
 "$M" plan --validate "$lone" --out-dir "$tmp/lone1" >"$tmp/out" 2>&1
 rc1=$?
 (cd "$tmp/root" && "$M" plan --validate "$SRC/$lone" --out-dir "$tmp/lone2" >/dev/null 2>&1)
+rc2=$?
 cp "$lone" "$tmp/root/results/copy-of-lone.csv"
 (cd "$tmp/root" && "$M" plan --validate "$SRC/$lone" --out-dir "$tmp/lone3" >/dev/null 2>&1)
+rc3=$?
 [ $rc1 -eq 0 ] && [ "$(grep -c "results/'s" "$tmp/lone1/plan_validate.csv")" -eq 2 ] && ok ||
   { bad "--validate $lone: want both rows calibrated from results/ (exit $rc1)"; cut -d, -f17- "$tmp/lone1/plan_validate.csv"; }
 [ -n "$(preds "$tmp/lone1")" ] && [ "$(preds "$tmp/lone1")" = "$(preds "$tmp/lone2")" ] && ok ||
   bad "--validate $lone: results/ with the file ($(preds "$tmp/lone1" | tr '\n' ' ')) against without it ($(preds "$tmp/lone2" | tr '\n' ' '))"
-[ "$(preds "$tmp/lone3")" != "$(preds "$tmp/lone2")" ] && ok ||
+[ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ -n "$(preds "$tmp/lone3")" ] && [ "$(preds "$tmp/lone3")" != "$(preds "$tmp/lone2")" ] && ok ||
   bad "--validate $lone: a copy of the file in results/ did not move the fit: the test shows nothing"
 
 # 7. Wall time of the whole process (CUDA builds spend most of it loading cuBLAS/cuDNN).
