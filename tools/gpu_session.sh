@@ -11,7 +11,8 @@
 #   lines (MEMOPT_GEMM_TUNE=1) for the gpt stage's shapes; "abx" A/Bs the GEMM table and the fp32 dpreatt;
 #   "peerlite" the PyTorch fp32 / TF32 rows only; "regress" remakes results/baseline-h200.csv and compares a
 #   second run of the set with it; "ceab" A/Bs the fp32 cross-entropy kernels; "headline" the
-#   split model's GPU test and the eight precision x attention rows; "profile" --profile's measured time
+#   split model's GPU test and the eight precision x attention rows ($gk-gpt2-124m-headline.csv), "headlinepeer" the peer's
+#   eight beside them; "profile" --profile's measured time
 #   per class beside the cost trace's prediction (fp32, tf32, bf16 materialized and fused); "trace" the
 #   allocation trace on the GPU (gpu_trace: cuda == dry) and the fp32 ckpt none / full timelines;
 #   "bench" times make bench; "shard" the --offload optimizer and --dp 2 --zero 0..3 rows, and --offload activations beside none for GPT, the MLP and ResNet-50 (h200-shard.csv); "revab" A/Bs the GPT step against an older revision (tools/ab_revisions.sh); "faults" fails every allocation of a tiny step on cuda in turn
@@ -495,7 +496,7 @@ if has headline; then
   # the split model's GPU test, then the eight unsplit precision x attention rows (a subset of stage gpt)
   (cd $B && timeout 100 ./gpu_gpt_split >"$R/gpu_gpt_split.log" 2>&1; echo "gpu_gpt_split exit $?: $(tail -1 "$R/gpu_gpt_split.log")")
   for prec in fp32 tf32 bf16 fp16; do for attn in materialized fused; do
-    $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $prec --attn $attn --csv "$R/h200-gpt2-124m-headline.csv" \
+    $M run --preset gpt2-124m --steps 10 --warmup 3 --precision $prec --attn $attn --csv "$R/$gk-gpt2-124m-headline.csv" \
       | grep -E "step:|peak alloc" | sed "s/^/$prec $attn: /"
   done; done
 fi
@@ -591,6 +592,12 @@ if has peer; then
   P --attn materialized,fused --precision fp32,tf32,bf16,fp16
   P --attn materialized --precision fp32,bf16 --ckpt full,sqrt,selective,every:2
   P --attn materialized --precision fp32,bf16 --accum 4
+fi
+if has headlinepeer; then
+  # the PyTorch peer's rows of the eight the stage headline runs (every precision x both attention forms), so
+  # that the README's table has each ratio from one call (issue 17); the file named by the card
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/peers/torch_gpt.py --preset gpt2-124m --csv "$R/torch-$gk-gpt2-124m-headline.csv" \
+    --attn materialized,fused --precision fp32,tf32,bf16,fp16 2>&1 | tail -8
 fi
 if has peerlite; then
   # the PyTorch rows of the issue's targets (fp32 and TF32, both attention forms), beside the gpt stage
