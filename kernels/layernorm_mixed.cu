@@ -398,6 +398,19 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
 #undef LNM_BWD_CASE
     default: break;
     }
+    // MEMOPT_LN_WAVE=1: as many blocks as are resident at once (blocks an SM fits x SMs), when fewer than G,
+    // so no second, partly filled wave and half as many per-block passes (zeroing the slices, the partial
+    // row) and partial rows for the reduce; the scratch keeps G rows (the peak is the same on every backend).
+    // Other rows go to other blocks, so dweight and dbias take other (still fixed) bits; dinp is per row.
+    if (c->ln_bwd_wave) {
+        if (smem > 48 * 1024)
+            CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int per_sm = 0, sms = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, warps * 32, smem));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const long wave = (long)per_sm * sms;
+        if (wave >= 1 && wave < G) G = (int)wave;
+    }
     MO_TRY(layernorm_backward_mixed_rows_launch(kern, s, (unsigned)G, warps, smem, gx, partial, dy, x, w, mean, rstd, N,
                                                 C));
     return layernorm_backward_reduce_cuda(c, dweight, dbias, partial, G, C);

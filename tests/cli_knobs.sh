@@ -80,6 +80,12 @@ MEMOPT_ZERO_SIDE=yes "$M" run "${TINY[@]}" >"$tmp/zs.out" 2>"$tmp/zs.err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/zs.err")" -eq 1 ] && grep -qF "MEMOPT_ZERO_SIDE=yes: expected 0 or 1" "$tmp/zs.err" && ok ||
   bad "MEMOPT_ZERO_SIDE=yes: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/zs.err")"
 
+# 4b2. MEMOPT_LN_WAVE takes 0 or 1 (cuda only: the same step on cpu); another value exits 2 so.
+MEMOPT_LN_WAVE=1 "$M" run "${TINY[@]}" >/dev/null 2>&1 && ok || bad "MEMOPT_LN_WAVE=1 run failed"
+MEMOPT_LN_WAVE=2 "$M" run "${TINY[@]}" >"$tmp/lw.out" 2>"$tmp/lw.err"; rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/lw.err")" -eq 1 ] && grep -qF "MEMOPT_LN_WAVE=2: expected 0 or 1" "$tmp/lw.err" && ok ||
+  bad "MEMOPT_LN_WAVE=2: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/lw.err")"
+
 # 4c. MEMOPT_DBIAS takes narrow, wide or lt (cuda only: the same step on cpu); another value exits 2 so.
 for v in wide lt; do
   MEMOPT_DBIAS=$v "$M" run "${TINY[@]}" >/dev/null 2>&1 && ok || bad "MEMOPT_DBIAS=$v run failed"

@@ -203,6 +203,29 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
         same_bits(gw[0], gw[k], (size_t)C * 4, l[4], dt);
         same_bits(gb[0], gb[k], (size_t)C * 4, l[5], dt);
     }
+    // MEMOPT_LN_WAVE toggled: the backward in one wave of resident blocks (or back in G blocks), fewer blocks
+    // than G where N is large (N 4096 and 5000 here: G 512). dinp is per row: the default's bits; dweight and
+    // dbias are summed over other blocks: against the cpu reference, and the same bits twice.
+    const int wave0 = gc->ln_bwd_wave;
+    uint16_t *gi2 = hnew16(NC);
+    float *gw2[2] = {fnew(C), fnew(C)}, *gb2[2] = {fnew(C), fnew(C)};
+    gc->ln_bwd_wave = !wave0;
+    for (int k = 0; k < 2; k++) {
+        up(d_dinp, dinp0, NC * 2);
+        up(d_dw, dw0, (size_t)C * 4);
+        up(d_db, db0, (size_t)C * 4);
+        CHECK_OK(mo_layernorm_backward_mixed(gc, dt, d_dinp, d_dw, d_db, d_dout, d_x, d_w, d_mr, d_rr, N, C));
+        down(gi2, d_dinp, NC * 2);
+        down(gw2[k], d_dw, (size_t)C * 4);
+        down(gb2[k], d_db, (size_t)C * 4);
+    }
+    gc->ln_bwd_wave = wave0;
+    same_bits(gi[0], gi2, NC * 2, "layernorm dinp (MEMOPT_LN_WAVE toggled)", dt);
+    check32(dt, gw2[0], dw_ref, C, TOL_LN_PARAM, "layernorm backward dweight (MEMOPT_LN_WAVE toggled)");
+    check32(dt, gb2[0], db_ref, C, TOL_LN_PARAM, "layernorm backward dbias (MEMOPT_LN_WAVE toggled)");
+    same_bits(gw2[0], gw2[1], (size_t)C * 4, "layernorm dweight (MEMOPT_LN_WAVE toggled, run twice)", dt);
+    same_bits(gb2[0], gb2[1], (size_t)C * 4, "layernorm dbias (MEMOPT_LN_WAVE toggled, run twice)", dt);
+    free(gi2); free(gw2[0]); free(gw2[1]); free(gb2[0]); free(gb2[1]);
     free(x); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0); free(out_ref); free(dinp_ref);
     free(mean_ref); free(rstd_ref); free(dw_ref); free(db_ref);
     for (int k = 0; k < 3; k++) { free(o[k]); free(gi[k]); free(m[k]); free(r[k]); free(gw[k]); free(gb[k]); }

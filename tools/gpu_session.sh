@@ -40,7 +40,7 @@
 #   tunes the GPT rows' cuBLASLt GEMMs (MEMOPT_GEMM_TUNE=1), adds the lines the table lacks to kernels/lt_algo_table.c
 #   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
 #   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel against the cpu reference and,
-#   bit for bit, the default one; BGRADB's sums too) and A/Bs MEMOPT_DBIAS=wide and lt against the default in the bf16 GPT-2 steps (cuDNN attention)
+#   bit for bit, the default one; BGRADB's sums too) and A/Bs MEMOPT_DBIAS=wide and lt against the default in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=1 against the default in the bf16 GPT-2 steps
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -269,6 +269,27 @@ if has dbiasab; then
           --csv "$R/$gk-dbias-ab.csv" 2>&1 | grep -E "step:" | sed "s/^/$shape $v rep $rep: /"
       done
     done
+  done
+fi
+if has lnab; then
+  # MEMOPT_LN_WAVE=1 (kernels/layernorm_mixed.cu, written in session 33 after the device time was spent): its
+  # test (gpu_ops_mixed: dinp's bits, dweight / dbias against the cpu reference), then the bf16 steps (cuDNN
+  # attention) on it against the default, interleaved, LNAB_ROUNDS rounds ($gk-ln-wave-ab.csv), and
+  # --profile's LayerNorm class under each
+  (cd $B && timeout 150 ./gpu_ops_mixed >"$R/gpu_ops_mixed.log" 2>&1
+   echo "gpu_ops_mixed exit $?: $(tail -1 "$R/gpu_ops_mixed.log")")
+  grep -E "FAIL" "$R/gpu_ops_mixed.log" | head -5
+  for rep in $(seq ${LNAB_ROUNDS:-2}); do
+    for shape in "--preset gpt2-124m" "--preset gpt2-124m --seq 2048 --batch 4" "--preset gpt2-350m --batch 4"; do
+      for v in 0 1; do
+        MEMOPT_LN_WAVE=$v MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run $shape --attn fused --precision bf16 --steps 20 --warmup 3 \
+          --csv "$R/$gk-ln-wave-ab.csv" 2>&1 | grep -E "step:" | sed "s/^/$shape MEMOPT_LN_WAVE=$v rep $rep: /"
+      done
+    done
+  done
+  for v in 0 1; do
+    MEMOPT_LN_WAVE=$v MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run --preset gpt2-124m --attn fused --precision bf16 --steps 10 \
+      --warmup 3 --profile 2>&1 | grep -E "profile \(" | sed "s/^/MEMOPT_LN_WAVE=$v: /"
   done
 fi
 if has gemmab; then
