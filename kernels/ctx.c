@@ -164,7 +164,7 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         free(c);
         return kst;
     }
-    if ((kst = knob01("MEMOPT_LN_WAVE", 0, &c->ln_bwd_wave)) != MO_OK) {
+    if ((kst = knob01("MEMOPT_LN_WAVE", 1, &c->ln_bwd_wave)) != MO_OK) {
         free(c);
         return kst;
     }

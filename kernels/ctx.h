@@ -147,8 +147,8 @@ typedef struct mo_ctx {
     int maxpool_two_pass;         // the max pool's backward through argmax bytes in the workspace (1, the
                                   // default), or its one-pass scan (0; tests, to compare: pool.cu)
     int ln_loop;                  // 16-bit LayerNorm on the loop kernels (1; MEMOPT_LN=loop), not the register ones
-    int ln_bwd_wave;              // 16-bit LayerNorm backward in one wave of resident blocks (1; MEMOPT_LN_WAVE=1),
-                                  // not layernorm_backward_blocks(N) (512 at N >= 4096): layernorm_mixed.cu
+    int ln_bwd_wave;              // 16-bit LayerNorm backward in one wave of resident blocks (1, the default), or in
+                                  // layernorm_backward_blocks(N) blocks (0; MEMOPT_LN_WAVE=0): layernorm_mixed.cu
     int dbias_mode;               // 16-bit GEMM bias gradients (MEMOPT_DBIAS; the bf16 step the same on all three):
                                   // MO_DBIAS_NARROW (0, the default) the 2-byte-load kernel, MO_DBIAS_WIDE the
                                   // 16-byte-load one (the same bits), MO_DBIAS_LT cuBLASLt's BGRADB epilogue on

@@ -81,7 +81,7 @@ MEMOPT_ZERO_SIDE=yes "$M" run "${TINY[@]}" >"$tmp/zs.out" 2>"$tmp/zs.err"; rc=$?
   bad "MEMOPT_ZERO_SIDE=yes: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/zs.err")"
 
 # 4b2. MEMOPT_LN_WAVE takes 0 or 1 (cuda only: the same step on cpu); another value exits 2 so.
-MEMOPT_LN_WAVE=1 "$M" run "${TINY[@]}" >/dev/null 2>&1 && ok || bad "MEMOPT_LN_WAVE=1 run failed"
+MEMOPT_LN_WAVE=0 "$M" run "${TINY[@]}" >/dev/null 2>&1 && ok || bad "MEMOPT_LN_WAVE=0 run failed"
 MEMOPT_LN_WAVE=2 "$M" run "${TINY[@]}" >"$tmp/lw.out" 2>"$tmp/lw.err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/lw.err")" -eq 1 ] && grep -qF "MEMOPT_LN_WAVE=2: expected 0 or 1" "$tmp/lw.err" && ok ||
   bad "MEMOPT_LN_WAVE=2: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/lw.err")"

@@ -203,7 +203,7 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
         same_bits(gw[0], gw[k], (size_t)C * 4, l[4], dt);
         same_bits(gb[0], gb[k], (size_t)C * 4, l[5], dt);
     }
-    // MEMOPT_LN_WAVE toggled: the backward in one wave of resident blocks (or back in G blocks), fewer blocks
+    // MEMOPT_LN_WAVE toggled: the backward in G blocks, or in one wave of resident blocks (the default), fewer
     // than G where N is large (N 4096 and 5000 here: G 512). dinp is per row: the default's bits; dweight and
     // dbias are summed over other blocks: against the cpu reference, and the same bits twice.
     const int wave0 = gc->ln_bwd_wave;

@@ -40,7 +40,7 @@
 #   tunes the GPT rows' cuBLASLt GEMMs (MEMOPT_GEMM_TUNE=1), adds the lines the table lacks to kernels/lt_algo_table.c
 #   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
 #   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel against the cpu reference and,
-#   bit for bit, the default one; BGRADB's sums too) and A/Bs MEMOPT_DBIAS=wide and lt against the default in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=1 against the default in the bf16 GPT-2 steps
+#   bit for bit, the default one; BGRADB's sums too) and A/Bs MEMOPT_DBIAS=wide and lt against the default in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -272,10 +272,10 @@ if has dbiasab; then
   done
 fi
 if has lnab; then
-  # MEMOPT_LN_WAVE=1 (kernels/layernorm_mixed.cu, written in session 33 after the device time was spent): its
-  # test (gpu_ops_mixed: dinp's bits, dweight / dbias against the cpu reference), then the bf16 steps (cuDNN
-  # attention) on it against the default, interleaved, LNAB_ROUNDS rounds ($gk-ln-wave-ab.csv), and
-  # --profile's LayerNorm class under each
+  # the 16-bit LayerNorm backward in one wave (the default since session 33) against MEMOPT_LN_WAVE=0's 512
+  # blocks (kernels/layernorm_mixed.cu): the test (gpu_ops_mixed: dinp's bits, dweight / dbias against the cpu
+  # reference), then the bf16 steps (cuDNN attention) under each, interleaved, LNAB_ROUNDS rounds
+  # ($gk-ln-wave-ab.csv), and --profile's LayerNorm class under each
   (cd $B && timeout 150 ./gpu_ops_mixed >"$R/gpu_ops_mixed.log" 2>&1
    echo "gpu_ops_mixed exit $?: $(tail -1 "$R/gpu_ops_mixed.log")")
   grep -E "FAIL" "$R/gpu_ops_mixed.log" | head -5
