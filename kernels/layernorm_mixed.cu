@@ -391,9 +391,18 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     uint16_t *gx = (uint16_t *)dinp;
     const uint16_t *dy = (const uint16_t *)dout, *x = (const uint16_t *)inp, *w = (const uint16_t *)weight;
     lnm_bwd_kernel kern = vec ? layernorm_backward_mixed_rows<D, true> : layernorm_backward_mixed_rows<D, false>;
+    lnm_bwd_kernel kern_default = kern; // the kernel MEMOPT_LN=loop would not change: its occupancy sets the wave
+    const int ng_default = vec && (C / 8 + 31) / 32 <= LNM_REG_GROUPS_BWD ? (C / 8 + 31) / 32 : 0;
     switch (lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_BWD)) {
 #define LNM_BWD_CASE(ng) \
     case ng: kern = layernorm_backward_mixed_regs<D, ng>; break;
+        LNM_BWD_CASES(LNM_BWD_CASE)
+#undef LNM_BWD_CASE
+    default: break;
+    }
+    switch (ng_default) {
+#define LNM_BWD_CASE(ng) \
+    case ng: kern_default = layernorm_backward_mixed_regs<D, ng>; break;
         LNM_BWD_CASES(LNM_BWD_CASE)
 #undef LNM_BWD_CASE
     default: break;
@@ -405,11 +414,13 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     // (still fixed) bits than G blocks give; dinp is per row. Measured on an H200 (session 33, interleaved,
     // medians of 20 steps): bf16 GPT-2 124M 15.58 / 15.65 ms -> 15.56 / 15.52, T 2048 B 4 17.06 / 17.04 ->
     // 16.91 / 16.94 (results/h200-ln-wave-ab-720cf68.csv).
+    // The wave is the default kernel's (the register one where C allows) also under MEMOPT_LN=loop, so that
+    // both kinds split the rows over the same blocks and still give the same bits (gpu_ops_mixed).
     if (c->ln_bwd_wave) {
         if (smem > 48 * 1024)
-            CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            CUDA_CHECK(cudaFuncSetAttribute(kern_default, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int per_sm = 0, sms = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, warps * 32, smem));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern_default, warps * 32, smem));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         const long wave = (long)per_sm * sms;
         if (wave >= 1 && wave < G) G = (int)wave;
