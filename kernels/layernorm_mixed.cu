@@ -369,6 +369,18 @@ static mo_status layernorm_backward_mixed_rows_launch(lnm_bwd_kernel kern, cudaS
     return MO_OK;
 }
 
+// The stage-1 kernel: the register kernel of ng groups a lane, or (ng 0) the loop kernel, vectorized or not
+template <class D>
+static lnm_bwd_kernel lnm_bwd_pick(int vec, int ng) {
+    switch (ng) {
+#define LNM_BWD_CASE(n) \
+    case n: return layernorm_backward_mixed_regs<D, n>;
+        LNM_BWD_CASES(LNM_BWD_CASE)
+#undef LNM_BWD_CASE
+    default: return vec ? layernorm_backward_mixed_rows<D, true> : layernorm_backward_mixed_rows<D, false>;
+    }
+}
+
 template <class D>
 static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *dweight, float *dbias,
                                                  const void *dout, const void *inp, const void *weight,
@@ -390,23 +402,10 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     float *partial = (float *)scratch;
     uint16_t *gx = (uint16_t *)dinp;
     const uint16_t *dy = (const uint16_t *)dout, *x = (const uint16_t *)inp, *w = (const uint16_t *)weight;
-    lnm_bwd_kernel kern = vec ? layernorm_backward_mixed_rows<D, true> : layernorm_backward_mixed_rows<D, false>;
-    lnm_bwd_kernel kern_default = kern; // the kernel MEMOPT_LN=loop would not change: its occupancy sets the wave
+    lnm_bwd_kernel kern = lnm_bwd_pick<D>(vec, lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_BWD));
+    // the kernel without MEMOPT_LN=loop: its occupancy sets the wave below
     const int ng_default = vec && (C / 8 + 31) / 32 <= LNM_REG_GROUPS_BWD ? (C / 8 + 31) / 32 : 0;
-    switch (lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_BWD)) {
-#define LNM_BWD_CASE(ng) \
-    case ng: kern = layernorm_backward_mixed_regs<D, ng>; break;
-        LNM_BWD_CASES(LNM_BWD_CASE)
-#undef LNM_BWD_CASE
-    default: break;
-    }
-    switch (ng_default) {
-#define LNM_BWD_CASE(ng) \
-    case ng: kern_default = layernorm_backward_mixed_regs<D, ng>; break;
-        LNM_BWD_CASES(LNM_BWD_CASE)
-#undef LNM_BWD_CASE
-    default: break;
-    }
+    lnm_bwd_kernel kern_default = lnm_bwd_pick<D>(vec, ng_default);
     // One wave (the default; MEMOPT_LN_WAVE=0 launches G): as many blocks as are resident at once (blocks an
     // SM fits x SMs), when fewer than G, so no second, partly filled wave and half as many per-block passes
     // (zeroing the slices, the partial row) and partial rows for the reduce; the scratch keeps G rows (the
