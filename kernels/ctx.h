@@ -149,6 +149,13 @@ typedef struct mo_ctx {
     int ln_loop;                  // 16-bit LayerNorm on the loop kernels (1; MEMOPT_LN=loop), not the register ones
     int ln_bwd_wave;              // 16-bit LayerNorm backward in one wave of resident blocks (1, the default), or in
                                   // layernorm_backward_blocks(N) blocks (0; MEMOPT_LN_WAVE=0): layernorm_mixed.cu
+    // The last one-wave block count (ln_wave_blocks: blocks an SM fits x SMs) and the kernel, block size and
+    // shared memory it was found for (layernorm_mixed.cu): the occupancy query runs once a shape, not on
+    // every backward. Zeroed by mo_ctx_create (no kernel yet).
+    const void *ln_wave_kern;
+    int ln_wave_threads;
+    size_t ln_wave_smem;
+    int ln_wave_blocks;
     int dbias_mode;               // 16-bit GEMM bias gradients (MEMOPT_DBIAS; the bf16 step the same on all three):
                                   // MO_DBIAS_NARROW (0, the default) the 2-byte-load kernel, MO_DBIAS_WIDE the
                                   // 16-byte-load one (the same bits), MO_DBIAS_LT cuBLASLt's BGRADB epilogue on

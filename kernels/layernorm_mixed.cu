@@ -416,13 +416,18 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     // The wave is the default kernel's (the register one where C allows) also under MEMOPT_LN=loop, so that
     // both kinds split the rows over the same blocks and still give the same bits (gpu_ops_mixed).
     if (c->ln_bwd_wave) {
-        if (smem > 48 * 1024)
-            CUDA_CHECK(cudaFuncSetAttribute(kern_default, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        int per_sm = 0, sms = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern_default, warps * 32, smem));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        const long wave = (long)per_sm * sms;
-        if (wave >= 1 && wave < G) G = (int)wave;
+        if (c->ln_wave_kern != (const void *)kern_default || c->ln_wave_threads != warps * 32 || c->ln_wave_smem != smem) {
+            if (smem > 48 * 1024)
+                CUDA_CHECK(cudaFuncSetAttribute(kern_default, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            int per_sm = 0, sms = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern_default, warps * 32, smem));
+            CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            c->ln_wave_kern = (const void *)kern_default;
+            c->ln_wave_threads = warps * 32;
+            c->ln_wave_smem = smem;
+            c->ln_wave_blocks = per_sm * sms;
+        }
+        if (c->ln_wave_blocks >= 1 && c->ln_wave_blocks < G) G = c->ln_wave_blocks;
     }
     MO_TRY(layernorm_backward_mixed_rows_launch(kern, s, (unsigned)G, warps, smem, gx, partial, dy, x, w, mean, rstd, N,
                                                 C));
