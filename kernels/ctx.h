@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-enum { MO_DBIAS_NARROW = 0, MO_DBIAS_WIDE = 1, MO_DBIAS_LT = 2 }; // mo_ctx.dbias_mode
+enum { MO_DBIAS_NARROW = 0, MO_DBIAS_WIDE = 1, MO_DBIAS_LT = 2, MO_DBIAS_GELU = 3 }; // mo_ctx.dbias_mode
 
 // cuBLASLt workspace: taken from the allocator (category workspace) on every backend, so the dry
 // backend's peak includes it exactly. 32 MiB is what cuBLASLt's heuristics want for Hopper GEMMs. It is
@@ -159,7 +159,9 @@ typedef struct mo_ctx {
     int dbias_mode;               // 16-bit GEMM bias gradients (MEMOPT_DBIAS; the bf16 step the same on all three):
                                   // MO_DBIAS_NARROW (0, the default) the 2-byte-load kernel, MO_DBIAS_WIDE the
                                   // 16-byte-load one (the same bits), MO_DBIAS_LT cuBLASLt's BGRADB epilogue on
-                                  // the dweight GEMM (other bits: its own summation order)
+                                  // the dweight GEMM (other bits: its own summation order), MO_DBIAS_GELU the
+                                  // narrow kernel but for the GPT MLP's fc bias, summed in the fcproj dinp GEMM's
+                                  // DGELU_BGRAD epilogue (mo_matmul_backward_dgelu_bsum_mixed)
     int bn_cudnn;                 // batch norm on cuDNN's legacy calls (1; MEMOPT_BN=cudnn) instead of the
                                   // suite's own kernels (0, the default: batchnorm.cu says why)
     int attn_impl;                // 16-bit fused attention: the suite's own kernels (MO_ATTN_IMPL_OWN, 0, the

@@ -39,6 +39,11 @@ mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gel
 mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                      const void *dout, const void *inp, const void *weight, const void *gelu_pre,
                                      void *scratch, int N, int C, int OC);
+// the dgelu backward above with dinp_sums (C) fp32 := the column sums of dinp (ops_mixed_gemm.h's
+// mo_matmul_backward_dgelu_bsum_mixed); scratch of mo_matmul_backward_dgelu_bsum_mixed_scratch_bytes
+mo_status matmul_backward_dgelu_bsum_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_sums, float *dweight,
+                                                float *dbias, const void *dout, const void *inp, const void *weight,
+                                                const void *gelu_pre, void *scratch, int N, int C, int OC);
 // kernels (matmul_mixed.cu): dbias (OC) += column sums of dout (N, OC) dt, via partial (chunks, OC) fp32;
 // gelu_out = gelu(out) elementwise in dt (used when the GELU epilogue is unavailable).
 mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const void *dout, float *partial, int N,

@@ -135,3 +135,25 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
     if (dbias) MO_TRY(matmul_mixed_dbias_cuda(c, dt, dbias, dout, (float *)scratch, N, OC));
     return MO_OK;
 }
+
+// MEMOPT_DBIAS=gelu: the dinp GEMM with DGELU_BGRAD, its bias gradient (the column sums of D^T's rows, i.e.
+// of dinp (N, C) over N, from the fp32 values before D's rounding) in fp32 (lt_gemm_cuda.c sets
+// BIAS_DATA_TYPE for this epilogue) into dinp_sums, overwritten; then dweight and dbias as the plain backward.
+// With no DGELU_BGRAD algorithm (or C % 8 != 0): the backward above, then dinp_sums := 0 + the reduction
+// kernel's sums of the rounded dinp.
+mo_status matmul_backward_dgelu_bsum_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_sums, float *dweight,
+                                                float *dbias, const void *dout, const void *inp, const void *weight,
+                                                const void *gelu_pre, void *scratch, int N, int C, int OC) {
+    const cudaDataType_t t = mx_cuda_type(dt);
+    int no_algo = 1;
+    if (C % 8 == 0) {
+        mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, t, t, 0.0f,
+                        CUBLASLT_EPILOGUE_DGELU_BGRAD, dinp_sums, (void *)gelu_pre, C, 0, NULL};
+        MO_TRY(mo_lt_matmul(c, &g, &no_algo));
+    }
+    if (!no_algo) return matmul_backward_mixed_cuda(c, dt, NULL, dweight, dbias, dout, inp, weight, NULL, scratch, N, C, OC);
+    c->epilogue_fallbacks++;
+    MO_TRY(matmul_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, scratch, N, C, OC));
+    CUDA_CHECK(cudaMemsetAsync(dinp_sums, 0, (size_t)C * sizeof(float), (cudaStream_t)c->stream));
+    return matmul_mixed_dbias_cuda(c, dt, dinp_sums, dinp, (float *)scratch, N, C);
+}

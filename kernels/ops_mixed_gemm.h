@@ -42,6 +42,14 @@ mo_status mo_matmul_forward_add_mixed(mo_ctx *c, mo_dtype dt, void *out, const v
 mo_status mo_matmul_backward_dgelu_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                          const void *dout, const void *inp, const void *weight, const void *gelu_pre,
                                          int N, int C, int OC);
+// mo_matmul_backward_dgelu_mixed, and dinp_sums (C) fp32 overwritten with the column sums of dinp over its N
+// rows: the bias gradient of the GEMM whose output gelu_pre is (GPT's fc, MEMOPT_DBIAS=gelu), so that GEMM's
+// backward needs no pass of its own over dinp. cuda: cuBLASLt's DGELU_BGRAD epilogue, which sums the fp32
+// values before their rounding to dt (the cpu reference sums those too); where it has no algorithm, the
+// DGELU GEMM and the fixed-order reduction kernel over the rounded dinp (counted in epilogue_fallbacks).
+mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_sums, float *dweight,
+                                              float *dbias, const void *dout, const void *inp, const void *weight,
+                                              const void *gelu_pre, int N, int C, int OC);
 
 // ---- causal self-attention, materialized ----
 // qkv (B,T,3C), out (B,T,C), att (B,NH,T,T) all dt. att = softmax(round(q k^T / sqrt(HS))) with the
@@ -54,6 +62,7 @@ mo_status mo_attention_backward_mixed(mo_ctx *c, mo_dtype dt, void *dqkv, const 
 
 // ---- scratch sizes (bytes), shared by every backend ----
 size_t mo_matmul_backward_mixed_scratch_bytes(int N, int OC, int has_dbias);
+size_t mo_matmul_backward_dgelu_bsum_mixed_scratch_bytes(int N, int C, int OC, int has_dbias);
 size_t mo_attention_forward_mixed_scratch_bytes(mo_dtype dt, int B, int T, int C, int NH);
 size_t mo_attention_backward_mixed_scratch_bytes(mo_dtype dt, int B, int T, int C, int NH);
 

@@ -86,12 +86,25 @@ MEMOPT_LN_WAVE=2 "$M" run "${TINY[@]}" >"$tmp/lw.out" 2>"$tmp/lw.err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/lw.err")" -eq 1 ] && grep -qF "MEMOPT_LN_WAVE=2: expected 0 or 1" "$tmp/lw.err" && ok ||
   bad "MEMOPT_LN_WAVE=2: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/lw.err")"
 
-# 4c. MEMOPT_DBIAS takes narrow, wide or lt (cuda only: the same step on cpu); another value exits 2 so.
-for v in wide lt; do
+# 4c. MEMOPT_DBIAS takes narrow, wide, lt or gelu (the first three cuda only: the same step on cpu); another
+# value exits 2 so.
+for v in wide lt gelu; do
   MEMOPT_DBIAS=$v "$M" run "${TINY[@]}" >/dev/null 2>&1 && ok || bad "MEMOPT_DBIAS=$v run failed"
 done
+# gelu on a 16-bit step (every backend: the fc bias summed in the fcproj dinp op, before dinp's rounding,
+# its sums' buffer from the allocator): the cpu peak is the dry one, and the losses stay the default's
+# within 1e-3 (a sum of the wrong values, or none, would move the second step's loss more than that)
+B16=(--layers 2 --hidden 32 --heads 2 --seq 16 --batch 4 --vocab 64 --steps 3 --warmup 0 --precision bf16 --lr 0.01)
+"$M" run --backend cpu "${B16[@]}" --csv "$tmp/g0.csv" >/dev/null 2>&1 || bad "bf16 cpu run failed"
+MEMOPT_DBIAS=gelu "$M" run --backend cpu "${B16[@]}" --csv "$tmp/g1.csv" >/dev/null 2>&1 || bad "MEMOPT_DBIAS=gelu bf16 cpu run failed"
+MEMOPT_DBIAS=gelu "$M" run --backend dry "${B16[@]}" --csv "$tmp/g1d.csv" >/dev/null 2>&1 || bad "MEMOPT_DBIAS=gelu bf16 dry run failed"
+p1=$(ws_cell "$tmp/g1.csv" peak_allocated_bytes); p1d=$(ws_cell "$tmp/g1d.csv" peak_allocated_bytes)
+[ -n "$p1" ] && [ "$p1" = "$p1d" ] && ok || bad "MEMOPT_DBIAS=gelu: cpu peak '$p1', dry '$p1d'"
+l0=$(ws_cell "$tmp/g0.csv" loss_last); l1=$(ws_cell "$tmp/g1.csv" loss_last)
+awk -v a="$l0" -v b="$l1" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(a!="" && b!="" && d<=1e-3)}' && ok ||
+  bad "MEMOPT_DBIAS=gelu: last loss $l1 against the default's $l0 (want within 1e-3)"
 MEMOPT_DBIAS=fast "$M" run "${TINY[@]}" >"$tmp/db.out" 2>"$tmp/db.err"; rc=$?
-[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/db.err")" -eq 1 ] && grep -qF "MEMOPT_DBIAS=fast: expected narrow, wide or lt" "$tmp/db.err" && ok ||
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/db.err")" -eq 1 ] && grep -qF "MEMOPT_DBIAS=fast: expected narrow, wide, lt or gelu" "$tmp/db.err" && ok ||
   bad "MEMOPT_DBIAS=fast: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/db.err")"
 
 # 5. The committed results files still read (compare each with itself).

@@ -40,7 +40,7 @@
 #   tunes the GPT rows' cuBLASLt GEMMs (MEMOPT_GEMM_TUNE=1), adds the lines the table lacks to kernels/lt_algo_table.c
 #   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
 #   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel against the cpu reference and,
-#   bit for bit, the default one; BGRADB's sums too) and A/Bs MEMOPT_DBIAS=wide and lt against the default in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps
+#   bit for bit, the default one; BGRADB's and DGELU_BGRAD's sums too) and A/Bs the MEMOPT_DBIAS modes in DBIASAB_MODES against each other in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -258,13 +258,17 @@ if has gemmtune; then
 fi
 if has dbiasab; then
   # MEMOPT_DBIAS=wide and lt (kernels/matmul_mixed.cu, matmul_mixed_cuda.c; neither moved the step on an
-  # H100 or an H200, session 33): their test, then the step on each against the default, interleaved, DBIASAB_ROUNDS rounds ($gk-dbias-ab.csv)
+  # H100 or an H200, session 33) and gelu (the fc bias in the fcproj dinp GEMM's DGELU_BGRAD epilogue, session
+  # 34): their test, then the step on each of DBIASAB_MODES (default "narrow wide lt") over DBIASAB_SHAPES
+  # (";"-separated, default GPT-2 124M B 8 and T 2048 B 4), interleaved, DBIASAB_ROUNDS rounds ($gk-dbias-ab.csv)
   (cd $B && timeout 120 ./gpu_ops_gemm_attn_mixed >"$R/gpu_ops_gemm_attn_mixed.log" 2>&1
    echo "gpu_ops_gemm_attn_mixed exit $?: $(tail -1 "$R/gpu_ops_gemm_attn_mixed.log")")
-  grep -E "FAIL" "$R/gpu_ops_gemm_attn_mixed.log" | head -5
+  grep -E "FAIL|column sums" "$R/gpu_ops_gemm_attn_mixed.log" | head -12
+  IFS=';' read -r -a dbshapes <<< "${DBIASAB_SHAPES:---preset gpt2-124m;--preset gpt2-124m --seq 2048 --batch 4}"
   for rep in $(seq ${DBIASAB_ROUNDS:-2}); do
-    for shape in "--preset gpt2-124m" "--preset gpt2-124m --seq 2048 --batch 4"; do
-      for v in MEMOPT_DBIAS=narrow MEMOPT_DBIAS=wide MEMOPT_DBIAS=lt; do
+    for shape in "${dbshapes[@]}"; do
+      for v in ${DBIASAB_MODES:-narrow wide lt}; do
+        v=MEMOPT_DBIAS=$v
         env $v MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run $shape --attn fused --precision bf16 --steps 20 --warmup 3 \
           --csv "$R/$gk-dbias-ab.csv" 2>&1 | grep -E "step:" | sed "s/^/$shape $v rep $rep: /"
       done
