@@ -26,7 +26,7 @@ typedef struct mo_lt_gemm {
     cudaDataType_t ab_type, d_type;
     float beta;
     cublasLtEpilogue_t epilogue;
-    const void *bias; // BIAS / GELU_AUX_BIAS: input (m), type d_type; BGRADB: output (n); DGELU_BGRAD: output (m), fp32
+    const void *bias; // BIAS / GELU_AUX_BIAS: input (m), type d_type; BGRADB: output (n); DGELU_BGRAD: output (m), type d_type
     void *aux;        // GELU_AUX*: the pre-activation output (m, n), ld aux_ld, type d_type
     int64_t aux_ld;
     int tf32;         // CUBLAS_COMPUTE_32F_FAST_TF32 instead of CUBLAS_COMPUTE_32F

@@ -539,11 +539,6 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
     if (k->has_bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                                     sizeof g->bias));
-    if (k->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
-        // the bias gradient in fp32, not D's 16 bits (BIAS_DATA_TYPE's default): it is a gradient's sum
-        const int32_t bt = CUDA_R_32F;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-    }
     if (k->has_aux) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
                                                     sizeof g->aux));
@@ -699,7 +694,7 @@ static mo_status plan_get(mo_ctx *c, const mo_lt_gemm *g, const lt_key *key, lt_
 
 // MEMOPT_MARK_LIB_WRITES (lib_writes.h): what the GEMM writes whole: D (m, n) at ld ldd when beta is 0 or
 // its input is apart (Cin), the GELU_AUX* pre-activation (m, n) at aux_ld, BGRADB's bias gradient (n),
-// DGELU_BGRAD's (m, fp32).
+// DGELU_BGRAD's (m, D's type).
 // D is left alone when it is also an input (A, B, or C in place), which no caller does today.
 static mo_status lt_mark(mo_ctx *c, const mo_lt_gemm *g) {
     const size_t e = g->d_type == CUDA_R_32F ? 4 : 2;
@@ -708,7 +703,7 @@ static mo_status lt_mark(mo_ctx *c, const mo_lt_gemm *g) {
     if (g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         MO_TRY(mo_mark_lib_write(c, g->aux, (size_t)g->aux_ld * e, (size_t)g->m * e, (size_t)g->n));
     if (g->epilogue == CUBLASLT_EPILOGUE_BGRADB) MO_TRY(mo_mark_lib_write(c, g->bias, 0, (size_t)g->n * e, 1));
-    if (g->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) MO_TRY(mo_mark_lib_write(c, g->bias, 0, (size_t)g->m * 4, 1));
+    if (g->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) MO_TRY(mo_mark_lib_write(c, g->bias, 0, (size_t)g->m * e, 1));
     return MO_OK;
 }
 

@@ -30,7 +30,8 @@ size_t mo_matmul_backward_mixed_scratch_bytes(int N, int OC, int has_dbias) {
     return (size_t)mo_mm_mixed_dbias_chunks(N) * (size_t)OC * sizeof(float);
 }
 
-// the larger of dbias's (OC) and, for the fallback's reduction of dinp, the sums' (C): one after the other
+// the larger of dbias's (OC) and dinp's sums' (C: the epilogue's C 16-bit values, or the reduction's chunks):
+// one after the other
 size_t mo_matmul_backward_dgelu_bsum_mixed_scratch_bytes(int N, int C, int OC, int has_dbias) {
     size_t a = mo_matmul_backward_mixed_scratch_bytes(N, OC, has_dbias), b = mo_matmul_backward_mixed_scratch_bytes(N, C, 1);
     return a > b ? a : b;
@@ -141,9 +142,10 @@ static mo_status matmul_forward_add_mixed_cpu(mo_dtype dt, void *out, const void
     return st;
 }
 
-// cpu: the fp32 dinp, the GELU backward in fp32, one rounding; sums (C, may be NULL) := the column sums of
-// the fp32 dinp before that rounding, row by row in fp32
-static mo_status matmul_backward_dgelu_mixed_cpu(mo_dtype dt, void *dinp, float *sums, float *dweight, float *dbias,
+// cpu: the fp32 dinp, the GELU backward in fp32, one rounding. dinp_dbias (C, may be NULL) += dinp's column
+// sums as mo_matmul_backward_dgelu_bsum_mixed's cuda path makes them: bf16 the double sum of the unrounded
+// values rounded to bf16; fp16 the double sum of the rounded values (matmul_backward_cpu's dbias)
+static mo_status matmul_backward_dgelu_mixed_cpu(mo_dtype dt, void *dinp, float *dinp_dbias, float *dweight, float *dbias,
                                                  const void *dout, const void *inp, const void *weight,
                                                  const void *gelu_pre, int N, int C, int OC) {
     const size_t nin = (size_t)N * C;
@@ -156,12 +158,19 @@ static mo_status matmul_backward_dgelu_mixed_cpu(mo_dtype dt, void *dinp, float 
     if (!dy || !x || !w || !pre || !dx) st = MO_FAIL(MO_ERR_OOM, "matmul_backward_dgelu_mixed_cpu: host out of memory");
     if (st == MO_OK) st = matmul_backward_cpu(dx, dweight, dbias, dy, x, w, N, C, OC);
     if (st == MO_OK) st = gelu_backward_cpu(dx, pre, dx, nin);
-    if (st == MO_OK && sums) {
-        for (int j = 0; j < C; j++) sums[j] = 0.0f;
-        for (int i = 0; i < N; i++)
-            for (int j = 0; j < C; j++) sums[j] += dx[(size_t)i * C + j];
-    }
+    if (st == MO_OK && dinp_dbias && dt == MO_BF16)
+        for (int j = 0; j < C; j++) {
+            double s = 0;
+            for (int i = 0; i < N; i++) s += dx[(size_t)i * C + j];
+            dinp_dbias[j] = (float)((double)dinp_dbias[j] + (double)mo_bf16_to_f32(mo_f32_to_bf16((float)s)));
+        }
     if (st == MO_OK) mo_convert_from_f32(dt, dinp, dx, nin);
+    if (st == MO_OK && dinp_dbias && dt != MO_BF16)
+        for (int j = 0; j < C; j++) {
+            double s = 0;
+            for (int i = 0; i < N; i++) s += mo_mmg_load(dt, dinp, (size_t)i * C + j);
+            dinp_dbias[j] = (float)((double)dinp_dbias[j] + s);
+        }
     free(dy); free(x); free(w); free(pre); free(dx);
     return st;
 }
@@ -212,23 +221,25 @@ mo_status mo_matmul_backward_dgelu_mixed(mo_ctx *c, mo_dtype dt, void *dinp, flo
     return st != MO_OK ? st : st2;
 }
 
-mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_sums, float *dweight,
+mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_dbias, float *dweight,
                                               float *dbias, const void *dout, const void *inp, const void *weight,
                                               const void *gelu_pre, int N, int C, int OC) {
     MO_TRY(check_args("matmul_backward_dgelu_bsum_mixed", dt, N, C, OC));
-    if (!dinp || !gelu_pre || !dinp_sums)
-        return MO_FAIL(MO_ERR_INVALID, "matmul_backward_dgelu_bsum_mixed: dinp, dinp_sums and gelu_pre are required");
+    if (!dinp || !gelu_pre || !dinp_dbias)
+        return MO_FAIL(MO_ERR_INVALID, "matmul_backward_dgelu_bsum_mixed: dinp, dinp_dbias and gelu_pre are required");
     void *scratch = NULL;
     MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_dgelu_bsum_mixed_scratch_bytes(N, C, OC, dbias != NULL), &scratch));
     mo_status st;
     mo_cost_matmul_backward(c, (int)mo_dtype_size(dt), N, C, OC, 1, dbias != NULL, 1);
+    // dinp's sums: in the epilogue (bf16, counted in the GEMM), else the reduction's pass over dinp
+    if (dt != MO_BF16) mo_cost_record(c, "matmul_bwd_dbias", MO_COST_MEMORY, (double)N * C, 2.0 * N * C + 8.0 * C);
     switch (c->backend) {
     case MO_BACKEND_CPU:
-        st = matmul_backward_dgelu_mixed_cpu(dt, dinp, dinp_sums, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);
+        st = matmul_backward_dgelu_mixed_cpu(dt, dinp, dinp_dbias, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);
         break;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        st = matmul_backward_dgelu_bsum_mixed_cuda(c, dt, dinp, dinp_sums, dweight, dbias, dout, inp, weight, gelu_pre,
+        st = matmul_backward_dgelu_bsum_mixed_cuda(c, dt, dinp, dinp_dbias, dweight, dbias, dout, inp, weight, gelu_pre,
                                                    scratch, N, C, OC);
 #else
         st = MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_backward_dgelu_bsum_mixed: this build has no CUDA");

@@ -13,6 +13,8 @@
 //   narrow (the default): 32 columns x 8 row lanes, one 2-byte load a thread a row.
 //   MEMOPT_DBIAS=lt takes neither: cuBLASLt's BGRADB epilogue sums dout's columns inside the dweight GEMM
 //     (matmul_mixed_cuda.c), which reads dout anyway; matmul_mixed_dbias_add_cuda adds its sums to dbias.
+//   MEMOPT_DBIAS=gelu: GPT's fc bias from the fcproj dinp GEMM's DGELU_BGRAD epilogue (bf16 sums, added by
+//     mm_dbias_add16_kernel); every other bias on narrow.
 //   Why: the narrow kernel took 0.73 ms of the bf16 GPT-2 124M step on an H100 (48 calls a step, ncu,
 //   session 32), about 60% of what its bytes allow. But on that H100 (session 33) neither wide nor lt moved the
 //   step (16.59 / 16.60 ms narrow, 16.60 / 16.64 wide, 16.65 / 16.60 lt, interleaved) nor --profile's GEMM class,
@@ -94,6 +96,12 @@ __global__ void mm_dbias_final_kernel(float *__restrict__ dbias, const float *__
     dbias[col] += s;
 }
 
+// dbias += the DGELU_BGRAD epilogue's bf16 sums (MEMOPT_DBIAS=gelu), in fp32
+__global__ void mm_dbias_add16_kernel(float *__restrict__ dbias, const __nv_bfloat16 *__restrict__ sums, int OC) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col < OC) dbias[col] += __bfloat162float(sums[col]);
+}
+
 template <typename T>
 __global__ void mm_gelu_kernel(T *__restrict__ g, const T *__restrict__ x, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -149,6 +157,13 @@ mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const vo
 mo_status matmul_mixed_dbias_add_cuda(mo_ctx *c, float *dbias, const float *sums, int OC) {
     // pass 2 with one chunk: dbias += sums, elementwise
     mm_dbias_final_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, (cudaStream_t)c->stream>>>(dbias, sums, 1, OC);
+    CUDA_CHECK_LAUNCH();
+    return MO_OK;
+}
+
+mo_status matmul_mixed_dbias_add16_cuda(mo_ctx *c, float *dbias, const void *sums, int OC) {
+    mm_dbias_add16_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, (cudaStream_t)c->stream>>>(
+        dbias, (const __nv_bfloat16 *)sums, OC);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }

@@ -39,9 +39,9 @@ mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gel
 mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                      const void *dout, const void *inp, const void *weight, const void *gelu_pre,
                                      void *scratch, int N, int C, int OC);
-// the dgelu backward above with dinp_sums (C) fp32 := the column sums of dinp (ops_mixed_gemm.h's
+// the dgelu backward above with dinp_dbias (C) fp32 += the column sums of dinp (ops_mixed_gemm.h's
 // mo_matmul_backward_dgelu_bsum_mixed); scratch of mo_matmul_backward_dgelu_bsum_mixed_scratch_bytes
-mo_status matmul_backward_dgelu_bsum_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_sums, float *dweight,
+mo_status matmul_backward_dgelu_bsum_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_dbias, float *dweight,
                                                 float *dbias, const void *dout, const void *inp, const void *weight,
                                                 const void *gelu_pre, void *scratch, int N, int C, int OC);
 // kernels (matmul_mixed.cu): dbias (OC) += column sums of dout (N, OC) dt, via partial (chunks, OC) fp32;
@@ -50,6 +50,8 @@ mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const vo
                                   int OC);
 // dbias (OC) += sums (OC), fp32 elementwise: after the BGRADB epilogue wrote the column sums (MEMOPT_DBIAS=lt)
 mo_status matmul_mixed_dbias_add_cuda(mo_ctx *c, float *dbias, const float *sums, int OC);
+// dbias (OC) += sums (OC, bf16), in fp32: after the DGELU_BGRAD epilogue wrote them (MEMOPT_DBIAS=gelu)
+mo_status matmul_mixed_dbias_add16_cuda(mo_ctx *c, float *dbias, const void *sums, int OC);
 // out (N, OC) += bias (OC) in dt (the fallback when no cuBLASLt algorithm takes the bias epilogue)
 mo_status matmul_mixed_bias_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *bias, int N, int OC);
 mo_status matmul_mixed_gelu_cuda(mo_ctx *c, mo_dtype dt, void *gelu_out, const void *out, size_t n);

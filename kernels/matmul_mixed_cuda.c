@@ -136,24 +136,26 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
     return MO_OK;
 }
 
-// MEMOPT_DBIAS=gelu: the dinp GEMM with DGELU_BGRAD, its bias gradient (the column sums of D^T's rows, i.e.
-// of dinp (N, C) over N, from the fp32 values before D's rounding) in fp32 (lt_gemm_cuda.c sets
-// BIAS_DATA_TYPE for this epilogue) into dinp_sums, overwritten; then dweight and dbias as the plain backward.
-// With no DGELU_BGRAD algorithm (or C % 8 != 0): the backward above, then dinp_sums := 0 + the reduction
-// kernel's sums of the rounded dinp.
-mo_status matmul_backward_dgelu_bsum_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_sums, float *dweight,
+// MEMOPT_DBIAS=gelu: bf16's dinp GEMM with DGELU_BGRAD, its bias gradient (the sums of D's rows over its n
+// columns, i.e. of dinp (N, C) over N) in D's type into the scratch's first C values, then added to dinp_dbias
+// in fp32; then dweight and dbias as the plain backward (the scratch reused after that add, in stream order).
+// fp16, C % 8 != 0 or no DGELU_BGRAD algorithm (the last counted in epilogue_fallbacks): the dgelu backward
+// above, then the reduction kernel adds dinp's column sums to dinp_dbias (the default's bits).
+mo_status matmul_backward_dgelu_bsum_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_dbias, float *dweight,
                                                 float *dbias, const void *dout, const void *inp, const void *weight,
                                                 const void *gelu_pre, void *scratch, int N, int C, int OC) {
     const cudaDataType_t t = mx_cuda_type(dt);
-    int no_algo = 1;
-    if (C % 8 == 0) {
+    if (dt == MO_BF16 && C % 8 == 0) {
+        int no_algo = 0;
         mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, t, t, 0.0f,
-                        CUBLASLT_EPILOGUE_DGELU_BGRAD, dinp_sums, (void *)gelu_pre, C, 0, NULL};
+                        CUBLASLT_EPILOGUE_DGELU_BGRAD, scratch, (void *)gelu_pre, C, 0, NULL};
         MO_TRY(mo_lt_matmul(c, &g, &no_algo));
+        if (!no_algo) {
+            MO_TRY(matmul_mixed_dbias_add16_cuda(c, dinp_dbias, scratch, C));
+            return matmul_backward_mixed_cuda(c, dt, NULL, dweight, dbias, dout, inp, weight, NULL, scratch, N, C, OC);
+        }
+        c->epilogue_fallbacks++;
     }
-    if (!no_algo) return matmul_backward_mixed_cuda(c, dt, NULL, dweight, dbias, dout, inp, weight, NULL, scratch, N, C, OC);
-    c->epilogue_fallbacks++;
     MO_TRY(matmul_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, scratch, N, C, OC));
-    CUDA_CHECK(cudaMemsetAsync(dinp_sums, 0, (size_t)C * sizeof(float), (cudaStream_t)c->stream));
-    return matmul_mixed_dbias_cuda(c, dt, dinp_sums, dinp, (float *)scratch, N, C);
+    return matmul_mixed_dbias_cuda(c, dt, dinp_dbias, dinp, (float *)scratch, N, C);
 }

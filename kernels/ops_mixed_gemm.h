@@ -42,12 +42,16 @@ mo_status mo_matmul_forward_add_mixed(mo_ctx *c, mo_dtype dt, void *out, const v
 mo_status mo_matmul_backward_dgelu_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                          const void *dout, const void *inp, const void *weight, const void *gelu_pre,
                                          int N, int C, int OC);
-// mo_matmul_backward_dgelu_mixed, and dinp_sums (C) fp32 overwritten with the column sums of dinp over its N
-// rows: the bias gradient of the GEMM whose output gelu_pre is (GPT's fc, MEMOPT_DBIAS=gelu), so that GEMM's
-// backward needs no pass of its own over dinp. cuda: cuBLASLt's DGELU_BGRAD epilogue, which sums the fp32
-// values before their rounding to dt (the cpu reference sums those too); where it has no algorithm, the
-// DGELU GEMM and the fixed-order reduction kernel over the rounded dinp (counted in epilogue_fallbacks).
-mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_sums, float *dweight,
+// mo_matmul_backward_dgelu_mixed, and dinp_dbias (C) fp32 += the column sums of dinp over its N rows: the
+// bias gradient of the GEMM whose output gelu_pre is (GPT's fc, MEMOPT_DBIAS=gelu), so that GEMM's backward
+// needs no pass of its own over dinp. bf16 on cuda: cuBLASLt's DGELU_BGRAD epilogue, whose sums come out in
+// D's type (cuBLASLt refuses an fp32 bias gradient beside a 16-bit D: CUBLAS_STATUS_INVALID_VALUE in the
+// H200 probe, results/h200-probe-gemm-algos.log), so each is rounded once to bf16 before the fp32 add, as
+// PyTorch's autocast rounds a bf16 linear's bias gradient; the cpu reference rounds the fp32 sum of the
+// unrounded values. fp16 (a column sum can pass fp16's 65504 where no term does), C % 8 != 0, or no
+// algorithm: the DGELU GEMM, then the default's fixed-order fp32 reduction over the rounded dinp (the cpu
+// reference's double sums of those; the same bits as passing dbias to the next GEMM's backward).
+mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_dbias, float *dweight,
                                               float *dbias, const void *dout, const void *inp, const void *weight,
                                               const void *gelu_pre, int N, int C, int OC);
 

@@ -39,11 +39,11 @@ static inline mo_status gpt_matmul_bwd_dgelu(mo_ctx *x, mo_dtype dt, void *dinp,
     return mo_matmul_backward_dgelu_mixed(x, dt, dinp, dw, db, dout, inp, w, pre, N, C, OC);
 }
 
-// gpt_matmul_bwd_dgelu, 16-bit only, and sums (C) fp32 := the column sums of dinp (the fc bias gradient)
-static inline mo_status gpt_matmul_bwd_dgelu_bsum(mo_ctx *x, mo_dtype dt, void *dinp, float *sums, float *dw,
+// gpt_matmul_bwd_dgelu, 16-bit only, and dinp_db (C) fp32 += the column sums of dinp (the fc bias gradient)
+static inline mo_status gpt_matmul_bwd_dgelu_bsum(mo_ctx *x, mo_dtype dt, void *dinp, float *dinp_db, float *dw,
                                                   float *db, const void *dout, const void *inp, const void *w,
                                                   const void *pre, int N, int C, int OC) {
-    return mo_matmul_backward_dgelu_bsum_mixed(x, dt, dinp, sums, dw, db, dout, inp, w, pre, N, C, OC);
+    return mo_matmul_backward_dgelu_bsum_mixed(x, dt, dinp, dinp_db, dw, db, dout, inp, w, pre, N, C, OC);
 }
 
 // Materialized: att (B,NH,T,T) dt. Fused: att is lse (B,NH,T) fp32.

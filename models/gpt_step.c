@@ -62,8 +62,6 @@ typedef struct block_acts {
     void *out;                          // (B,T,C) dt resid2 + fcproj(fch_gelu), until handed over
     void *d4, *dC, *dqkv;               // backward scratch (B,T,4C), (B,T,C), (B,T,3C) dt: here so an
                                         // out-of-memory midway is unwound by block_free_internals
-    float *dfcb;                        // (4C/tp) fp32 backward: the fc bias gradient's sums from the fcproj
-                                        // dinp GEMM's epilogue (MEMOPT_DBIAS=gelu), until fc's backward adds them
     // Sequence parallel: in, ln1, resid2, ln2, out and their statistics are the (B,T/tp,C) slices;
     void *g;                            // (B,T,C) dt the gathered LN output or gradient, or the
                                         // row-parallel partial sums before their reduce-scatter (transient)
@@ -152,7 +150,7 @@ static void block_free_internals(mo_gpt *m, block_acts *a) {
     act_free(m, &a->qkv); act_free(m, &a->att); act_free(m, &a->atty); act_free(m, &a->resid2);
     act_free(m, &a->ln2); act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd);
     act_free(m, &a->fch); act_free(m, &a->fch_gelu);
-    act_free(m, &a->d4); act_free(m, &a->dC); act_free(m, &a->dqkv); act_free(m, &a->dfcb);
+    act_free(m, &a->d4); act_free(m, &a->dC); act_free(m, &a->dqkv);
     act_free(m, &a->g); act_free(m, &a->ds);
 }
 
@@ -280,12 +278,11 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     }
     MO_TRY(act_alloc(m, NF, &a->d4));
     // d4 = d(fch): the GELU backward inside the fcproj dinp GEMM (fuse_epilogues), else after it. With
-    // MEMOPT_DBIAS=gelu (16-bit) that GEMM also sums d4's columns, fc's bias gradient, into dfcb: fc's
-    // backward then adds them instead of reading d4 again (on every backend, so the peaks agree).
+    // MEMOPT_DBIAS=gelu (16-bit) that op also adds d4's column sums to fc's bias gradient (in the GEMM's
+    // epilogue in bf16), so fc's backward below does not read d4 for them.
     const int fcb_sums = fuse_epilogues(m) && DT != MO_F32 && x->dbias_mode == MO_DBIAS_GELU;
     if (fcb_sums) {
-        MO_TRY(stat_alloc(m, (size_t)Fl, &a->dfcb));
-        OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu_bsum(x, DT, a->d4, a->dfcb, GB(m, GPT_FCPROJW, l, 4 * CC),
+        OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu_bsum(x, DT, a->d4, GB(m, GPT_FCB, l, Fl), GB(m, GPT_FCPROJW, l, 4 * CC),
                                                    GB(m, GPT_FCPROJB, l, C), dout, a->fch_gelu,
                                                    W(m, GPT_FCPROJW, l, 4 * CC), a->fch, N, Fl, C));
         act_free(m, &a->fch_gelu);
@@ -312,8 +309,6 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     }
     OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_FCW, l, 4 * CC), fcb_sums ? NULL : GB(m, GPT_FCB, l, Fl),
                                     a->d4, ln2_all, W(m, GPT_FCW, l, 4 * CC), N, C, Fl));
-    if (fcb_sums) OP(MO_PROF_GEMM, mo_accumulate(x, GB(m, GPT_FCB, l, Fl), a->dfcb, (size_t)Fl));
-    act_free(m, &a->dfcb);
     act_free(m, &a->g);
     const void *dln2 = a->dC; // (Ns,C) d(ln2) for the LayerNorm backward
     if (sp) {
