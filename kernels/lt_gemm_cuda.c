@@ -586,7 +586,12 @@ static mo_status plan_build(mo_ctx *c, const mo_lt_gemm *g, lt_plan *p) {
     cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
     if (e == CUBLAS_STATUS_SUCCESS)
         hs = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, nreq, heur, &found);
-    if (e != CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    // An epilogue's type combination cuBLASLt does not take may come back as INVALID_VALUE instead of
+    // NOT_SUPPORTED (DGELU_BGRAD with an fp32 bias gradient beside a bf16 D, results/h200-probe-gemm-algos.log):
+    // for a fused GEMM that is "no algorithm" too, so its caller's unfused path runs (epilogue_fallbacks).
+    const int epi_refused = hs == CUBLAS_STATUS_INVALID_VALUE && k->epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+    if (e != CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED || epi_refused ||
+        (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
         cublasStatus_t pe = cublasLtMatmulPreferenceDestroy(pref);
         CUBLAS_CHECK(e);
         CUBLAS_CHECK(pe);

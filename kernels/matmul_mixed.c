@@ -231,8 +231,9 @@ mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp
     MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_dgelu_bsum_mixed_scratch_bytes(N, C, OC, dbias != NULL), &scratch));
     mo_status st;
     mo_cost_matmul_backward(c, (int)mo_dtype_size(dt), N, C, OC, 1, dbias != NULL, 1);
-    // dinp's sums: in the epilogue (bf16, counted in the GEMM), else the reduction's pass over dinp
-    if (dt != MO_BF16) mo_cost_record(c, "matmul_bwd_dbias", MO_COST_MEMORY, (double)N * C, 2.0 * N * C + 8.0 * C);
+    // dinp's sums: in the epilogue (bf16, C % 8 == 0: counted in the GEMM), else the reduction's pass over dinp
+    if (dt != MO_BF16 || C % 8 != 0)
+        mo_cost_record(c, "matmul_bwd_dbias", MO_COST_MEMORY, (double)N * C, 2.0 * N * C + 8.0 * C);
     switch (c->backend) {
     case MO_BACKEND_CPU:
         st = matmul_backward_dgelu_mixed_cpu(dt, dinp, dinp_dbias, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);

@@ -4,6 +4,8 @@
 // Backward scratch (fp32, the same on every backend; 0 without dbias): the dbias partial sums,
 // MO_MM_MIXED_DBIAS_ROWS rows of dout per chunk, mo_mm_mixed_dbias_chunks(N) chunks of OC floats
 // (MEMOPT_DBIAS=lt: the BGRADB epilogue's OC column sums in its first OC floats, N >= 1 so they fit).
+// The dgelu op with dinp's sums (MEMOPT_DBIAS=gelu) takes the larger of that and the same for C columns
+// (the DGELU_BGRAD epilogue's C bf16 sums in its first 2C bytes, or the reduction's partial sums of dinp).
 // The cpu reference does not use it (it only takes it, so dry and cpu peaks match cuda's).
 #ifndef MEMOPT_MATMUL_MIXED_H
 #define MEMOPT_MATMUL_MIXED_H

@@ -1,7 +1,8 @@
 // The GPT in fp16 and bf16 on the GPU: loss and every parameter gradient against the CPU's 16-bit
 // reference (fresh batch each run), both attention forms; two GPU runs give the same bits;
 // checkpointing bit-identical to none and accumulation equal to the full batch on the GPU; 50 steps
-// tracking fp32; the loss scaler on a real overflow; the dry backend's peaks equal the cuda peaks.
+// tracking fp32; the loss scaler on a real overflow; the dry backend's peaks equal the cuda peaks;
+// MEMOPT_DBIAS=gelu's gradients against the cpu's.
 #include <math.h>
 #include <stdio.h>
 #include "tests/gpt_fixture.h"
@@ -203,6 +204,45 @@ static void test_dry_equals_cuda(void) {
         }
 }
 
+// MEMOPT_DBIAS=gelu in the model on the GPU (bf16, fused attention): fc's bias gradient from the fcproj
+// dinp GEMM's DGELU_BGRAD epilogue. Every gradient against the cpu's under the same mode (whose fc bias is
+// rounded to bf16 the same way) within compare_model's bf16 tolerance; fc's bias also against the GPU's
+// default within 8e-3 (two bf16 ulps: both sum the same column, one rounded once to bf16), where a missing,
+// doubled or misplaced sum is O(1); and the loss within compare_model's 2e-3.
+static float *grads_mode(mo_backend_kind be, mo_gpt_config c, int mode, uint64_t seed, double *loss, size_t *off,
+                         size_t *n_fcb) {
+    gpt_fixture f;
+    if (!fixture_open(&f, be, &c, seed)) return NULL;
+    f.ctx->dbias_mode = mode;
+    CHECK_OK(mo_gpt_forward_backward(f.m));
+    *loss = f.m->last_loss;
+    *off = (size_t)(f.m->grad_ptr[GPT_FCB] - f.m->grads);
+    *n_fcb = f.m->param_sizes[GPT_FCB];
+    float *g = fixture_read(&f, f.m->grads, f.m->num_params);
+    fixture_close(&f);
+    return g;
+}
+
+static void test_dbias_gelu(uint64_t seed) {
+    mo_gpt_config c = small_config(MO_BF16);
+    c.attn_fused = 1;
+    double lc = 0, lg = 0, ld = 0;
+    size_t off = 0, nb = 0;
+    float *gc = grads_mode(MO_BACKEND_CPU, c, MO_DBIAS_GELU, seed, &lc, &off, &nb);
+    float *gg = grads_mode(MO_BACKEND_CUDA, c, MO_DBIAS_GELU, seed, &lg, &off, &nb);
+    float *gd = grads_mode(MO_BACKEND_CUDA, c, MO_DBIAS_NARROW, seed, &ld, &off, &nb);
+    if (!gc || !gg || !gd) { free(gc); free(gg); free(gd); return; }
+    const size_t n = mo_gpt_num_params(&c);
+    double e = test_rel_error(gg, gc, n), ef = test_rel_error(gg + off, gc + off, nb), ed = test_rel_error(gg + off, gd + off, nb);
+    printf(" MEMOPT_DBIAS=gelu bf16 fused: loss cpu %.7f cuda %.7f (default %.7f); all gradients vs cpu %.3e, fc bias vs cpu"
+           " %.3e, vs the cuda default %.3e\n", lc, lg, ld, e, ef, ed);
+    CHECK_MSG(fabs(lc - lg) <= 2e-3 * fabs(lc), "MEMOPT_DBIAS=gelu: loss cpu %.9g vs cuda %.9g", lc, lg);
+    CHECK_MSG(!isnan(e) && e <= 3e-2, "MEMOPT_DBIAS=gelu: gradients vs cpu %.3e > 3e-2", e);
+    CHECK_MSG(!isnan(ef) && ef <= 3e-2, "MEMOPT_DBIAS=gelu: fc bias gradient vs cpu %.3e > 3e-2", ef);
+    CHECK_MSG(!isnan(ed) && ed <= 8e-3, "MEMOPT_DBIAS=gelu: fc bias gradient vs the default %.3e > 8e-3", ed);
+    free(gc); free(gg); free(gd);
+}
+
 int main(void) {
     test_require_gpu();
     uint64_t seed = test_seed_from_time();
@@ -222,5 +262,6 @@ int main(void) {
     if (test_part_take("16-bit tracking fp32, fused")) test_tracks_fp32(1);
     if (test_part_take("the loss scaler's overflow")) test_scaler_overflow();
     if (test_part_take("dry equals cuda")) test_dry_equals_cuda();
+    if (test_part_take("MEMOPT_DBIAS=gelu against the cpu")) test_dbias_gelu(seed + 20);
     return test_finish();
 }
