@@ -133,32 +133,24 @@ static float *grads_of(mo_gpt_config c, double *loss) {
     return g;
 }
 
-// Gradients with the context's epilogue fusions forced on (1) or off (0).
-static float *grads_fuse(mo_gpt_config c, int fuse, double *loss) {
+// Gradients with the context's epilogue fusions forced on (1) or off (0), or left at the default (-1), under
+// a MEMOPT_DBIAS mode; *fcb_off, *fcb_n (may be NULL): where fc's bias gradient lies in them.
+static float *grads_ctx(mo_gpt_config c, int fuse, int dbias_mode, double *loss, size_t *fcb_off, size_t *fcb_n) {
     gpt_fixture f;
     if (!fixture_open(&f, MO_BACKEND_CPU, &c, 11)) return NULL;
-    f.ctx->fuse_epilogues = fuse;
+    if (fuse >= 0) f.ctx->fuse_epilogues = fuse;
+    f.ctx->dbias_mode = dbias_mode;
     CHECK_OK(mo_gpt_forward_backward(f.m));
     *loss = f.m->last_loss;
+    if (fcb_off) *fcb_off = (size_t)(f.m->grad_ptr[GPT_FCB] - f.m->grads);
+    if (fcb_n) *fcb_n = f.m->param_sizes[GPT_FCB];
     float *g = malloc(f.m->num_params * sizeof(float));
     memcpy(g, f.m->grads, f.m->num_params * sizeof(float));
     fixture_close(&f);
     return g;
 }
-
-// Gradients under a MEMOPT_DBIAS mode; *fcb_off, *fcb_n: where fc's bias gradient lies in them.
-static float *grads_dbias(mo_gpt_config c, int mode, double *loss, size_t *fcb_off, size_t *fcb_n) {
-    gpt_fixture f;
-    if (!fixture_open(&f, MO_BACKEND_CPU, &c, 11)) return NULL;
-    f.ctx->dbias_mode = mode;
-    CHECK_OK(mo_gpt_forward_backward(f.m));
-    *loss = f.m->last_loss;
-    *fcb_off = (size_t)(f.m->grad_ptr[GPT_FCB] - f.m->grads);
-    *fcb_n = f.m->param_sizes[GPT_FCB];
-    float *g = malloc(f.m->num_params * sizeof(float));
-    memcpy(g, f.m->grads, f.m->num_params * sizeof(float));
-    fixture_close(&f);
-    return g;
+static float *grads_fuse(mo_gpt_config c, int fuse, double *loss) {
+    return grads_ctx(c, fuse, MO_DBIAS_NARROW, loss, NULL, NULL);
 }
 
 // MEMOPT_DBIAS=gelu: fc's bias gradient from the fcproj dinp op, in bf16 the sum of the unrounded values
@@ -171,8 +163,8 @@ static void test_dbias_gelu(void) {
         mo_gpt_config c = mixed_config(DTS[d]);
         double l0 = 0, l1 = 0;
         size_t off = 0, n_fcb = 0, off1 = 0, n1 = 0;
-        float *g0 = grads_dbias(c, MO_DBIAS_NARROW, &l0, &off, &n_fcb);
-        float *g1 = grads_dbias(c, MO_DBIAS_GELU, &l1, &off1, &n1);
+        float *g0 = grads_ctx(c, -1, MO_DBIAS_NARROW, &l0, &off, &n_fcb);
+        float *g1 = grads_ctx(c, -1, MO_DBIAS_GELU, &l1, &off1, &n1);
         size_t n = mo_gpt_num_params(&c);
         if (!g0 || !g1) { free(g0); free(g1); continue; }
         const char *pn = mo_dtype_name(DTS[d]);
