@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/layernorm.h"
 #include "kernels/ops.h"
 #include "kernels/ops_mixed.h"
 #include "strategies/alloc.h"
@@ -166,6 +167,7 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
     uint16_t *o[3] = {hnew16(NC), hnew16(NC), hnew16(NC)}, *gi[3] = {hnew16(NC), hnew16(NC), hnew16(NC)};
     float *m[3] = {fnew(N), fnew(N), fnew(N)}, *r[3] = {fnew(N), fnew(N), fnew(N)};
     float *gw[3] = {fnew(C), fnew(C), fnew(C)}, *gb[3] = {fnew(C), fnew(C), fnew(C)};
+    int wave_blocks = 0;
     for (int run = 0; run < 3; run++) {
         gc->ln_loop = run == 2;
         poison16(dt, d_out, NC);
@@ -182,8 +184,17 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
         down(gi[run], d_dinp, NC * 2);
         down(gw[run], d_dw, (size_t)C * 4);
         down(gb[run], d_db, (size_t)C * 4);
+        if (run == 0) wave_blocks = gc->ln_wave_blocks;
     }
     gc->ln_loop = 0;
+    // the one-wave launch ran (its block count computed and kept in the context), and the loop kernels' run
+    // kept the default kernel's wave (the same rows to the same blocks, so the same bits below)
+    if (gc->ln_bwd_wave) {
+        printf("  one wave: %d resident blocks (layernorm_backward_blocks %d)\n", wave_blocks, layernorm_backward_blocks(N));
+        CHECK_MSG(wave_blocks >= 1, "layernorm backward: MEMOPT_LN_WAVE on but no wave computed (%d blocks)", wave_blocks);
+        CHECK_MSG(gc->ln_wave_blocks == wave_blocks, "layernorm backward: MEMOPT_LN=loop changed the wave %d -> %d",
+                  wave_blocks, gc->ln_wave_blocks);
+    }
     check16(dt, o[0], out_ref, NC, "layernorm forward out");
     check32(dt, m[0], mean_ref, N, TOL_STAT, "layernorm mean");
     check32(dt, r[0], rstd_ref, N, TOL_STAT, "layernorm rstd");
