@@ -316,10 +316,12 @@ __global__ void __launch_bounds__(LNM_BWD_WARPS_MAX * 32, 2)
 
 // The register kernels' groups a lane holds for C (C / 8 groups over 32 lanes), or 0: the loop kernels
 // (MEMOPT_LN=loop, rows not of 16-byte groups, or more than max groups a lane)
-static int lnm_reg_groups(const mo_ctx *c, int vec, int C, int max) {
-    if (c->ln_loop || !vec) return 0;
+static int lnm_reg_groups_of(int vec, int C, int max) {
     const int ng = (C / 8 + 31) / 32;
-    return ng <= max ? ng : 0;
+    return vec && ng <= max ? ng : 0;
+}
+static int lnm_reg_groups(const mo_ctx *c, int vec, int C, int max) {
+    return c->ln_loop ? 0 : lnm_reg_groups_of(vec, C, max);
 }
 // X(ng) for each register kernel's group count
 #define LNM_FWD_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
@@ -404,8 +406,7 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     const uint16_t *dy = (const uint16_t *)dout, *x = (const uint16_t *)inp, *w = (const uint16_t *)weight;
     lnm_bwd_kernel kern = lnm_bwd_pick<D>(vec, lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_BWD));
     // the kernel without MEMOPT_LN=loop: its occupancy sets the wave below
-    const int ng_default = vec && (C / 8 + 31) / 32 <= LNM_REG_GROUPS_BWD ? (C / 8 + 31) / 32 : 0;
-    lnm_bwd_kernel kern_default = lnm_bwd_pick<D>(vec, ng_default);
+    lnm_bwd_kernel kern_default = lnm_bwd_pick<D>(vec, lnm_reg_groups_of(vec, C, LNM_REG_GROUPS_BWD));
     // One wave (the default; MEMOPT_LN_WAVE=0 launches G): as many blocks as are resident at once (blocks an
     // SM fits x SMs), when fewer than G, so no second, partly filled wave and half as many per-block passes
     // (zeroing the slices, the partial row) and partial rows for the reduce; the scratch keeps G rows (the

@@ -193,46 +193,21 @@ mo_status mo_matmul_forward_add_mixed(mo_ctx *c, mo_dtype dt, void *out, const v
     return MO_FAIL(MO_ERR_INTERNAL, "matmul_forward_add_mixed: unknown backend %d", (int)c->backend);
 }
 
-mo_status mo_matmul_backward_dgelu_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
-                                         const void *dout, const void *inp, const void *weight, const void *gelu_pre,
-                                         int N, int C, int OC) {
-    MO_TRY(check_args("matmul_backward_dgelu_mixed", dt, N, C, OC));
-    if (!dinp || !gelu_pre)
-        return MO_FAIL(MO_ERR_INVALID, "matmul_backward_dgelu_mixed: dinp and gelu_pre are required");
+// The dgelu backward, and dinp_dbias (may be NULL: the plain dgelu op, its scratch and cost unchanged) +=
+// dinp's column sums (mo_matmul_backward_dgelu_bsum_mixed)
+static mo_status backward_dgelu(const char *op, mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_dbias, float *dweight,
+                                float *dbias, const void *dout, const void *inp, const void *weight,
+                                const void *gelu_pre, int N, int C, int OC) {
+    MO_TRY(check_args(op, dt, N, C, OC));
+    if (!dinp || !gelu_pre) return MO_FAIL(MO_ERR_INVALID, "%s: dinp and gelu_pre are required", op);
     void *scratch = NULL;
-    MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_mixed_scratch_bytes(N, OC, dbias != NULL), &scratch));
-    mo_status st;
-    mo_cost_matmul_backward(c, (int)mo_dtype_size(dt), N, C, OC, 1, dbias != NULL, 1);
-    switch (c->backend) {
-    case MO_BACKEND_CPU:
-        st = matmul_backward_dgelu_mixed_cpu(dt, dinp, NULL, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);
-        break;
-    case MO_BACKEND_CUDA:
-#ifdef MEMOPT_HAVE_CUDA
-        st = matmul_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, scratch, N, C, OC);
-#else
-        st = MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_backward_dgelu_mixed: this build has no CUDA");
-#endif
-        break;
-    case MO_BACKEND_DRY: st = MO_OK; break;
-    default: st = MO_FAIL(MO_ERR_INTERNAL, "matmul_backward_dgelu_mixed: unknown backend %d", (int)c->backend); break;
-    }
-    mo_status st2 = mo_scratch_free(c, scratch);
-    return st != MO_OK ? st : st2;
-}
-
-mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_dbias, float *dweight,
-                                              float *dbias, const void *dout, const void *inp, const void *weight,
-                                              const void *gelu_pre, int N, int C, int OC) {
-    MO_TRY(check_args("matmul_backward_dgelu_bsum_mixed", dt, N, C, OC));
-    if (!dinp || !gelu_pre || !dinp_dbias)
-        return MO_FAIL(MO_ERR_INVALID, "matmul_backward_dgelu_bsum_mixed: dinp, dinp_dbias and gelu_pre are required");
-    void *scratch = NULL;
-    MO_TRY(mo_scratch_alloc(c, mo_matmul_backward_dgelu_bsum_mixed_scratch_bytes(N, C, OC, dbias != NULL), &scratch));
+    const size_t sb = dinp_dbias ? mo_matmul_backward_dgelu_bsum_mixed_scratch_bytes(N, C, OC, dbias != NULL)
+                                 : mo_matmul_backward_mixed_scratch_bytes(N, OC, dbias != NULL);
+    MO_TRY(mo_scratch_alloc(c, sb, &scratch));
     mo_status st;
     mo_cost_matmul_backward(c, (int)mo_dtype_size(dt), N, C, OC, 1, dbias != NULL, 1);
     // dinp's sums: in the epilogue (bf16, C % 8 == 0: counted in the GEMM), else the reduction's pass over dinp
-    if (dt != MO_BF16 || C % 8 != 0)
+    if (dinp_dbias && (dt != MO_BF16 || C % 8 != 0))
         mo_cost_record(c, "matmul_bwd_dbias", MO_COST_MEMORY, (double)N * C, 2.0 * N * C + 8.0 * C);
     switch (c->backend) {
     case MO_BACKEND_CPU:
@@ -240,15 +215,32 @@ mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp
         break;
     case MO_BACKEND_CUDA:
 #ifdef MEMOPT_HAVE_CUDA
-        st = matmul_backward_dgelu_bsum_mixed_cuda(c, dt, dinp, dinp_dbias, dweight, dbias, dout, inp, weight, gelu_pre,
-                                                   scratch, N, C, OC);
+        st = dinp_dbias ? matmul_backward_dgelu_bsum_mixed_cuda(c, dt, dinp, dinp_dbias, dweight, dbias, dout, inp, weight,
+                                                                gelu_pre, scratch, N, C, OC)
+                        : matmul_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, scratch,
+                                                     N, C, OC);
 #else
-        st = MO_FAIL(MO_ERR_UNSUPPORTED, "matmul_backward_dgelu_bsum_mixed: this build has no CUDA");
+        st = MO_FAIL(MO_ERR_UNSUPPORTED, "%s: this build has no CUDA", op);
 #endif
         break;
     case MO_BACKEND_DRY: st = MO_OK; break;
-    default: st = MO_FAIL(MO_ERR_INTERNAL, "matmul_backward_dgelu_bsum_mixed: unknown backend %d", (int)c->backend); break;
+    default: st = MO_FAIL(MO_ERR_INTERNAL, "%s: unknown backend %d", op, (int)c->backend); break;
     }
     mo_status st2 = mo_scratch_free(c, scratch);
     return st != MO_OK ? st : st2;
+}
+
+mo_status mo_matmul_backward_dgelu_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                         const void *dout, const void *inp, const void *weight, const void *gelu_pre,
+                                         int N, int C, int OC) {
+    return backward_dgelu("matmul_backward_dgelu_mixed", c, dt, dinp, NULL, dweight, dbias, dout, inp, weight, gelu_pre,
+                          N, C, OC);
+}
+
+mo_status mo_matmul_backward_dgelu_bsum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dinp_dbias, float *dweight,
+                                              float *dbias, const void *dout, const void *inp, const void *weight,
+                                              const void *gelu_pre, int N, int C, int OC) {
+    if (!dinp_dbias) return MO_FAIL(MO_ERR_INVALID, "matmul_backward_dgelu_bsum_mixed: dinp_dbias is required");
+    return backward_dgelu("matmul_backward_dgelu_bsum_mixed", c, dt, dinp, dinp_dbias, dweight, dbias, dout, inp,
+                          weight, gelu_pre, N, C, OC);
 }
