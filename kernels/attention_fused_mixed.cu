@@ -48,30 +48,18 @@
 static_assert(FM_BC == MO_ATTN_FM_KEY_TILE, "the forward's key tile is the references' MO_ATTN_FM_KEY_TILE");
 static_assert(FM_BR == FM_BC, "the causal skips below assume square diagonal tiles in forward and dq");
 
-// ---- PTX wrappers ----
-static __device__ __forceinline__ uint32_t fm_smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-static __device__ __forceinline__ void fm_cp_async16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(fm_smem_u32(dst)), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void fm_cp_async4(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(fm_smem_u32(dst)), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void fm_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-static __device__ __forceinline__ void fm_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // Four 8x8 16-bit matrices; lane l gives the address of row l % 8 of matrix l / 8 and receives, of each
 // matrix i, r[i] = elements (row l / 4, columns 2 (l % 4), +1) (.trans: (rows 2 (l % 4), +1, column l / 4)).
 static __device__ __forceinline__ void fm_ldsm_x4(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fm_smem_u32(p)));
+                 : "r"(mx_smem_u32(p)));
 }
 static __device__ __forceinline__ void fm_ldsm_x4_t(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fm_smem_u32(p)));
+                 : "r"(mx_smem_u32(p)));
 }
 
 // c (16 x 8, fp32) += a (16 x 16) @ b (16 x 8). Fragments (g = lane / 4, tq = lane % 4):
@@ -144,7 +132,7 @@ static __device__ __forceinline__ void fm_load_tile(uint16_t *dst, const uint16_
     for (int idx = threadIdx.x; idx < ROWS * CH; idx += FM_THREADS) {
         const int r = idx / CH, c = (idx % CH) * 8, t = t0 + r;
         uint16_t *d = dst + r * LDS + c;
-        if (t < T && c < HS) fm_cp_async16(d, src + (size_t)t * ld + c);
+        if (t < T && c < HS) mx_cp_async16(d, src + (size_t)t * ld + c);
         else *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
     }
 }
@@ -155,8 +143,8 @@ static __device__ __forceinline__ void fm_load_stats(float *Ls, float *Ds, const
     for (int i = threadIdx.x; i < ROWS; i += FM_THREADS) {
         const int t = t0 + i;
         if (t < T) {
-            fm_cp_async4(Ls + i, lse_row + t);
-            fm_cp_async4(Ds + i, D_row + t);
+            mx_cp_async4(Ls + i, lse_row + t);
+            mx_cp_async4(Ds + i, D_row + t);
         } else {
             Ls[i] = INFINITY;
             Ds[i] = 0.0f;
@@ -187,7 +175,7 @@ __global__ void __launch_bounds__(FM_THREADS)
     fm_load_tile<HSP, FM_BR>(Qs, qbase, ld, q0, T, HS);
     fm_load_tile<HSP, FM_BC>(Ks, kbase, ld, 0, T, HS);
     fm_load_tile<HSP, FM_BC>(Vs, vbase, ld, 0, T, HS);
-    fm_cp_async_commit();
+    mx_cp_async_commit();
 
     uint32_t qf[NKT][4];
     float o[NDT][4]; // O (16, HSP): unnormalized, fp32
@@ -196,7 +184,7 @@ __global__ void __launch_bounds__(FM_THREADS)
     for (int j = 0; j < NDT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
     for (int kb = 0; kb < nkb; kb++) {
-        fm_cp_async_wait_all();
+        mx_cp_async_wait_all();
         __syncthreads(); // tile kb landed; everyone is done with the buffer refilled below
         if (kb == 0) {
 #pragma unroll
@@ -206,7 +194,7 @@ __global__ void __launch_bounds__(FM_THREADS)
             const int nb = (kb + 1) & 1;
             fm_load_tile<HSP, FM_BC>(Ks + nb * FM_BC * LDS, kbase, ld, (kb + 1) * FM_BC, T, HS);
             fm_load_tile<HSP, FM_BC>(Vs + nb * FM_BC * LDS, vbase, ld, (kb + 1) * FM_BC, T, HS);
-            fm_cp_async_commit();
+            mx_cp_async_commit();
         }
         const uint16_t *Kt = Ks + (kb & 1) * FM_BC * LDS, *Vt = Vs + (kb & 1) * FM_BC * LDS;
         const int k0 = kb * FM_BC;
@@ -341,7 +329,7 @@ __global__ void __launch_bounds__(FM_THREADS)
     fm_load_tile<HSP, BQ>(Qs, qbase, ld, qt0 * BQ, T, HS);
     fm_load_tile<HSP, BQ>(Os, obase, C, qt0 * BQ, T, HS);
     fm_load_stats<BQ>(Ls, Dsm, lse_row, D_row, qt0 * BQ, T);
-    fm_cp_async_commit();
+    mx_cp_async_commit();
 
     float dk[NDT][4], dv[NDT][4]; // (16 keys, HSP) each, fp32
 #pragma unroll
@@ -351,14 +339,14 @@ __global__ void __launch_bounds__(FM_THREADS)
 
     for (int qt = qt0; qt < nq; qt++) {
         const int buf = (qt - qt0) & 1;
-        fm_cp_async_wait_all();
+        mx_cp_async_wait_all();
         __syncthreads();
         if (qt + 1 < nq) {
             const int nb = buf ^ 1, t1 = (qt + 1) * BQ;
             fm_load_tile<HSP, BQ>(Qs + nb * BQ * LDS, qbase, ld, t1, T, HS);
             fm_load_tile<HSP, BQ>(Os + nb * BQ * LDS, obase, C, t1, T, HS);
             fm_load_stats<BQ>(Ls + nb * BQ, Dsm + nb * BQ, lse_row, D_row, t1, T);
-            fm_cp_async_commit();
+            mx_cp_async_commit();
         }
         const uint16_t *Qt = Qs + buf * BQ * LDS, *Ot = Os + buf * BQ * LDS;
         const float *Lt = Ls + buf * BQ, *Dt = Dsm + buf * BQ;
@@ -470,7 +458,7 @@ __global__ void __launch_bounds__(FM_THREADS)
     fm_load_stats<FM_BR>(Ls, Dsm, lse + ((size_t)b * NH + h) * T, Dbuf + ((size_t)b * NH + h) * T, q0, T);
     fm_load_tile<HSP, FM_BC>(Ks, kbase, ld, 0, T, HS);
     fm_load_tile<HSP, FM_BC>(Vs, vbase, ld, 0, T, HS);
-    fm_cp_async_commit();
+    mx_cp_async_commit();
 
     float dq[NDT][4]; // (16 rows, HSP), fp32
 #pragma unroll
@@ -478,7 +466,7 @@ __global__ void __launch_bounds__(FM_THREADS)
     float lse2[2] = {0.0f, 0.0f}, Dr[2] = {0.0f, 0.0f};
 
     for (int kb = 0; kb < nkb; kb++) {
-        fm_cp_async_wait_all();
+        mx_cp_async_wait_all();
         __syncthreads();
         if (kb == 0) {
 #pragma unroll
@@ -491,7 +479,7 @@ __global__ void __launch_bounds__(FM_THREADS)
             const int nb = (kb + 1) & 1;
             fm_load_tile<HSP, FM_BC>(Ks + nb * FM_BC * LDS, kbase, ld, (kb + 1) * FM_BC, T, HS);
             fm_load_tile<HSP, FM_BC>(Vs + nb * FM_BC * LDS, vbase, ld, (kb + 1) * FM_BC, T, HS);
-            fm_cp_async_commit();
+            mx_cp_async_commit();
         }
         const uint16_t *Kt = Ks + (kb & 1) * FM_BC * LDS, *Vt = Vs + (kb & 1) * FM_BC * LDS;
         const int k0 = kb * FM_BC;

@@ -9,7 +9,8 @@
 // Pass 1 has two kernels that make the same sums in the same order, so the same bits (gpu_ops_gemm_attn_mixed):
 //   wide (MEMOPT_DBIAS=wide, OC % 8 == 0, dout 16-byte aligned): a block of 64 threads, 8 column threads x 8 row
 //     lanes, each thread 8 columns through one 16-byte load a row, so that 8 threads read a row's 128
-//     contiguous bytes; the 64 columns' 8 lane sums then go through shared memory, one thread a column.
+//     contiguous bytes, 16 rows loaded before they are added; the 64 columns' 8 lane sums then go through
+//     shared memory, one thread a column. Its pass 2 loads 16 chunks' partials before adding them.
 //   narrow (the default): 32 columns x 8 row lanes, one 2-byte load a thread a row.
 //   MEMOPT_DBIAS=lt takes neither: cuBLASLt's BGRADB epilogue sums dout's columns inside the dweight GEMM
 //     (matmul_mixed_cuda.c), which reads dout anyway; matmul_mixed_dbias_add_cuda adds its sums to dbias.
@@ -55,25 +56,41 @@ __global__ void mm_dbias_partial_kernel(float *__restrict__ partial, const T *__
 }
 
 #define MM_DBIAS_WIDE_COLS 64 // columns a block of the wide kernel: 8 threads x 8 columns
+#define MM_DBIAS_WIDE_BATCH 16 // rows a thread of the wide kernel loads before it adds them
 // The wide pass 1 (see the top): block (64 columns, chunk); thread (tx, ty) = (threadIdx.x % 8, / 8) sums
 // rows ty, ty+8, .. of the chunk for columns col0 + tx*8 .. +7, as the narrow kernel's lane ty does.
+// Each thread first copies MM_DBIAS_WIDE_BATCH of its rows (16 bytes each) into shared memory with cp.async,
+// 256 bytes in flight a thread that hold no registers, and only then adds them in order. Why: with plain
+// loads written first ptxas gave 16 loads 34 registers a thread, so it did not keep them in flight; session 33's
+// kernel, one load a row, had about 12 KB in flight an SM, as the narrow kernel has, where the H100 takes
+// about twice that (Little's law: 3.35 TB/s x ~0.8 us over 132 SMs); both ran at about 56% of its bandwidth
+// (ncu, session 32). A row past the chunk copies the chunk's last row and then counts as +0.0, added after
+// the real ones: s + 0 == s, since s, started at +0, is never -0.
 // D: mx_bf16 or mx_f16 (mixed_dev.cuh), dout as raw 16-bit storage.
 template <class D>
 __global__ void __launch_bounds__(64) mm_dbias_partial_wide_kernel(float *__restrict__ partial,
                                                                    const uint16_t *__restrict__ dout, int N, int OC) {
     __shared__ float lane_sum[8][MM_DBIAS_WIDE_COLS + 1];
+    __shared__ uint4 rows[MM_DBIAS_WIDE_BATCH][64]; // a thread's own slots [k][threadIdx.x]: no block sync
     const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
     const int c8 = blockIdx.x * MM_DBIAS_WIDE_COLS + tx * 8, chunk = blockIdx.y; // OC % 8 == 0: all 8 or none
     const int r0 = chunk * MO_MM_MIXED_DBIAS_ROWS;
     const int r1 = min(N, r0 + MO_MM_MIXED_DBIAS_ROWS);
     float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (c8 < OC) {
-#pragma unroll 4
-        for (int r = r0 + ty; r < r1; r += 8) {
-            float v[8];
-            mx_ld8<D>(v, dout + (size_t)r * OC + c8);
+        for (int rb = r0 + ty; rb < r1; rb += 8 * MM_DBIAS_WIDE_BATCH) {
 #pragma unroll
-            for (int j = 0; j < 8; j++) s[j] += v[j];
+            for (int k = 0; k < MM_DBIAS_WIDE_BATCH; k++)
+                mx_cp_async16(&rows[k][threadIdx.x], dout + (size_t)min(rb + 8 * k, r1 - 1) * OC + c8);
+            mx_cp_async_commit();
+            mx_cp_async_wait_all();
+#pragma unroll
+            for (int k = 0; k < MM_DBIAS_WIDE_BATCH; k++) {
+                float v[8];
+                mx_cvt8<D>(v, rb + 8 * k < r1 ? rows[k][threadIdx.x] : make_uint4(0, 0, 0, 0));
+#pragma unroll
+                for (int j = 0; j < 8; j++) s[j] += v[j];
+            }
         }
     }
 #pragma unroll
@@ -93,6 +110,30 @@ __global__ void mm_dbias_final_kernel(float *__restrict__ dbias, const float *__
     if (col >= OC) return;
     float s = 0.0f;
     for (int k = 0; k < chunks; k++) s += partial[(size_t)k * OC + col];
+    dbias[col] += s;
+}
+
+// Pass 2 of the wide engine: the same sums in the same order, 16 chunks' partials copied to shared memory
+// (cp.async, as the wide pass 1) before they are added: 32 chunks at GPT-2's 8192 rows were 32 trips to L2
+// a thread with few in flight (ncu put the 48 launches a step of the kernel above at 0.17 ms on an H100,
+// session 32). Chunks past the last copy the last one and count as +0.0 (never -0, as in the wide pass 1).
+#define MM_DBIAS_FINAL_BATCH 16
+__global__ void __launch_bounds__(256) mm_dbias_final_batched_kernel(float *__restrict__ dbias,
+                                                                     const float *__restrict__ partial, int chunks,
+                                                                     int OC) {
+    __shared__ float part[MM_DBIAS_FINAL_BATCH][256]; // a thread's own slots [k][threadIdx.x]: no block sync
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float s = 0.0f;
+    for (int k0 = 0; k0 < chunks; k0 += MM_DBIAS_FINAL_BATCH) {
+#pragma unroll
+        for (int k = 0; k < MM_DBIAS_FINAL_BATCH; k++)
+            mx_cp_async4(&part[k][threadIdx.x], partial + (size_t)min(k0 + k, chunks - 1) * OC + col);
+        mx_cp_async_commit();
+        mx_cp_async_wait_all();
+#pragma unroll
+        for (int k = 0; k < MM_DBIAS_FINAL_BATCH; k++) s += k0 + k < chunks ? part[k][threadIdx.x] : 0.0f;
+    }
     dbias[col] += s;
 }
 
@@ -149,7 +190,10 @@ mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const vo
             mm_dbias_partial_kernel<<<grid, 256, 0, s>>>(partial, (const __half *)dout, N, OC);
     }
     CUDA_CHECK_LAUNCH();
-    mm_dbias_final_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, s>>>(dbias, partial, chunks, OC);
+    if (c->dbias_mode == MO_DBIAS_WIDE)
+        mm_dbias_final_batched_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, s>>>(dbias, partial, chunks, OC);
+    else
+        mm_dbias_final_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, s>>>(dbias, partial, chunks, OC);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }

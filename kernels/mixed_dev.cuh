@@ -61,4 +61,16 @@ static inline unsigned mx_grid(size_t work) {
     return (unsigned)(g > 65536 ? 65536 : g);
 }
 
+// cp.async (sm_80+): a 16- or 4-byte global -> shared copy that holds no register while in flight, so a thread
+// can have many outstanding (attention_fused_mixed.cu's tiles, matmul_mixed.cu's wide bias-gradient rows)
+static __device__ __forceinline__ uint32_t mx_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ void mx_cp_async16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(mx_smem_u32(dst)), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void mx_cp_async4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(mx_smem_u32(dst)), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void mx_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+static __device__ __forceinline__ void mx_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 #endif
