@@ -15,7 +15,8 @@
 //   MEMOPT_DBIAS=lt takes neither: cuBLASLt's BGRADB epilogue sums dout's columns inside the dweight GEMM
 //     (matmul_mixed_cuda.c), which reads dout anyway; matmul_mixed_dbias_add_cuda adds its sums to dbias.
 //   MEMOPT_DBIAS=gelu: GPT's fc bias from the fcproj dinp GEMM's DGELU_BGRAD epilogue (bf16 sums, added by
-//     mm_dbias_add16_kernel); every other bias on narrow.
+//     mm_dbias_add16_kernel); every other bias on narrow. Slower: 18.09 ms against narrow's 16.74 on an H100
+//     (GPT-2 124M bf16, session 35): the DGELU_BGRAD GEMM costs more than the pass it saves.
 //   Why: the narrow kernel took 0.73 ms of the bf16 GPT-2 124M step on an H100 (48 calls a step, ncu,
 //   session 32), about 60% of what its bytes allow. But on that H100 (session 33) neither wide nor lt moved the
 //   step (16.59 / 16.60 ms narrow, 16.60 / 16.64 wide, 16.65 / 16.60 lt, interleaved) nor --profile's GEMM class,
