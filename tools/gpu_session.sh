@@ -40,7 +40,9 @@
 #   tunes the GPT rows' cuBLASLt GEMMs (MEMOPT_GEMM_TUNE=1), adds the lines the table lacks to kernels/lt_algo_table.c
 #   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
 #   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel against the cpu reference and,
-#   bit for bit, the default one; BGRADB's and DGELU_BGRAD's sums too) and A/Bs the MEMOPT_DBIAS modes in DBIASAB_MODES against each other in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps
+#   bit for bit, the default one; BGRADB's and DGELU_BGRAD's sums too) and A/Bs the MEMOPT_DBIAS modes in DBIASAB_MODES against each other in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps;
+#   "dbiasncu" one bf16 GPT-2 124M step under ncu on each of DBIASAB_MODES, the bias-gradient kernels only
+#   (their times and DRAM bytes, ncu-dbias-MODE.csv), then --profile under each
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
 # brings back at most 8 files. MEMOPT_GIT_REV names the revision when the copy has no .git.
 set -uo pipefail
@@ -273,6 +275,22 @@ if has dbiasab; then
           --csv "$R/$gk-dbias-ab.csv" 2>&1 | grep -E "step:" | sed "s/^/$shape $v rep $rep: /"
       done
     done
+  done
+fi
+if has dbiasncu; then
+  # where the bias-gradient kernels' time goes under each engine (thirteenth pass of docs/perf-notes.md: the
+  # wide kernels on cp.async were built to keep more bytes in flight): ncu's duration and DRAM bytes of every
+  # mm_dbias kernel of one step, summed per kernel, then --profile's classes of 10 steps
+  for v in ${DBIASAB_MODES:-narrow wide}; do
+    MEMOPT_DBIAS=$v MEMOPT_ATTN_IMPL=cudnn timeout 120 ncu --clock-control none --cache-control none -k regex:mm_dbias \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-units base --log-file "$R/ncu-dbias-$v.csv" \
+      $M run --preset gpt2-124m --attn fused --precision bf16 --steps 1 --warmup 0 >"$R/ncu-dbias-$v.out" 2>&1
+    echo "ncu MEMOPT_DBIAS=$v exit $?"
+    python3 tools/ncu_sum.py "$R/ncu-dbias-$v.csv" 8 2>&1 | sed "s/^/MEMOPT_DBIAS=$v: /"
+  done
+  for v in ${DBIASAB_MODES:-narrow wide}; do
+    MEMOPT_DBIAS=$v MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run --preset gpt2-124m --attn fused --precision bf16 --steps 10 \
+      --warmup 3 --profile 2>&1 | grep -E "step:|profile \(" | sed "s/^/MEMOPT_DBIAS=$v: /"
   done
 fi
 if has lnab; then
