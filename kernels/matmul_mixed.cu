@@ -65,8 +65,8 @@ __global__ void mm_dbias_partial_kernel(float *__restrict__ partial, const T *__
 // loads written first ptxas gave 16 loads 34 registers a thread, so it did not keep them in flight; session 33's
 // kernel, one load a row, had about 12 KB in flight an SM, as the narrow kernel has, where the H100 takes
 // about twice that (Little's law: 3.35 TB/s x ~0.8 us over 132 SMs); both ran at about 56% of its bandwidth
-// (ncu, session 32). A row past the chunk copies the chunk's last row and then counts as +0.0, added after
-// the real ones: s + 0 == s, since s, started at +0, is never -0.
+// (ncu, session 32). A row past the chunk copies the chunk's last row (a valid address) and is not added:
+// adding +0.0 instead would not be exact under --use_fast_math, whose flush to zero can leave s at -0.
 // D: mx_bf16 or mx_f16 (mixed_dev.cuh), dout as raw 16-bit storage.
 template <class D>
 __global__ void __launch_bounds__(64) mm_dbias_partial_wide_kernel(float *__restrict__ partial,
@@ -87,8 +87,9 @@ __global__ void __launch_bounds__(64) mm_dbias_partial_wide_kernel(float *__rest
             mx_cp_async_wait_all();
 #pragma unroll
             for (int k = 0; k < MM_DBIAS_WIDE_BATCH; k++) {
+                if (rb + 8 * k >= r1) break; // a row past the chunk: copied (clamped), not added
                 float v[8];
-                mx_cvt8<D>(v, rb + 8 * k < r1 ? rows[k][threadIdx.x] : make_uint4(0, 0, 0, 0));
+                mx_cvt8<D>(v, rows[k][threadIdx.x]);
 #pragma unroll
                 for (int j = 0; j < 8; j++) s[j] += v[j];
             }
@@ -117,7 +118,7 @@ __global__ void mm_dbias_final_kernel(float *__restrict__ dbias, const float *__
 // Pass 2 of the wide engine: the same sums in the same order, 16 chunks' partials copied to shared memory
 // (cp.async, as the wide pass 1) before they are added: 32 chunks at GPT-2's 8192 rows were 32 trips to L2
 // a thread with few in flight (ncu put the 48 launches a step of the kernel above at 0.17 ms on an H100,
-// session 32). Chunks past the last copy the last one and count as +0.0 (never -0, as in the wide pass 1).
+// session 32). Chunks past the last copy the last one and are not added (as rows in the wide pass 1).
 #define MM_DBIAS_FINAL_BATCH 16
 __global__ void __launch_bounds__(256) mm_dbias_final_batched_kernel(float *__restrict__ dbias,
                                                                      const float *__restrict__ partial, int chunks,
@@ -133,7 +134,8 @@ __global__ void __launch_bounds__(256) mm_dbias_final_batched_kernel(float *__re
         mx_cp_async_commit();
         mx_cp_async_wait_all();
 #pragma unroll
-        for (int k = 0; k < MM_DBIAS_FINAL_BATCH; k++) s += k0 + k < chunks ? part[k][threadIdx.x] : 0.0f;
+        for (int k = 0; k < MM_DBIAS_FINAL_BATCH; k++)
+            if (k0 + k < chunks) s += part[k][threadIdx.x];
     }
     dbias[col] += s;
 }
