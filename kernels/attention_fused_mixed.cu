@@ -48,7 +48,7 @@
 static_assert(FM_BC == MO_ATTN_FM_KEY_TILE, "the forward's key tile is the references' MO_ATTN_FM_KEY_TILE");
 static_assert(FM_BR == FM_BC, "the causal skips below assume square diagonal tiles in forward and dq");
 
-
+// ---- PTX wrappers (cp.async's: mixed_dev.cuh) ----
 // Four 8x8 16-bit matrices; lane l gives the address of row l % 8 of matrix l / 8 and receives, of each
 // matrix i, r[i] = elements (row l / 4, columns 2 (l % 4), +1) (.trans: (rows 2 (l % 4), +1, column l / 4)).
 static __device__ __forceinline__ void fm_ldsm_x4(uint32_t r[4], const uint16_t *p) {

@@ -9,8 +9,9 @@
 // Pass 1 has two kernels that make the same sums in the same order, so the same bits (gpu_ops_gemm_attn_mixed):
 //   wide (MEMOPT_DBIAS=wide, OC % 8 == 0, dout 16-byte aligned): a block of 64 threads, 8 column threads x 8 row
 //     lanes, each thread 8 columns through one 16-byte load a row, so that 8 threads read a row's 128
-//     contiguous bytes, 16 rows loaded before they are added; the 64 columns' 8 lane sums then go through
-//     shared memory, one thread a column. Its pass 2 loads 16 chunks' partials before adding them.
+//     contiguous bytes, 16 rows copied to shared memory by cp.async before they are added; the 64 columns'
+//     8 lane sums then go through shared memory, one thread a column. Its pass 2 copies 16 chunks' partials
+//     the same way before adding them.
 //   narrow (the default): 32 columns x 8 row lanes, one 2-byte load a thread a row.
 //   MEMOPT_DBIAS=lt takes neither: cuBLASLt's BGRADB epilogue sums dout's columns inside the dweight GEMM
 //     (matmul_mixed_cuda.c), which reads dout anyway; matmul_mixed_dbias_add_cuda adds its sums to dbias.
