@@ -220,6 +220,22 @@ static void gpu_matmul(mo_dtype dt, const mm_shape *s) {
 }
 
 
+// The dgelu backward's dinp against the reference (tol16) and the same bits twice, dweight and dbias (fp32)
+// against theirs: after the plain op (what "with dgelu") and the one that also sums dinp's columns
+static void check_dgelu_grads(mo_dtype dt, const mm_shape *s, const char *what, uint16_t *const got_dinp[2],
+                              const uint16_t *dinp_ref, const float *got_dw, const float *dw_ref, const float *got_db,
+                              const float *db_ref) {
+    const size_t nin = (size_t)s->N * s->C, nw = (size_t)s->OC * s->C;
+    const char *pn = mo_dtype_name(dt);
+    char label[160];
+    snprintf(label, sizeof label, "%s %s bwd dinp %s", pn, s->what, what);
+    CHECK16(label, dt, got_dinp[0], dinp_ref, nin, tol16(dt));
+    check_same(label, got_dinp[0], got_dinp[1], nin * sizeof(uint16_t));
+    snprintf(label, sizeof label, "%s %s bwd dweight, dbias %s (fp32)", pn, s->what, what);
+    test_check_rel(got_dw, dw_ref, nw, DWEIGHT_TOL, __FILE__, __LINE__, label);
+    test_check_rel(got_db, db_ref, s->OC, tol_fp32(s->N), __FILE__, __LINE__, label);
+}
+
 // The epilogue fusions (ops_mixed_gemm.h): the residual as the GEMM's C input and the dinp GEMM with
 // the GELU backward, each rounded once; against the cpu reference, which rounds at the same point.
 // C % 8 != 0 takes the unfused fallback (one more rounding): still within tol16.
@@ -264,12 +280,7 @@ static void gpu_matmul_fused(mo_dtype dt, const mm_shape *s) {
     snprintf(label, sizeof label, "%s %s fwd + add", pn, s->what);
     CHECK16(label, dt, got[0], out_ref, nout, tol16(dt));
     check_same(label, got[0], got[1], nout * e);
-    snprintf(label, sizeof label, "%s %s bwd dinp with dgelu", pn, s->what);
-    CHECK16(label, dt, got_dinp[0], dinp_ref, nin, tol16(dt));
-    check_same(label, got_dinp[0], got_dinp[1], nin * e);
-    snprintf(label, sizeof label, "%s %s bwd dweight, dbias with dgelu (fp32)", pn, s->what);
-    test_check_rel(got_dw, dw_ref, nw, DWEIGHT_TOL, __FILE__, __LINE__, label);
-    test_check_rel(got_db, db_ref, OC, tol_fp32(N), __FILE__, __LINE__, label);
+    check_dgelu_grads(dt, s, "with dgelu", got_dinp, dinp_ref, got_dw, dw_ref, got_db, db_ref);
 
     // MEMOPT_DBIAS=gelu's op: the same GEMM, and dinp_dbias (C, fp32, from zero here) += dinp's column sums.
     // bf16: cuBLASLt's DGELU_BGRAD epilogue rounds each sum to bf16, as the cpu reference does to its double
@@ -320,12 +331,7 @@ static void gpu_matmul_fused(mo_dtype dt, const mm_shape *s) {
     int twice = 1;
     for (int j = 0; j < C; j++) twice &= got_sums[2][j] == 2.0f * got_sums[0][j];
     CHECK_MSG(twice, "%s: a second call did not add the same sums again", label);
-    snprintf(label, sizeof label, "%s %s bwd dinp beside its sums", pn, s->what);
-    CHECK16(label, dt, got_dinp[0], dinp_ref, nin, tol16(dt));
-    check_same(label, got_dinp[0], got_dinp[1], nin * e);
-    snprintf(label, sizeof label, "%s %s bwd dweight, dbias beside dinp's sums (fp32)", pn, s->what);
-    test_check_rel(got_dw, dw_ref, nw, DWEIGHT_TOL, __FILE__, __LINE__, label);
-    test_check_rel(got_db, db_ref, OC, tol_fp32(N), __FILE__, __LINE__, label);
+    check_dgelu_grads(dt, s, "beside dinp's sums", got_dinp, dinp_ref, got_dw, dw_ref, got_db, db_ref);
     free(sums_ref); free(got_sums[0]); free(got_sums[1]); free(got_sums[2]); free(zeros); dfree(d_sums);
 
     for (int r = 0; r < 2; r++) { free(got[r]); free(got_dinp[r]); }
