@@ -168,6 +168,10 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         free(c);
         return kst;
     }
+    if ((kst = knob01("MEMOPT_LN_DSUM", 1, &c->ln_dsum)) != MO_OK) {
+        free(c);
+        return kst;
+    }
     c->conv_add16_beta1 = 1;
     c->conv_force_rank = -1;
     c->conv_last_engine = -1;

@@ -32,6 +32,14 @@ struct mo_cost_trace;                    // cost.h
 enum { MO_CONV_IMPLICIT_OFF = 0, MO_CONV_IMPLICIT_AUTO = 1, MO_CONV_IMPLICIT_ALWAYS = 2 }; // ctx->conv_implicit
 enum { MO_CONV_TILE_DEFAULT = 0, MO_CONV_TILE_128X64 = 1, MO_CONV_TILE_128X128 = 2 }; // conv_implicit_tile
 
+// One cached one-wave launch of the 16-bit LayerNorm backward (mo_ctx.ln_wave)
+typedef struct mo_ln_wave {
+    const void *kern;
+    int threads;
+    size_t smem;
+    int blocks;
+} mo_ln_wave;
+
 typedef struct mo_ctx {
     mo_backend_kind backend;
     mo_allocator *alloc;  // not owned
@@ -149,13 +157,14 @@ typedef struct mo_ctx {
     int ln_loop;                  // 16-bit LayerNorm on the loop kernels (1; MEMOPT_LN=loop), not the register ones
     int ln_bwd_wave;              // 16-bit LayerNorm backward in one wave of resident blocks (1, the default), or in
                                   // layernorm_backward_blocks(N) blocks (0; MEMOPT_LN_WAVE=0): layernorm_mixed.cu
-    // The last one-wave block count (ln_wave_blocks: blocks an SM fits x SMs) and the kernel, block size and
-    // shared memory it was found for (layernorm_mixed.cu): the occupancy query runs once a shape, not on
-    // every backward. Zeroed by mo_ctx_create (no kernel yet).
-    const void *ln_wave_kern;
-    int ln_wave_threads;
-    size_t ln_wave_smem;
-    int ln_wave_blocks;
+    // The last one-wave block count (blocks: blocks an SM fits x SMs) and the kernel, block size and shared
+    // memory it was found for (layernorm_mixed.cu), [0] of the plain backward, [1] of the one that also sums
+    // dinp's columns: the occupancy query runs once a shape, not on every backward. Zeroed by mo_ctx_create.
+    mo_ln_wave ln_wave[2];
+    int ln_dsum;                  // GPT's 16-bit projection bias gradients summed by the LayerNorm backward that
+                                  // makes their output gradient (1, the default; MEMOPT_LN_DSUM=0: by the GEMMs'
+                                  // bias-gradient kernels): models/gpt_step.c, mo_layernorm_backward_sum_mixed
+    long ln_dsum_runs;            // tests: summing LayerNorm backwards run (mo_layernorm_backward_sum_mixed, any backend)
     int dbias_mode;               // 16-bit GEMM bias gradients (MEMOPT_DBIAS; the bf16 step the same on all three):
                                   // MO_DBIAS_NARROW (0, the default) the 2-byte-load kernel, MO_DBIAS_WIDE the
                                   // 16-byte-load one (the same bits), MO_DBIAS_LT cuBLASLt's BGRADB epilogue on

@@ -177,25 +177,29 @@ __global__ void layernorm_backward_rows(float *dinp, float *partial, const float
     }
 }
 
-// ---- backward stage 2: dweight (C) +=, dbias (C) += sum over g of partial (G, 2, C) ----
+// ---- backward stage 2: dweight (C) +=, dbias (C) += (and dsum (C) +=) sum over g of partial (G, S, C) ----
 // Block of 32 x 32 threads per 32 columns: warp w sums partials g = w, w+32, ... (coalesced rows), then
-// warp 0 adds the 32 warp sums in warp order.
-__global__ void layernorm_backward_reduce(float *dweight, float *dbias, const float *partial, int G, int C) {
+// warp 0 adds the 32 warp sums in warp order. S = 2 rows a partial (dweight, dbias), or 3 with dsum (the
+// 16-bit backward's column sums of its dinp: layernorm_mixed.cu).
+__global__ void layernorm_backward_reduce(float *dweight, float *dbias, float *dsum, const float *partial, int G, int C) {
     __shared__ float sh[32][33];
+    const int S = dsum ? 3 : 2;
     int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    int col = blockIdx.x * 32 + lane; // in [0, 2C): dweight columns, then dbias columns
+    int col = blockIdx.x * 32 + lane; // in [0, S C): dweight columns, then dbias columns, then dsum's
     float s = 0.0f;
-    if (col < 2 * C)
-        for (int g = w; g < G; g += 32) s += partial[(size_t)g * 2 * C + col];
+    if (col < S * C)
+        for (int g = w; g < G; g += 32) s += partial[(size_t)g * S * C + col];
     sh[w][lane] = s;
     __syncthreads();
-    if (w == 0 && col < 2 * C) {
+    if (w == 0 && col < S * C) {
         float t = 0.0f;
         for (int k = 0; k < 32; k++) t += sh[k][lane];
         if (col < C)
             dweight[col] += t;
-        else
+        else if (col < 2 * C)
             dbias[col - C] += t;
+        else
+            dsum[col - 2 * C] += t;
     }
 }
 
@@ -231,18 +235,19 @@ extern "C" mo_status layernorm_backward_cuda(mo_ctx *c, float *dinp, float *dwei
     }
     CUDA_CHECK_LAUNCH();
     unsigned grid2 = (unsigned)((2 * C + 31) / 32);
-    layernorm_backward_reduce<<<grid2, 1024, 0, s>>>(dweight, dbias, partial, G, C);
+    layernorm_backward_reduce<<<grid2, 1024, 0, s>>>(dweight, dbias, NULL, partial, G, C);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }
 
 // Stage 2 alone, for the mixed-precision backward (layernorm_mixed.cu): dweight, dbias (C) += the sum
-// over g of partial (G, 2, C), in the fixed order of layernorm_backward_reduce.
-extern "C" mo_status layernorm_backward_reduce_cuda(mo_ctx *c, float *dweight, float *dbias, const float *partial,
-                                                    int G, int C) {
+// over g of partial (G, 2, C), in the fixed order of layernorm_backward_reduce; with dsum, partial is
+// (G, 3, C) and dsum (C) += its third rows' sum, in the same order.
+extern "C" mo_status layernorm_backward_reduce_cuda(mo_ctx *c, float *dweight, float *dbias, float *dsum,
+                                                    const float *partial, int G, int C) {
     cudaStream_t s = (cudaStream_t)c->stream;
-    unsigned grid2 = (unsigned)((2 * C + 31) / 32);
-    layernorm_backward_reduce<<<grid2, 1024, 0, s>>>(dweight, dbias, partial, G, C);
+    unsigned grid2 = (unsigned)(((dsum ? 3 : 2) * C + 31) / 32);
+    layernorm_backward_reduce<<<grid2, 1024, 0, s>>>(dweight, dbias, dsum, partial, G, C);
     CUDA_CHECK_LAUNCH();
     return MO_OK;
 }

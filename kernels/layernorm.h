@@ -33,8 +33,10 @@ mo_status layernorm_backward_cuda(mo_ctx *c, float *dinp, float *dweight, float 
                                   void *scratch, int N, int C);
 
 // Stage 2 of the cuda backward on its own: dweight (C) +=, dbias (C) += the G partial (2, C) rows, fixed
-// order. Used by the mixed-precision backward (layernorm_mixed.cu), whose stage 1 writes the same layout.
-mo_status layernorm_backward_reduce_cuda(mo_ctx *c, float *dweight, float *dbias, const float *partial, int G, int C);
+// order. Used by the mixed-precision backward (layernorm_mixed.cu), whose stage 1 writes the same layout;
+// with dsum (may be NULL) the rows are (3, C) and dsum (C) += the third ones' sum.
+mo_status layernorm_backward_reduce_cuda(mo_ctx *c, float *dweight, float *dbias, float *dsum, const float *partial,
+                                         int G, int C);
 
 #ifdef __cplusplus
 }

@@ -32,9 +32,9 @@ mo_status layernorm_forward_mixed_cpu(mo_dtype dt, void *out, float *mean, float
     return MO_OK;
 }
 
-mo_status layernorm_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, float *dbias, const void *dout,
-                                       const void *inp, const void *weight, const float *mean, const float *rstd,
-                                       int N, int C) {
+mo_status layernorm_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, float *dbias, float *dsum,
+                                       const void *dout, const void *inp, const void *weight, const float *mean,
+                                       const float *rstd, int N, int C) {
     for (int r = 0; r < N; r++) {
         size_t o = (size_t)r * C;
         float mu = mean[r], rs = rstd[r];
@@ -61,6 +61,13 @@ mo_status layernorm_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, 
             mixed_st(dt, dinp, o + i, mixed_ld(dt, dinp, o + i) + dval);
         }
     }
+    // dsum: each column of the new dinp summed in double in row order, added once (matmul_backward_cpu's dbias)
+    if (dsum)
+        for (int i = 0; i < C; i++) {
+            double s = 0;
+            for (int r = 0; r < N; r++) s += mixed_ld(dt, dinp, (size_t)r * C + i);
+            dsum[i] = (float)((double)dsum[i] + s);
+        }
     return MO_OK;
 }
 
@@ -85,32 +92,63 @@ mo_status mo_layernorm_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, float *m
     return MO_FAIL(MO_ERR_INTERNAL, "layernorm_forward_mixed: unknown backend %d", (int)c->backend);
 }
 
+// The scratch of the summing backward: (G, 3, C) partial rows in the bytes of the plain one's (G, 2, C)
+// (layernorm_mixed.cu takes fewer blocks), at least one row: the peak moves only where N <= 8.
+size_t mo_layernorm_backward_sum_scratch_bytes(int N, int C) {
+    if (N <= 0 || C <= 0) return 0;
+    size_t plain = mo_layernorm_backward_scratch_bytes(N, C), one = (size_t)3 * C * sizeof(float);
+    return plain > one ? plain : one;
+}
+
+static mo_status backward_mixed(const char *op, mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                float *dsum, const void *dout, const void *inp, const void *weight, const float *mean,
+                                const float *rstd, int N, int C) {
+    MO_TRY(mixed_check_dtype(dt, op));
+    if (N <= 0 || C <= 0) return MO_FAIL(MO_ERR_INVALID, "%s: bad shape N=%d C=%d", op, N, C);
+    if (dsum && C > MO_LN_DSUM_MAX_C)
+        return MO_FAIL(MO_ERR_INVALID, "%s: C=%d above the %d the column sums take", op, C, MO_LN_DSUM_MAX_C);
+    if (dsum) c->ln_dsum_runs++;
+    const size_t sb = dsum ? mo_layernorm_backward_sum_scratch_bytes(N, C) : mo_layernorm_backward_scratch_bytes(N, C);
+    void *scratch = NULL;
+    MO_TRY(mo_scratch_alloc(c, sb, &scratch));
+    mo_status st;
+    // the sums read nothing more from memory: they are kept in the kernel's shared slices
+    mo_cost_record(c, "layernorm_bwd", MO_COST_MEMORY, (dsum ? 13.0 : 12.0) * N * C,
+                   mo_dtype_size(dt) * 4.0 * N * C + 8.0 * N);
+    switch (c->backend) {
+    case MO_BACKEND_CPU:
+        st = layernorm_backward_mixed_cpu(dt, dinp, dweight, dbias, dsum, dout, inp, weight, mean, rstd, N, C);
+        break;
+    case MO_BACKEND_CUDA:
+#ifdef MEMOPT_HAVE_CUDA
+        st = layernorm_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dsum, dout, inp, weight, mean, rstd, scratch,
+                                           sb, N, C);
+#else
+        st = MO_FAIL(MO_ERR_UNSUPPORTED, "%s: this build has no CUDA", op);
+#endif
+        break;
+    case MO_BACKEND_DRY: st = MO_OK; break;
+    default: st = MO_FAIL(MO_ERR_INTERNAL, "%s: unknown backend %d", op, (int)c->backend); break;
+    }
+    mo_status st2 = mo_scratch_free(c, scratch);
+    return st != MO_OK ? st : st2;
+}
+
 mo_status mo_layernorm_backward_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                       const void *dout, const void *inp, const void *weight, const float *mean,
                                       const float *rstd, int N, int C) {
     if (dt == MO_F32)
         return mo_layernorm_backward(c, (float *)dinp, dweight, dbias, (const float *)dout, (const float *)inp,
                                      (const float *)weight, mean, rstd, N, C);
-    MO_TRY(mixed_check_dtype(dt, "layernorm_backward_mixed"));
-    if (N <= 0 || C <= 0) return MO_FAIL(MO_ERR_INVALID, "layernorm_backward_mixed: bad shape N=%d C=%d", N, C);
-    void *scratch = NULL;
-    MO_TRY(mo_scratch_alloc(c, mo_layernorm_backward_scratch_bytes(N, C), &scratch));
-    mo_status st;
-    mo_cost_record(c, "layernorm_bwd", MO_COST_MEMORY, 12.0 * N * C, mo_dtype_size(dt) * 4.0 * N * C + 8.0 * N);
-    switch (c->backend) {
-    case MO_BACKEND_CPU:
-        st = layernorm_backward_mixed_cpu(dt, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-        break;
-    case MO_BACKEND_CUDA:
-#ifdef MEMOPT_HAVE_CUDA
-        st = layernorm_backward_mixed_cuda(c, dt, dinp, dweight, dbias, dout, inp, weight, mean, rstd, scratch, N, C);
-#else
-        st = MO_FAIL(MO_ERR_UNSUPPORTED, "layernorm_backward_mixed: this build has no CUDA");
-#endif
-        break;
-    case MO_BACKEND_DRY: st = MO_OK; break;
-    default: st = MO_FAIL(MO_ERR_INTERNAL, "layernorm_backward_mixed: unknown backend %d", (int)c->backend); break;
-    }
-    mo_status st2 = mo_scratch_free(c, scratch);
-    return st != MO_OK ? st : st2;
+    return backward_mixed("layernorm_backward_mixed", c, dt, dinp, dweight, dbias, NULL, dout, inp, weight, mean,
+                          rstd, N, C);
+}
+
+mo_status mo_layernorm_backward_sum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias, float *dsum,
+                                          const void *dout, const void *inp, const void *weight, const float *mean,
+                                          const float *rstd, int N, int C) {
+    if (!dsum) return MO_FAIL(MO_ERR_INVALID, "layernorm_backward_sum_mixed: dsum is NULL");
+    if (dt == MO_F32) return MO_FAIL(MO_ERR_INVALID, "layernorm_backward_sum_mixed: 16-bit dtypes only");
+    return backward_mixed("layernorm_backward_sum_mixed", c, dt, dinp, dweight, dbias, dsum, dout, inp, weight, mean,
+                          rstd, N, C);
 }

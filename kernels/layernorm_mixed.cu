@@ -67,17 +67,23 @@ __device__ __forceinline__ void lnm_bwd_apply8(float gx[8], float sw[8], float s
         gx[k] += ((wv[k] * d[k] - dnorm_mean) - n * dnorm_norm_mean) * rs;
     }
 }
-// the block's (warps, 2, C) shared slices zeroed (and the block synchronized); this warp's slice returned
-__device__ __forceinline__ float *lnm_zero_slices(float *sh, int C) {
-    for (int i = threadIdx.x; i < (int)(blockDim.x / 32) * 2 * C; i += blockDim.x) sh[i] = 0.0f;
-    __syncthreads();
-    return sh + (size_t)(threadIdx.x / 32) * 2 * C;
+// the backward's column sums of its new dinp (SUM kernels): sg += the group's values as stored (rounded to D)
+template <class D> __device__ __forceinline__ void lnm_bwd_dsum8(float sg[8], const float gx[8]) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) sg[k] += D::to_f(D::from_f(gx[k]));
 }
-// the block's partial (dweight, dbias) row: its warps' slices summed in warp order
-__device__ __forceinline__ void lnm_block_partial(float *p, const float *sh, int warps, int C) {
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+// the block's (warps, S, C) shared slices zeroed (and the block synchronized), SC = S C floats a warp; this
+// warp's slice returned
+__device__ __forceinline__ float *lnm_zero_slices(float *sh, int SC) {
+    for (int i = threadIdx.x; i < (int)(blockDim.x / 32) * SC; i += blockDim.x) sh[i] = 0.0f;
+    __syncthreads();
+    return sh + (size_t)(threadIdx.x / 32) * SC;
+}
+// the block's partial (dweight, dbias[, dsum]) row of SC floats: its warps' slices summed in warp order
+__device__ __forceinline__ void lnm_block_partial(float *p, const float *sh, int warps, int SC) {
+    for (int i = threadIdx.x; i < SC; i += blockDim.x) {
         float s = 0.0f;
-        for (int k = 0; k < warps; k++) s += sh[(size_t)k * 2 * C + i];
+        for (int k = 0; k < warps; k++) s += sh[(size_t)k * SC + i];
         p[i] = s;
     }
 }
@@ -140,18 +146,20 @@ __global__ void layernorm_forward_mixed_kernel(uint16_t *out, float *mean, float
     }
 }
 
-// ---- backward stage 1: dinp (N,C) dt +=; partial (G, 2, C) fp32 = per-block (dweight, dbias) sums ----
-// One warp per row (rows strided over the grid); shared memory (warps, 2, C) floats; in the VEC path
+// ---- backward stage 1: dinp (N,C) dt +=; partial (G, S, C) fp32 = per-block (dweight, dbias) sums, and
+// with SUM (S = 3) the sums of the new dinp's columns (as stored, rounded to D) ----
+// One warp per row (rows strided over the grid); shared memory (warps, S, C) floats; in the VEC path
 // lane l owns the 8-column groups l, l+32, ... of its warp's slice (no two threads share an address).
-template <class D, bool VEC>
+template <class D, bool VEC, bool SUM>
 __global__ void layernorm_backward_mixed_rows(uint16_t *dinp, float *partial, const uint16_t *dout,
                                               const uint16_t *__restrict__ inp, const uint16_t *__restrict__ weight,
                                               const float *__restrict__ mean, const float *__restrict__ rstd, int N,
                                               int C) {
     extern __shared__ __align__(16) float lnm_sh[];
     int warps = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *sdw = lnm_zero_slices(lnm_sh, C); // this warp's dweight slice (C), then dbias (C)
-    float *sdb = sdw + C;
+    const int SC = (SUM ? 3 : 2) * C;
+    float *sdw = lnm_zero_slices(lnm_sh, SC); // this warp's dweight slice (C), then dbias (C), then dsum (C)
+    float *sdb = sdw + C, *sdg = sdw + 2 * C;
     const int C8 = C / 8;
 
     for (int row = blockIdx.x * warps + w; row < N; row += gridDim.x * warps) {
@@ -192,6 +200,12 @@ __global__ void layernorm_backward_mixed_rows(uint16_t *dinp, float *partial, co
                 lnm_bwd_apply8(gx, sw, sb, d, xv, wv, mu, rs, dnorm_mean, dnorm_norm_mean);
                 mx_st8f(sdw + 8 * i, sw);
                 mx_st8f(sdb + 8 * i, sb);
+                if (SUM) {
+                    float sg[8];
+                    mx_ld8f(sg, sdg + 8 * i);
+                    lnm_bwd_dsum8<D>(sg, gx);
+                    mx_st8f(sdg + 8 * i, sg);
+                }
                 mx_st8<D>(dx + 8 * i, gx);
             }
         } else {
@@ -200,12 +214,14 @@ __global__ void layernorm_backward_mixed_rows(uint16_t *dinp, float *partial, co
                 float d = D::to_f(dy[i]);
                 sdb[i] += d;
                 sdw[i] += n * d;
-                dx[i] = D::from_f(D::to_f(dx[i]) + ((D::to_f(weight[i]) * d - dnorm_mean) - n * dnorm_norm_mean) * rs);
+                const uint16_t g = D::from_f(D::to_f(dx[i]) + ((D::to_f(weight[i]) * d - dnorm_mean) - n * dnorm_norm_mean) * rs);
+                if (SUM) sdg[i] += D::to_f(g);
+                dx[i] = g;
             }
         }
     }
     __syncthreads();
-    lnm_block_partial(partial + (size_t)blockIdx.x * 2 * C, lnm_sh, warps, C);
+    lnm_block_partial(partial + (size_t)blockIdx.x * SC, lnm_sh, warps, SC);
 }
 
 // ---- register kernels: a lane's NG groups of a row (i = lane + 32 j, j < NG, those with i < C / 8),
@@ -259,15 +275,16 @@ __global__ void __launch_bounds__(LNM_FWD_THREADS) layernorm_forward_mixed_regs(
 // Backward: the lane's weight groups loaded once for all of its warp's rows; a row's dout, inp and dinp
 // groups loaded once, all before the first reduction (the loop kernel loads dout and inp twice, each pass
 // after a reduction).
-template <class D, int NG>
+template <class D, int NG, bool SUM>
 __global__ void __launch_bounds__(LNM_BWD_WARPS_MAX * 32, 2)
     layernorm_backward_mixed_regs(uint16_t *dinp, float *partial, const uint16_t *dout, const uint16_t *__restrict__ inp,
                                   const uint16_t *__restrict__ weight, const float *__restrict__ mean,
                                   const float *__restrict__ rstd, int N, int C) {
     extern __shared__ __align__(16) float lnm_sh[];
     int warps = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *sdw = lnm_zero_slices(lnm_sh, C); // this warp's dweight slice (C), then dbias (C)
-    float *sdb = sdw + C;
+    const int SC = (SUM ? 3 : 2) * C;
+    float *sdw = lnm_zero_slices(lnm_sh, SC); // this warp's dweight slice (C), then dbias (C), then dsum (C)
+    float *sdb = sdw + C, *sdg = sdw + 2 * C;
     const int C8 = C / 8;
     uint4 wr[NG];
 #pragma unroll
@@ -306,11 +323,17 @@ __global__ void __launch_bounds__(LNM_BWD_WARPS_MAX * 32, 2)
             lnm_bwd_apply8(gx, sw, sb, d, xv, wv, mu, rs, dnorm_mean, dnorm_norm_mean);
             mx_st8f(sdw + 8 * i, sw);
             mx_st8f(sdb + 8 * i, sb);
+            if (SUM) {
+                float sg[8];
+                mx_ld8f(sg, sdg + 8 * i);
+                lnm_bwd_dsum8<D>(sg, gx);
+                mx_st8f(sdg + 8 * i, sg);
+            }
             mx_st8<D>(dx + 8 * i, gx);
         }
     }
     __syncthreads();
-    lnm_block_partial(partial + (size_t)blockIdx.x * 2 * C, lnm_sh, warps, C);
+    lnm_block_partial(partial + (size_t)blockIdx.x * SC, lnm_sh, warps, SC);
 }
 #undef LNM_LD
 
@@ -371,28 +394,32 @@ static mo_status layernorm_backward_mixed_rows_launch(lnm_bwd_kernel kern, cudaS
     return MO_OK;
 }
 
-// The stage-1 kernel: the register kernel of ng groups a lane, or (ng 0) the loop kernel, vectorized or not
-template <class D>
+// The stage-1 kernel: the register kernel of ng groups a lane, or (ng 0) the loop kernel, vectorized or not;
+// SUM: the kernels that also sum dinp's columns
+template <class D, bool SUM>
 static lnm_bwd_kernel lnm_bwd_pick(int vec, int ng) {
     switch (ng) {
 #define LNM_BWD_CASE(n) \
-    case n: return layernorm_backward_mixed_regs<D, n>;
+    case n: return layernorm_backward_mixed_regs<D, n, SUM>;
         LNM_BWD_CASES(LNM_BWD_CASE)
 #undef LNM_BWD_CASE
-    default: return vec ? layernorm_backward_mixed_rows<D, true> : layernorm_backward_mixed_rows<D, false>;
+    default: return vec ? layernorm_backward_mixed_rows<D, true, SUM> : layernorm_backward_mixed_rows<D, false, SUM>;
     }
 }
 
-template <class D>
-static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *dweight, float *dbias,
+template <class D, bool SUM>
+static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *dweight, float *dbias, float *dsum,
                                                  const void *dout, const void *inp, const void *weight,
-                                                 const float *mean, const float *rstd, void *scratch, int N, int C) {
+                                                 const float *mean, const float *rstd, void *scratch,
+                                                 size_t scratch_bytes, int N, int C) {
     cudaStream_t s = (cudaStream_t)c->stream;
     int G = layernorm_backward_blocks(N);
-    // warps per block from C alone (as layernorm.cu): 8, halved while the slices exceed 96 KiB
+    // warps per block from C alone (as layernorm.cu): 8, halved while the (dweight, dbias) slices exceed 96 KiB;
+    // the same with SUM, whose third slice adds half again (at most 144 KiB: within the 227 KiB of sm_90)
     int warps = LNM_BWD_WARPS_MAX;
     while (warps > 1 && (size_t)warps * 2 * C * sizeof(float) > (size_t)96 * 1024) warps /= 2;
-    size_t smem = (size_t)warps * 2 * C * sizeof(float);
+    const int S = SUM ? 3 : 2;
+    size_t smem = (size_t)warps * S * C * sizeof(float);
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -404,9 +431,9 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     float *partial = (float *)scratch;
     uint16_t *gx = (uint16_t *)dinp;
     const uint16_t *dy = (const uint16_t *)dout, *x = (const uint16_t *)inp, *w = (const uint16_t *)weight;
-    lnm_bwd_kernel kern = lnm_bwd_pick<D>(vec, lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_BWD));
+    lnm_bwd_kernel kern = lnm_bwd_pick<D, SUM>(vec, lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_BWD));
     // the kernel without MEMOPT_LN=loop: its occupancy sets the wave below
-    lnm_bwd_kernel kern_default = lnm_bwd_pick<D>(vec, lnm_reg_groups_of(vec, C, LNM_REG_GROUPS_BWD));
+    lnm_bwd_kernel kern_default = lnm_bwd_pick<D, SUM>(vec, lnm_reg_groups_of(vec, C, LNM_REG_GROUPS_BWD));
     // One wave (the default; MEMOPT_LN_WAVE=0 launches G): as many blocks as are resident at once (blocks an
     // SM fits x SMs), when fewer than G, so no second, partly filled wave and half as many per-block passes
     // (zeroing the slices, the partial row) and partial rows for the reduce; the scratch keeps G rows (the
@@ -416,31 +443,42 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     // 16.91 / 16.94 (results/h200-ln-wave-ab-720cf68.csv).
     // The wave is the default kernel's (the register one where C allows) also under MEMOPT_LN=loop, so that
     // both kinds split the rows over the same blocks and still give the same bits (gpu_ops_mixed).
+    // The wave's block count is cached per kind (SUM or not: the GPT step alternates them layer by layer).
     if (c->ln_bwd_wave) {
-        if (c->ln_wave_kern != (const void *)kern_default || c->ln_wave_threads != warps * 32 || c->ln_wave_smem != smem) {
+        mo_ln_wave *lw = &c->ln_wave[SUM ? 1 : 0];
+        if (lw->kern != (const void *)kern_default || lw->threads != warps * 32 || lw->smem != smem) {
             if (smem > 48 * 1024)
                 CUDA_CHECK(cudaFuncSetAttribute(kern_default, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             int per_sm = 0, sms = 0;
             CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern_default, warps * 32, smem));
             CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-            c->ln_wave_kern = (const void *)kern_default;
-            c->ln_wave_threads = warps * 32;
-            c->ln_wave_smem = smem;
-            c->ln_wave_blocks = per_sm * sms;
+            lw->kern = (const void *)kern_default;
+            lw->threads = warps * 32;
+            lw->smem = smem;
+            lw->blocks = per_sm * sms;
         }
-        if (c->ln_wave_blocks >= 1 && c->ln_wave_blocks < G) G = c->ln_wave_blocks;
+        if (lw->blocks >= 1 && lw->blocks < G) G = lw->blocks;
     }
+    // The scratch holds scratch_bytes / (S C floats) partial rows (SUM: 2 G_max / 3 of the (G, 2, C) scratch
+    // the plain backward takes, at least one: mo_layernorm_backward_sum_scratch_bytes), so no peak moves.
+    // On 132 SMs the wave (264 blocks at C 768 and 1024) is below both caps.
+    const size_t rows = scratch_bytes / ((size_t)S * C * sizeof(float));
+    if ((size_t)G > rows) G = (int)rows;
+    if (G < 1) return MO_FAIL(MO_ERR_INTERNAL, "layernorm_backward_mixed: scratch of %zu B holds no partial row", scratch_bytes);
     MO_TRY(layernorm_backward_mixed_rows_launch(kern, s, (unsigned)G, warps, smem, gx, partial, dy, x, w, mean, rstd, N,
                                                 C));
-    return layernorm_backward_reduce_cuda(c, dweight, dbias, partial, G, C);
+    return layernorm_backward_reduce_cuda(c, dweight, dbias, SUM ? dsum : NULL, partial, G, C);
 }
 
 extern "C" mo_status layernorm_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
-                                                   const void *dout, const void *inp, const void *weight,
-                                                   const float *mean, const float *rstd, void *scratch, int N,
-                                                   int C) {
-    return dt == MO_F16 ? layernorm_backward_mixed_launch<mx_f16>(c, dinp, dweight, dbias, dout, inp, weight, mean,
-                                                                  rstd, scratch, N, C)
-                        : layernorm_backward_mixed_launch<mx_bf16>(c, dinp, dweight, dbias, dout, inp, weight, mean,
-                                                                   rstd, scratch, N, C);
+                                                   float *dsum, const void *dout, const void *inp, const void *weight,
+                                                   const float *mean, const float *rstd, void *scratch,
+                                                   size_t scratch_bytes, int N, int C) {
+#define LNM_BWD_ARGS c, dinp, dweight, dbias, dsum, dout, inp, weight, mean, rstd, scratch, scratch_bytes, N, C
+    if (dt == MO_F16)
+        return dsum ? layernorm_backward_mixed_launch<mx_f16, true>(LNM_BWD_ARGS)
+                    : layernorm_backward_mixed_launch<mx_f16, false>(LNM_BWD_ARGS);
+    return dsum ? layernorm_backward_mixed_launch<mx_bf16, true>(LNM_BWD_ARGS)
+                : layernorm_backward_mixed_launch<mx_bf16, false>(LNM_BWD_ARGS);
+#undef LNM_BWD_ARGS
 }

@@ -43,6 +43,16 @@ mo_status mo_layernorm_forward_mixed(mo_ctx *c, mo_dtype dt, void *out, float *m
 mo_status mo_layernorm_backward_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                       const void *dout, const void *inp, const void *weight, const float *mean,
                                       const float *rstd, int N, int C);
+// The same, and dsum (C) fp32 += the column sums of the new dinp as stored (rounded to dt): the bias gradient of
+// a GEMM whose output gradient dinp is (GPT's projections read the residual stream's gradient), so that GEMM's
+// backward need not read it again. 16 bits only; C <= MO_LN_DSUM_MAX_C. The cpu sums each column in double,
+// in row order, as matmul_backward_cpu's dbias (the same bits); the cuda kernels in their blocks' fixed order.
+// Scratch: mo_layernorm_backward_sum_scratch_bytes(N, C).
+#define MO_LN_DSUM_MAX_C 8192
+mo_status mo_layernorm_backward_sum_mixed(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias, float *dsum,
+                                          const void *dout, const void *inp, const void *weight, const float *mean,
+                                          const float *rstd, int N, int C);
+size_t mo_layernorm_backward_sum_scratch_bytes(int N, int C);
 
 // ---- GELU (tanh approximation) ----
 // out (n) dt = gelu(inp (n) dt); out may alias inp.

@@ -34,9 +34,9 @@ mo_status encoder_backward_mixed_cpu(mo_dtype dt, float *dwte, float *dwpe, cons
                                      int T, int C, int V);
 mo_status layernorm_forward_mixed_cpu(mo_dtype dt, void *out, float *mean, float *rstd, const void *inp,
                                       const void *weight, const void *bias, int N, int C);
-mo_status layernorm_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, float *dbias, const void *dout,
-                                       const void *inp, const void *weight, const float *mean, const float *rstd,
-                                       int N, int C);
+mo_status layernorm_backward_mixed_cpu(mo_dtype dt, void *dinp, float *dweight, float *dbias, float *dsum,
+                                       const void *dout, const void *inp, const void *weight, const float *mean,
+                                       const float *rstd, int N, int C);
 mo_status gelu_forward_mixed_cpu(mo_dtype dt, void *out, const void *inp, size_t n);
 mo_status gelu_backward_mixed_cpu(mo_dtype dt, void *dinp, const void *inp, const void *dout, size_t n);
 mo_status residual_forward_mixed_cpu(mo_dtype dt, void *out, const void *a, const void *b, size_t n);
@@ -55,10 +55,11 @@ mo_status encoder_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, float *dwte, float
                                       const int *inp_host, void *scratch, int B, int T, int C, int V);
 mo_status layernorm_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, float *mean, float *rstd, const void *inp,
                                        const void *weight, const void *bias, int N, int C);
-// scratch: mo_layernorm_backward_scratch_bytes(N, C), the (G, 2, C) partials of layernorm.h
-mo_status layernorm_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+// scratch (scratch_bytes): mo_layernorm_backward_scratch_bytes(N, C), the (G, 2, C) partials of layernorm.h, or
+// with dsum mo_layernorm_backward_sum_scratch_bytes(N, C), (G', 3, C) partials (G' <= 2 G / 3)
+mo_status layernorm_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias, float *dsum,
                                         const void *dout, const void *inp, const void *weight, const float *mean,
-                                        const float *rstd, void *scratch, int N, int C);
+                                        const float *rstd, void *scratch, size_t scratch_bytes, int N, int C);
 mo_status gelu_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *inp, size_t n);
 mo_status gelu_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, const void *inp, const void *dout, size_t n);
 mo_status residual_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *a, const void *b, size_t n);

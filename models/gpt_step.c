@@ -99,6 +99,17 @@ static int fuse_epilogues(const mo_gpt *m) {
     return f < 0 ? DT != MO_F32 : f;
 }
 
+// Whether the projections' bias gradients (attproj's, fcproj's: column sums of the residual stream's gradient)
+// come from the LayerNorm backward that makes that gradient (ctx.h's ln_dsum, mo_layernorm_backward_sum_mixed):
+// block l's ln2 backward sums attproj l's, its ln1 backward fcproj l-1's, the final LayerNorm's fcproj L-1's, and
+// the projections' GEMM backwards then read dresid for dinp and dweight only (one pass over it less a GEMM, and
+// two launches). 16 bits, the whole model on this rank only: a pipeline stage's edge block gets its gradient
+// from another stage, ZeRO's block units make a block's gradient only around its own backward, sequence
+// parallel holds a slice of the rows. (Offload copies the gradients to the host in the update, after them all.)
+static int proj_bias_in_ln(const mo_gpt *m) {
+    return DT != MO_F32 && m->ctx->ln_dsum && !m->shard && !m->zero && m->cfg.hidden <= MO_LN_DSUM_MAX_C;
+}
+
 // The checkpoint segments over this model's (or stage's) layers (ckpt_layout.h): a stage's sqrt is that of
 // its own layer count, and every:K and segments:N are at most the stage's layers.
 static mo_ckpt_layout segment_layout(const mo_gpt *m) {
@@ -270,6 +281,8 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     int Fl = 4 * C / tp_of(m);
     size_t NC = (size_t)N * C, CC = (size_t)C * Cl, NCl = (size_t)N * Cl, NF = (size_t)N * Fl, NsC = (size_t)Ns * C;
     const int sp = seqpar(m);
+    const int ln_bias = proj_bias_in_ln(m); // fcproj's and attproj's bias gradients from the LayerNorm backwards
+    float *fcproj_b = ln_bias ? NULL : GB(m, GPT_FCPROJB, l, C), *proj_b = ln_bias ? NULL : GB(m, GPT_PROJB, l, C);
     const void *dout = dresid; // (B,T,C) d(out) for the fcproj backward
     if (sp) {
         MO_TRY(act_alloc(m, NC, &a->g));
@@ -283,17 +296,17 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     const int fcb_sums = fuse_epilogues(m) && DT != MO_F32 && x->dbias_mode == MO_DBIAS_GELU;
     if (fcb_sums) {
         OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu_bsum(x, DT, a->d4, GB(m, GPT_FCB, l, Fl), GB(m, GPT_FCPROJW, l, 4 * CC),
-                                                   GB(m, GPT_FCPROJB, l, C), dout, a->fch_gelu,
+                                                   fcproj_b, dout, a->fch_gelu,
                                                    W(m, GPT_FCPROJW, l, 4 * CC), a->fch, N, Fl, C));
         act_free(m, &a->fch_gelu);
     } else if (fuse_epilogues(m)) {
         OP(MO_PROF_GEMM, gpt_matmul_bwd_dgelu(x, DT, a->d4, GB(m, GPT_FCPROJW, l, 4 * CC),
-                                              GB(m, GPT_FCPROJB, l, C), dout, a->fch_gelu,
+                                              fcproj_b, dout, a->fch_gelu,
                                               W(m, GPT_FCPROJW, l, 4 * CC), a->fch, N, Fl, C));
         act_free(m, &a->fch_gelu);
     } else {
         OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->d4, GB(m, GPT_FCPROJW, l, 4 * CC),
-                                        GB(m, GPT_FCPROJB, l, C), dout, a->fch_gelu,
+                                        fcproj_b, dout, a->fch_gelu,
                                         W(m, GPT_FCPROJW, l, 4 * CC), N, Fl, C));
         act_free(m, &a->fch_gelu);
         OP(MO_PROF_ELEMENTWISE, mo_gelu_backward_mixed(x, DT, a->d4, a->fch, a->d4, NF));
@@ -320,8 +333,14 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     }
     act_free(m, &a->d4);
     act_free(m, &a->ln2);
-    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN2W, l, C), GB(m, GPT_LN2B, l, C),
-                                                 dln2, a->resid2, W(m, GPT_LN2W, l, C), a->ln2_mean, a->ln2_rstd, Ns, C));
+    if (ln_bias) // attproj's bias gradient: the column sums of the new dresid, its output gradient
+        OP(MO_PROF_NORM, mo_layernorm_backward_sum_mixed(x, DT, dresid, GB(m, GPT_LN2W, l, C), GB(m, GPT_LN2B, l, C),
+                                                         GB(m, GPT_PROJB, l, C), dln2, a->resid2, W(m, GPT_LN2W, l, C),
+                                                         a->ln2_mean, a->ln2_rstd, Ns, C));
+    else
+        OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN2W, l, C), GB(m, GPT_LN2B, l, C),
+                                                     dln2, a->resid2, W(m, GPT_LN2W, l, C), a->ln2_mean, a->ln2_rstd, Ns,
+                                                     C));
     act_free(m, &a->ds);
     act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd); act_free(m, &a->resid2);
     const void *dresid2 = dresid; // (B,T,C) d(resid2) for the proj backward
@@ -331,7 +350,7 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         dresid2 = a->g;
     }
     // a->dC now receives d(atty) (N, Cl).
-    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_PROJW, l, CC), GB(m, GPT_PROJB, l, C), dresid2,
+    OP(MO_PROF_GEMM, gpt_matmul_bwd(x, DT, a->dC, GB(m, GPT_PROJW, l, CC), proj_b, dresid2,
                                     a->atty, W(m, GPT_PROJW, l, CC), N, Cl, C));
     act_free(m, &a->g);
     if (!a->att) {
@@ -381,8 +400,14 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         MO_TRY(tp_allreduce(m, a->dC, NC));
     }
     act_free(m, &a->dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
-    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN1W, l, C), GB(m, GPT_LN1B, l, C),
-                                                 dln1, a->in, W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, Ns, C));
+    if (ln_bias && l > 0) // fcproj l-1's bias gradient: the new dresid is block l-1's output gradient
+        OP(MO_PROF_NORM, mo_layernorm_backward_sum_mixed(x, DT, dresid, GB(m, GPT_LN1W, l, C), GB(m, GPT_LN1B, l, C),
+                                                         GB(m, GPT_FCPROJB, l - 1, C), dln1, a->in,
+                                                         W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, Ns, C));
+    else
+        OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN1W, l, C), GB(m, GPT_LN1B, l, C),
+                                                     dln1, a->in, W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, Ns,
+                                                     C));
     act_free(m, &a->ds);
     act_free(m, &a->dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
     a->in = NULL; // the schedule frees it
@@ -485,9 +510,14 @@ static mo_status sched_head_bwd(void *mp, void *sp, int micro, const void *last,
     act_free(m, &s->logits);
     MO_TRY(act_alloc(m, NC, &s->dresid));
     OP(MO_PROF_ELEMENTWISE, mo_memset_zero(x, s->dresid, NC * mo_dtype_size(DT)));
-    OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
-                                                 s->dhead, last, m->wparam_ptr[GPT_LNFW], s->lnf_mean,
-                                                 s->lnf_rstd, N, C));
+    if (proj_bias_in_ln(m)) // the last block's fcproj bias gradient: dresid is that block's output gradient
+        OP(MO_PROF_NORM, mo_layernorm_backward_sum_mixed(x, DT, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
+                                                         GB(m, GPT_FCPROJB, layers_of(m) - 1, C), s->dhead, last,
+                                                         m->wparam_ptr[GPT_LNFW], s->lnf_mean, s->lnf_rstd, N, C));
+    else
+        OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
+                                                     s->dhead, last, m->wparam_ptr[GPT_LNFW], s->lnf_mean,
+                                                     s->lnf_rstd, N, C));
     act_free(m, &s->dhead); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
     gpt_zero_weights_put(m, 0);
     *d = s->dresid;

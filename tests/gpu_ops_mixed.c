@@ -184,7 +184,7 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
         down(gi[run], d_dinp, NC * 2);
         down(gw[run], d_dw, (size_t)C * 4);
         down(gb[run], d_db, (size_t)C * 4);
-        if (run == 0) wave_blocks = gc->ln_wave_blocks;
+        if (run == 0) wave_blocks = gc->ln_wave[0].blocks;
     }
     gc->ln_loop = 0;
     // the one-wave launch ran (its block count computed and kept in the context), and the loop kernels' run
@@ -192,8 +192,8 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
     if (gc->ln_bwd_wave) {
         printf("  one wave: %d resident blocks (layernorm_backward_blocks %d)\n", wave_blocks, layernorm_backward_blocks(N));
         CHECK_MSG(wave_blocks >= 1, "layernorm backward: MEMOPT_LN_WAVE on but no wave computed (%d blocks)", wave_blocks);
-        CHECK_MSG(gc->ln_wave_blocks == wave_blocks, "layernorm backward: MEMOPT_LN=loop changed the wave %d -> %d",
-                  wave_blocks, gc->ln_wave_blocks);
+        CHECK_MSG(gc->ln_wave[0].blocks == wave_blocks, "layernorm backward: MEMOPT_LN=loop changed the wave %d -> %d",
+                  wave_blocks, gc->ln_wave[0].blocks);
     }
     check16(dt, o[0], out_ref, NC, "layernorm forward out");
     check32(dt, m[0], mean_ref, N, TOL_STAT, "layernorm mean");
@@ -237,6 +237,56 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
     same_bits(gw2[0], gw2[1], (size_t)C * 4, "layernorm dweight (MEMOPT_LN_WAVE toggled, run twice)", dt);
     same_bits(gb2[0], gb2[1], (size_t)C * 4, "layernorm dbias (MEMOPT_LN_WAVE toggled, run twice)", dt);
     free(gi2); free(gw2[0]); free(gw2[1]); free(gb2[0]); free(gb2[1]);
+    // The summing backward (mo_layernorm_backward_sum_mixed: GPT's projection bias gradients): dinp the plain
+    // op's bits; dweight, dbias and dsum (the new dinp's column sums) against the cpu reference; runs 0 and 1 on
+    // the default kernels, 2 on the loop kernels, 3 with MEMOPT_LN_WAVE toggled (G blocks capped by the
+    // scratch's 2 G / 3 rows of 3 C), the same bits on 0-2.
+    if (C <= MO_LN_DSUM_MAX_C) {
+        float *ds0 = frand(C, -1, 1), *ds_ref = fdup(ds0, C), *dw_ref2 = fdup(dw0, C), *db_ref2 = fdup(db0, C);
+        uint16_t *di_ref2 = h16dup(dinp0, NC);
+        CHECK_OK(mo_layernorm_backward_sum_mixed(hc, dt, di_ref2, dw_ref2, db_ref2, ds_ref, dout, x, w, mean_ref, rstd_ref,
+                                                 N, C));
+        float *d_ds = dnew((size_t)C * 4);
+        uint16_t *si[4];
+        float *sw[4], *sb[4], *sd[4];
+        for (int run = 0; run < 4; run++) {
+            si[run] = hnew16(NC); sw[run] = fnew(C); sb[run] = fnew(C); sd[run] = fnew(C);
+            gc->ln_loop = run == 2;
+            gc->ln_bwd_wave = run == 3 ? !wave0 : wave0;
+            up(d_dinp, dinp0, NC * 2);
+            up(d_dw, dw0, (size_t)C * 4);
+            up(d_db, db0, (size_t)C * 4);
+            up(d_ds, ds0, (size_t)C * 4);
+            CHECK_OK(mo_layernorm_backward_sum_mixed(gc, dt, d_dinp, d_dw, d_db, d_ds, d_dout, d_x, d_w, d_mr, d_rr, N, C));
+            down(si[run], d_dinp, NC * 2);
+            down(sw[run], d_dw, (size_t)C * 4);
+            down(sb[run], d_db, (size_t)C * 4);
+            down(sd[run], d_ds, (size_t)C * 4);
+        }
+        gc->ln_loop = 0;
+        gc->ln_bwd_wave = wave0;
+        if (wave0) {
+            printf("  one wave, summing: %d resident blocks\n", gc->ln_wave[1].blocks);
+            CHECK_MSG(gc->ln_wave[1].blocks >= 1, "layernorm backward sum: no wave computed (%d blocks)", gc->ln_wave[1].blocks);
+        }
+        for (int run = 0; run < 4; run++) {
+            char l[4][80];
+            const char *what[4] = {"dinp", "dweight", "dbias", "dsum"};
+            for (int q = 0; q < 4; q++) snprintf(l[q], sizeof l[q], "layernorm sum %s (run %d)", what[q], run);
+            same_bits(gi[0], si[run], NC * 2, l[0], dt);
+            check32(dt, sw[run], dw_ref2, C, TOL_LN_PARAM, l[1]);
+            check32(dt, sb[run], db_ref2, C, TOL_LN_PARAM, l[2]);
+            check32(dt, sd[run], ds_ref, C, TOL_LN_PARAM, l[3]);
+            if (run == 1 || run == 2) {
+                same_bits(sw[0], sw[run], (size_t)C * 4, l[1], dt);
+                same_bits(sb[0], sb[run], (size_t)C * 4, l[2], dt);
+                same_bits(sd[0], sd[run], (size_t)C * 4, l[3], dt);
+            }
+        }
+        for (int run = 0; run < 4; run++) { free(si[run]); free(sw[run]); free(sb[run]); free(sd[run]); }
+        free(ds0); free(ds_ref); free(dw_ref2); free(db_ref2); free(di_ref2);
+        dfree(d_ds);
+    }
     free(x); free(w); free(b); free(dout); free(dinp0); free(dw0); free(db0); free(out_ref); free(dinp_ref);
     free(mean_ref); free(rstd_ref); free(dw_ref); free(db_ref);
     for (int k = 0; k < 3; k++) { free(o[k]); free(gi[k]); free(m[k]); free(r[k]); free(gw[k]); free(gb[k]); }

@@ -184,6 +184,47 @@ static void test_dbias_gelu(void) {
     }
 }
 
+// The projections' bias gradients from the LayerNorm backwards (MEMOPT_LN_DSUM, the default) against the
+// GEMMs' own reduction (MEMOPT_LN_DSUM=0): on the cpu the same sums in the same order (double, row order),
+// so every gradient and the loss keep their bits, with and without accumulation and checkpointing, and the
+// summing backward ran 2 L times a micro-batch (block l's ln2 for attproj l, ln1 for fcproj l - 1, the
+// final LayerNorm for fcproj L - 1; none in fp32). A bias summed into the wrong layer, twice or not at all
+// changes bits; a wiring that never takes the summing op fails the count.
+static void test_ln_dsum(void) {
+    const mo_dtype dts[] = {MO_BF16, MO_F16, MO_F32};
+    for (int d = 0; d < 3; d++)
+        for (int v = 0; v < 3; v++) {
+            mo_gpt_config c = mixed_config(dts[d]);
+            if (v == 1) c.accum = 2;
+            if (v == 2) c.ckpt = MO_CKPT_FULL;
+            float *g[2] = {NULL, NULL};
+            double loss[2] = {0, 0};
+            long runs[2] = {0, 0};
+            size_t n = mo_gpt_num_params(&c);
+            for (int on = 0; on < 2; on++) {
+                gpt_fixture f;
+                if (!fixture_open(&f, MO_BACKEND_CPU, &c, 11)) break;
+                f.ctx->ln_dsum = on;
+                CHECK_OK(mo_gpt_forward_backward(f.m));
+                loss[on] = f.m->last_loss;
+                runs[on] = f.ctx->ln_dsum_runs;
+                g[on] = malloc(n * sizeof(float));
+                memcpy(g[on], f.m->grads, n * sizeof(float));
+                fixture_close(&f);
+            }
+            if (g[0] && g[1]) {
+                const char *pn = mo_dtype_name(dts[d]);
+                long want = dts[d] == MO_F32 ? 0 : 2L * c.layers * c.accum;
+                CHECK_MSG(runs[0] == 0 && runs[1] == want, "%s variant %d MEMOPT_LN_DSUM: %ld summing backwards (want %ld), %ld off",
+                          pn, v, runs[1], want, runs[0]);
+                CHECK_MSG(loss[0] == loss[1], "%s variant %d MEMOPT_LN_DSUM: loss %.9g vs %.9g", pn, v, loss[1], loss[0]);
+                CHECK_MSG(memcmp(g[0], g[1], n * sizeof(float)) == 0, "%s variant %d MEMOPT_LN_DSUM: gradients differ", pn, v);
+            }
+            free(g[0]);
+            free(g[1]);
+        }
+}
+
 // The epilogue fusions (residual add and GELU backward inside the GEMMs) against the unfused ops. fp32:
 // the cpu reference of a fused op runs the unfused pair, so bit-identical. 16 bits: the fused op rounds
 // once where the pair rounds twice (the GEMM output, then the add / the GELU backward), one 16-bit ulp
@@ -330,6 +371,7 @@ int main(void) {
     test_checkpoint_bit_identical();
     test_epilogue_fusion();
     test_dbias_gelu();
+    test_ln_dsum();
     test_accumulation();
     test_dry_equals_cpu_grid();
     test_full_ckpt_activation_figure();

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/ops_mixed.h"
 #include "strategies/alloc.h"
@@ -113,6 +114,53 @@ static void test_layernorm(mo_dtype dt, int N, int C) {
     free(x); free(w); free(b); free(dout); free(dinp); free(xf); free(wf); free(bf); free(doutf); free(dinpf);
     free(ref); free(mr); free(rr); free(m); free(r); free(out); free(dw); free(db); free(dw_ref); free(db_ref);
     free(dinp_ref);
+}
+
+// The summing backward: dinp, dweight, dbias the plain op's bits, and dsum += each column of the new dinp
+// summed in double in row order (matmul_backward_cpu's dbias on that dinp: the same bits, so a GPT step on
+// the cpu is the same with the sums moved out of the projection GEMMs). Refused: no dsum, fp32, C too wide.
+static void test_layernorm_sum(mo_dtype dt, int N, int C) {
+    size_t NC = (size_t)N * C;
+    uint16_t *x, *w, *b, *dout, *dinp;
+    float *xf, *wf, *bf, *doutf, *dinpf;
+    rand16(dt, NC, -2, 3, &x, &xf);
+    rand16(dt, C, 0.5f, 1.5f, &w, &wf);
+    rand16(dt, C, -0.5f, 0.5f, &b, &bf);
+    rand16(dt, NC, -1, 1, &dout, &doutf);
+    rand16(dt, NC, -1, 1, &dinp, &dinpf);
+    float *m = fnew(N), *r = fnew(N), *dw = fnew(C), *db = fnew(C), *ds = fnew(C), *dsum_ref = fnew(C);
+    uint16_t *out = hnew16(NC), *dinp2 = hnew16(NC);
+    CHECK_OK(mo_layernorm_forward_mixed(hc, dt, out, m, r, x, w, b, N, C));
+    test_fill_uniform(&rng, dw, C, -1, 1);
+    test_fill_uniform(&rng, db, C, -1, 1);
+    test_fill_uniform(&rng, ds, C, -1, 1);
+    float *dw2 = fdup(dw, C), *db2 = fdup(db, C), *ds0 = fdup(ds, C);
+    memcpy(dinp2, dinp, NC * 2);
+    CHECK_OK(mo_layernorm_backward_mixed(hc, dt, dinp, dw, db, dout, x, w, m, r, N, C));
+    long runs = hc->ln_dsum_runs;
+    CHECK_OK(mo_layernorm_backward_sum_mixed(hc, dt, dinp2, dw2, db2, ds, dout, x, w, m, r, N, C));
+    CHECK_MSG(hc->ln_dsum_runs == runs + 1, "layernorm backward sum: counted %ld runs, want %ld", hc->ln_dsum_runs, runs + 1);
+    CHECK_MSG(memcmp(dinp, dinp2, NC * 2) == 0, "%s layernorm backward sum: dinp differs from the plain op's", mo_dtype_name(dt));
+    CHECK_MSG(memcmp(dw, dw2, C * sizeof(float)) == 0 && memcmp(db, db2, C * sizeof(float)) == 0,
+              "%s layernorm backward sum: dweight or dbias differs from the plain op's", mo_dtype_name(dt));
+    float *dinp_f = fnew(NC);
+    mo_convert_to_f32(dt, dinp_f, dinp, NC);
+    memcpy(dsum_ref, ds0, C * sizeof(float));
+    float *unused_dw = fnew(C); // matmul_backward_cpu's dbias of dout = the new dinp: the sums the GEMM would take
+    float *xin = fnew(N), *wone = fnew(C); // (N, 1) input, (C, 1) weight: only dbias is looked at
+    CHECK_OK(matmul_backward_cpu(NULL, unused_dw, dsum_ref, dinp_f, xin, wone, N, 1, C));
+    CHECK_MSG(memcmp(ds, dsum_ref, C * sizeof(float)) == 0, "%s layernorm backward sum: dsum differs from the GEMM's dbias",
+              mo_dtype_name(dt));
+    int moved = 0;
+    for (int i = 0; i < C; i++) moved |= ds[i] != ds0[i];
+    CHECK_MSG(moved, "%s layernorm backward sum: dsum unchanged", mo_dtype_name(dt));
+    CHECK(mo_layernorm_backward_sum_mixed(hc, dt, dinp2, dw2, db2, NULL, dout, x, w, m, r, N, C) == MO_ERR_INVALID);
+    CHECK(mo_layernorm_backward_sum_mixed(hc, MO_F32, dinp2, dw2, db2, ds, dout, x, w, m, r, N, C) == MO_ERR_INVALID);
+    CHECK(mo_layernorm_backward_sum_mixed(hc, dt, dinp2, dw2, db2, ds, dout, x, w, m, r, 1, MO_LN_DSUM_MAX_C + 1) ==
+          MO_ERR_INVALID);
+    free(x); free(w); free(b); free(dout); free(dinp); free(xf); free(wf); free(bf); free(doutf); free(dinpf);
+    free(m); free(r); free(dw); free(db); free(ds); free(dsum_ref); free(out); free(dinp2); free(dw2); free(db2);
+    free(ds0); free(dinp_f); free(unused_dw); free(xin); free(wone);
 }
 
 static void test_gelu(mo_dtype dt) {
@@ -338,6 +386,8 @@ int main(void) {
         test_encoder(dt);
         test_layernorm(dt, 5, 37);
         test_layernorm(dt, 16, 768);
+        test_layernorm_sum(dt, 5, 37);
+        test_layernorm_sum(dt, 16, 768);
         test_gelu(dt);
         test_residual(dt);
         // dloss: mean over rows, times the fp16 loss scale for fp16 (keeps small probabilities normal)
