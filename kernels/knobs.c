@@ -28,6 +28,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_GEMM_TABLE", "0: the stored cuBLASLt choices ignored"},
     {"MEMOPT_GEMM_TUNE", "1: every GEMM that can be rerun is tuned over the heuristic's top 16; 2: also over each cuBLASLt algorithm's own top 8; 3: also every tile and stage count of those algorithms"},
     {"MEMOPT_LN", "loop: the 16-bit LayerNorm on the kernels that loop over a row's groups, not the ones that hold them in registers"},
+    {"MEMOPT_LN_DSUM", "0: GPT's 16-bit projection bias gradients (attproj, fcproj) summed by the GEMMs' bias-gradient kernels, not by the LayerNorm backward that makes their output gradient (other bits for those two)"},
     {"MEMOPT_LN_WAVE", "0: the 16-bit LayerNorm backward in layernorm_backward_blocks(N) blocks (512 at N >= 4089), not one wave of resident blocks (other dweight/dbias bits)"},
     {"MEMOPT_MARK_LIB_WRITES", "1: what cuBLAS, cuBLASLt and cuDNN write is cleared first (for compute-sanitizer initcheck)"},
     {"MEMOPT_OFFLOAD_CHUNK", "N: --offload optimizer's update in chunks of N parameters, pipelined on the copy stream"},
