@@ -187,10 +187,10 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         free(c);
         return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DBIAS=%s: expected narrow, wide, lt or gelu", db);
     }
-    c->dbias_mode = !db ? MO_DBIAS_NARROW
-                  : strcmp(db, "wide") == 0 ? MO_DBIAS_WIDE
+    c->dbias_mode = !db || !*db ? MO_DBIAS_WIDE
+                  : strcmp(db, "narrow") == 0 ? MO_DBIAS_NARROW
                   : strcmp(db, "lt") == 0 ? MO_DBIAS_LT
-                  : strcmp(db, "gelu") == 0 ? MO_DBIAS_GELU : MO_DBIAS_NARROW;
+                  : strcmp(db, "gelu") == 0 ? MO_DBIAS_GELU : MO_DBIAS_WIDE;
     const char *ar = getenv("MEMOPT_ATTN_CHUNK_ROWS");
     if (ar && atoi(ar) > 0) c->attn_chunk_rows = atoi(ar);
     // which 16-bit fused attention runs: a value other than these two would run the default while the

@@ -165,9 +165,9 @@ typedef struct mo_ctx {
                                   // makes their output gradient (1, the default; MEMOPT_LN_DSUM=0: by the GEMMs'
                                   // bias-gradient kernels): models/gpt_step.c, mo_layernorm_backward_sum_mixed
     long ln_dsum_runs;            // tests: summing LayerNorm backwards run (mo_layernorm_backward_sum_mixed, any backend)
-    int dbias_mode;               // 16-bit GEMM bias gradients (MEMOPT_DBIAS; the bf16 step the same on all three):
-                                  // MO_DBIAS_NARROW (0, the default) the 2-byte-load kernel, MO_DBIAS_WIDE the
-                                  // 16-byte-load one (the same bits), MO_DBIAS_LT cuBLASLt's BGRADB epilogue on
+    int dbias_mode;               // 16-bit GEMM bias gradients (MEMOPT_DBIAS): MO_DBIAS_WIDE (the default since
+                                  // session 36) the kernel of 16-byte loads staged by cp.async, MO_DBIAS_NARROW
+                                  // the 2-byte-load one (the same bits), MO_DBIAS_LT cuBLASLt's BGRADB epilogue on
                                   // the dweight GEMM (other bits: its own summation order), MO_DBIAS_GELU the
                                   // narrow kernel but for the GPT MLP's fc bias, summed in the fcproj dinp GEMM's
                                   // DGELU_BGRAD epilogue (mo_matmul_backward_dgelu_bsum_mixed)

@@ -9,6 +9,7 @@
 #include "cuda_check.h"
 #include "layernorm.h"
 #include "mixed_dev.cuh"
+#include "ops_mixed.h"
 #include "ops_mixed_impl.h"
 
 #define LNM_FWD_THREADS 256 // 8 rows per block
@@ -407,6 +408,26 @@ static lnm_bwd_kernel lnm_bwd_pick(int vec, int ng) {
     }
 }
 
+// One wave of kern (the kernel without MEMOPT_LN=loop, so that both kinds split the rows over the same blocks and
+// give the same bits): *blocks = the blocks an SM fits x SMs, cached in c->ln_wave[k] (the occupancy query runs
+// once a shape, not on every backward).
+static mo_status lnm_wave(mo_ctx *c, int k, lnm_bwd_kernel kern, int threads, size_t smem, int dev, int *blocks) {
+    mo_ln_wave *lw = &c->ln_wave[k];
+    if (lw->kern != (const void *)kern || lw->threads != threads || lw->smem != smem) {
+        if (smem > 48 * 1024)
+            CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int per_sm = 0, sms = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        lw->kern = (const void *)kern;
+        lw->threads = threads;
+        lw->smem = smem;
+        lw->blocks = per_sm * sms;
+    }
+    *blocks = lw->blocks;
+    return MO_OK;
+}
+
 template <class D, bool SUM>
 static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *dweight, float *dbias, float *dsum,
                                                  const void *dout, const void *inp, const void *weight,
@@ -432,8 +453,6 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     uint16_t *gx = (uint16_t *)dinp;
     const uint16_t *dy = (const uint16_t *)dout, *x = (const uint16_t *)inp, *w = (const uint16_t *)weight;
     lnm_bwd_kernel kern = lnm_bwd_pick<D, SUM>(vec, lnm_reg_groups(c, vec, C, LNM_REG_GROUPS_BWD));
-    // the kernel without MEMOPT_LN=loop: its occupancy sets the wave below
-    lnm_bwd_kernel kern_default = lnm_bwd_pick<D, SUM>(vec, lnm_reg_groups_of(vec, C, LNM_REG_GROUPS_BWD));
     // One wave (the default; MEMOPT_LN_WAVE=0 launches G): as many blocks as are resident at once (blocks an
     // SM fits x SMs), when fewer than G, so no second, partly filled wave and half as many per-block passes
     // (zeroing the slices, the partial row) and partial rows for the reduce; the scratch keeps G rows (the
@@ -443,21 +462,22 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     // 16.91 / 16.94 (results/h200-ln-wave-ab-720cf68.csv).
     // The wave is the default kernel's (the register one where C allows) also under MEMOPT_LN=loop, so that
     // both kinds split the rows over the same blocks and still give the same bits (gpu_ops_mixed).
-    // The wave's block count is cached per kind (SUM or not: the GPT step alternates them layer by layer).
+    // Both kinds (SUM or not) take the same G, so the summing backward gives the plain one's dweight and dbias
+    // bits (GPT's step the same bits with MEMOPT_LN_DSUM on or off but for the two biases): the smaller of
+    // their waves, and at most 2 G / 3, the rows of 3 C that the scratch holds (below).
     if (c->ln_bwd_wave) {
-        mo_ln_wave *lw = &c->ln_wave[SUM ? 1 : 0];
-        if (lw->kern != (const void *)kern_default || lw->threads != warps * 32 || lw->smem != smem) {
-            if (smem > 48 * 1024)
-                CUDA_CHECK(cudaFuncSetAttribute(kern_default, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            int per_sm = 0, sms = 0;
-            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern_default, warps * 32, smem));
-            CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-            lw->kern = (const void *)kern_default;
-            lw->threads = warps * 32;
-            lw->smem = smem;
-            lw->blocks = per_sm * sms;
+        const int ng = lnm_reg_groups_of(vec, C, LNM_REG_GROUPS_BWD);
+        int wave = 0, w3 = 0;
+        MO_TRY(lnm_wave(c, 0, lnm_bwd_pick<D, false>(vec, ng), warps * 32, (size_t)warps * 2 * C * sizeof(float), dev,
+                        &wave));
+        const size_t smem3 = (size_t)warps * 3 * C * sizeof(float); // the summing kernel's (144 KiB at most there)
+        if (C <= MO_LN_DSUM_MAX_C && smem3 <= (size_t)optin) {
+            MO_TRY(lnm_wave(c, 1, lnm_bwd_pick<D, true>(vec, ng), warps * 32, smem3, dev, &w3));
+            if (w3 >= 1 && (wave < 1 || w3 < wave)) wave = w3;
         }
-        if (lw->blocks >= 1 && lw->blocks < G) G = lw->blocks;
+        if (wave >= 1 && wave < G) G = wave;
+        const int cap = 2 * layernorm_backward_blocks(N) / 3;
+        if (cap >= 1 && cap < G) G = cap;
     }
     // The scratch holds scratch_bytes / (S C floats) partial rows (SUM: 2 G_max / 3 of the (G, 2, C) scratch
     // the plain backward takes, at least one: mo_layernorm_backward_sum_scratch_bytes), so no peak moves.
