@@ -158,9 +158,9 @@ typedef struct mo_ctx {
     int ln_bwd_wave;              // 16-bit LayerNorm backward in one wave of resident blocks (1, the default), or in
                                   // layernorm_backward_blocks(N) blocks (0; MEMOPT_LN_WAVE=0): layernorm_mixed.cu
     // The last one-wave block count (blocks: blocks an SM fits x SMs) and the kernel, block size and shared
-    // memory it was found for (layernorm_mixed.cu), [0] of the plain backward, [1] of the one that also sums
-    // dinp's columns: the occupancy query runs once a shape, not on every backward. Zeroed by mo_ctx_create.
-    mo_ln_wave ln_wave[2];
+    // memory it was found for (layernorm_mixed.cu; the plain backward's, which the summing one takes too): the
+    // occupancy query runs once a shape, not on every backward. Zeroed by mo_ctx_create.
+    mo_ln_wave ln_wave;
     int ln_dsum;                  // GPT's 16-bit projection bias gradients summed by the LayerNorm backward that
                                   // makes their output gradient (1, the default; MEMOPT_LN_DSUM=0: by the GEMMs'
                                   // bias-gradient kernels): models/gpt_step.c, mo_layernorm_backward_sum_mixed

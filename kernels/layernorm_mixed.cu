@@ -409,10 +409,10 @@ static lnm_bwd_kernel lnm_bwd_pick(int vec, int ng) {
 }
 
 // One wave of kern (the kernel without MEMOPT_LN=loop, so that both kinds split the rows over the same blocks and
-// give the same bits): *blocks = the blocks an SM fits x SMs, cached in c->ln_wave[k] (the occupancy query runs
-// once a shape, not on every backward).
-static mo_status lnm_wave(mo_ctx *c, int k, lnm_bwd_kernel kern, int threads, size_t smem, int dev, int *blocks) {
-    mo_ln_wave *lw = &c->ln_wave[k];
+// give the same bits): *blocks = the blocks an SM fits x SMs, cached in c->ln_wave (the occupancy query runs once
+// a shape, not on every backward).
+static mo_status lnm_wave(mo_ctx *c, lnm_bwd_kernel kern, int threads, size_t smem, int dev, int *blocks) {
+    mo_ln_wave *lw = &c->ln_wave;
     if (lw->kern != (const void *)kern || lw->threads != threads || lw->smem != smem) {
         if (smem > 48 * 1024)
             CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -439,11 +439,15 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     // the same with SUM, whose third slice adds half again (at most 144 KiB: within the 227 KiB of sm_90)
     int warps = LNM_BWD_WARPS_MAX;
     while (warps > 1 && (size_t)warps * 2 * C * sizeof(float) > (size_t)96 * 1024) warps /= 2;
-    const int S = SUM ? 3 : 2;
-    size_t smem = (size_t)warps * S * C * sizeof(float);
+    const int plain_warps = warps, S = SUM ? 3 : 2;
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    // The summing kernel's third slice takes half again (144 KiB at most for C <= MO_LN_DSUM_MAX_C: within sm_90's
+    // 227); where a device has less, fewer warps (other rows to other blocks: other dweight / dbias bits than
+    // the plain kernel's there)
+    while (SUM && warps > 1 && (size_t)warps * S * C * sizeof(float) > (size_t)optin) warps /= 2;
+    size_t smem = (size_t)warps * S * C * sizeof(float);
     if (smem > (size_t)optin)
         return MO_FAIL(MO_ERR_UNSUPPORTED,
                        "layernorm_backward_mixed: C=%d needs %zu B of shared memory per block, device has %d", C, smem,
@@ -463,18 +467,14 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     // The wave is the default kernel's (the register one where C allows) also under MEMOPT_LN=loop, so that
     // both kinds split the rows over the same blocks and still give the same bits (gpu_ops_mixed).
     // Both kinds (SUM or not) take the same G, so the summing backward gives the plain one's dweight and dbias
-    // bits (GPT's step the same bits with MEMOPT_LN_DSUM on or off but for the two biases): the smaller of
-    // their waves, and at most 2 G / 3, the rows of 3 C that the scratch holds (below).
+    // bits (GPT's step the same bits with MEMOPT_LN_DSUM on or off but for the two biases): the plain kernel's
+    // wave, of plain_warps (the summing kernel runs those blocks in more than one wave where it fits fewer: at C
+    // 1280-1536 on an H100, where its slices allow one block an SM), and at most 2 G / 3, the rows of 3 C the
+    // scratch holds.
     if (c->ln_bwd_wave) {
-        const int ng = lnm_reg_groups_of(vec, C, LNM_REG_GROUPS_BWD);
-        int wave = 0, w3 = 0;
-        MO_TRY(lnm_wave(c, 0, lnm_bwd_pick<D, false>(vec, ng), warps * 32, (size_t)warps * 2 * C * sizeof(float), dev,
-                        &wave));
-        const size_t smem3 = (size_t)warps * 3 * C * sizeof(float); // the summing kernel's (144 KiB at most there)
-        if (C <= MO_LN_DSUM_MAX_C && smem3 <= (size_t)optin) {
-            MO_TRY(lnm_wave(c, 1, lnm_bwd_pick<D, true>(vec, ng), warps * 32, smem3, dev, &w3));
-            if (w3 >= 1 && (wave < 1 || w3 < wave)) wave = w3;
-        }
+        int wave = 0;
+        MO_TRY(lnm_wave(c, lnm_bwd_pick<D, false>(vec, lnm_reg_groups_of(vec, C, LNM_REG_GROUPS_BWD)), plain_warps * 32,
+                        (size_t)plain_warps * 2 * C * sizeof(float), dev, &wave));
         if (wave >= 1 && wave < G) G = wave;
         const int cap = 2 * layernorm_backward_blocks(N) / 3;
         if (cap >= 1 && cap < G) G = cap;

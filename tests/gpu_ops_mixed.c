@@ -184,7 +184,7 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
         down(gi[run], d_dinp, NC * 2);
         down(gw[run], d_dw, (size_t)C * 4);
         down(gb[run], d_db, (size_t)C * 4);
-        if (run == 0) wave_blocks = gc->ln_wave[0].blocks;
+        if (run == 0) wave_blocks = gc->ln_wave.blocks;
     }
     gc->ln_loop = 0;
     // the one-wave launch ran (its block count computed and kept in the context), and the loop kernels' run
@@ -192,8 +192,8 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
     if (gc->ln_bwd_wave) {
         printf("  one wave: %d resident blocks (layernorm_backward_blocks %d)\n", wave_blocks, layernorm_backward_blocks(N));
         CHECK_MSG(wave_blocks >= 1, "layernorm backward: MEMOPT_LN_WAVE on but no wave computed (%d blocks)", wave_blocks);
-        CHECK_MSG(gc->ln_wave[0].blocks == wave_blocks, "layernorm backward: MEMOPT_LN=loop changed the wave %d -> %d",
-                  wave_blocks, gc->ln_wave[0].blocks);
+        CHECK_MSG(gc->ln_wave.blocks == wave_blocks, "layernorm backward: MEMOPT_LN=loop changed the wave %d -> %d",
+                  wave_blocks, gc->ln_wave.blocks);
     }
     check16(dt, o[0], out_ref, NC, "layernorm forward out");
     check32(dt, m[0], mean_ref, N, TOL_STAT, "layernorm mean");
@@ -267,10 +267,6 @@ static void gpu_layernorm(mo_dtype dt, int N, int C, int off) {
         }
         gc->ln_loop = 0;
         gc->ln_bwd_wave = wave0;
-        if (wave0) {
-            printf("  one wave, summing: %d resident blocks\n", gc->ln_wave[1].blocks);
-            CHECK_MSG(gc->ln_wave[1].blocks >= 1, "layernorm backward sum: no wave computed (%d blocks)", gc->ln_wave[1].blocks);
-        }
         for (int run = 0; run < 4; run++) {
             char l[4][80];
             const char *what[4] = {"dinp", "dweight", "dbias", "dsum"};

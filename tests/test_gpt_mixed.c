@@ -186,17 +186,19 @@ static void test_dbias_gelu(void) {
 
 // The projections' bias gradients from the LayerNorm backwards (MEMOPT_LN_DSUM, the default) against the
 // GEMMs' own reduction (MEMOPT_LN_DSUM=0): on the cpu the same sums in the same order (double, row order),
-// so every gradient and the loss keep their bits, with and without accumulation and checkpointing, and the
+// so every gradient and the loss keep their bits, with and without accumulation, full and selective
+// checkpointing and MEMOPT_DBIAS=gelu (the fcproj GEMM that also sums fc's bias then takes no bias of its own), and the
 // summing backward ran 2 L times a micro-batch (block l's ln2 for attproj l, ln1 for fcproj l - 1, the
 // final LayerNorm for fcproj L - 1; none in fp32). A bias summed into the wrong layer, twice or not at all
 // changes bits; a wiring that never takes the summing op fails the count.
 static void test_ln_dsum(void) {
     const mo_dtype dts[] = {MO_BF16, MO_F16, MO_F32};
     for (int d = 0; d < 3; d++)
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < 5; v++) {
             mo_gpt_config c = mixed_config(dts[d]);
             if (v == 1) c.accum = 2;
             if (v == 2) c.ckpt = MO_CKPT_FULL;
+            if (v == 3) c.ckpt = MO_CKPT_SELECTIVE;
             float *g[2] = {NULL, NULL};
             double loss[2] = {0, 0};
             long runs[2] = {0, 0};
@@ -205,6 +207,7 @@ static void test_ln_dsum(void) {
                 gpt_fixture f;
                 if (!fixture_open(&f, MO_BACKEND_CPU, &c, 11)) break;
                 f.ctx->ln_dsum = on;
+                if (v == 4) f.ctx->dbias_mode = MO_DBIAS_GELU;
                 CHECK_OK(mo_gpt_forward_backward(f.m));
                 loss[on] = f.m->last_loss;
                 runs[on] = f.ctx->ln_dsum_runs;
