@@ -39,8 +39,8 @@
 #   resnetfast's, attncudnn's and targets' files are named by the card ($gk: h200-, h100- or gpu-*.csv); "gemmtune"
 #   tunes the GPT rows' cuBLASLt GEMMs (MEMOPT_GEMM_TUNE=1), adds the lines the table lacks to kernels/lt_algo_table.c
 #   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
-#   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel against the cpu reference and,
-#   bit for bit, the default one; BGRADB's and DGELU_BGRAD's sums too) and A/Bs the MEMOPT_DBIAS modes in DBIASAB_MODES against each other in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps;
+#   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel, the default, against the cpu
+#   reference and, bit for bit, the 2-byte-load one; BGRADB's and DGELU_BGRAD's sums too) and A/Bs the MEMOPT_DBIAS modes in DBIASAB_MODES against each other in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps;
 #   "dbiasncu" one bf16 GPT-2 124M step under ncu on each of DBIASAB_MODES, the bias-gradient kernels only
 #   (their times and DRAM bytes, ncu-dbias-MODE.csv), then --profile under each
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
@@ -259,9 +259,9 @@ if has gemmtune; then
   echo "gemmtune: $(( $(date +%s) - t0 )) s, $(grep -c '^    {"' kernels/lt_algo_table.c) lines in the table"
 fi
 if has dbiasab; then
-  # MEMOPT_DBIAS=wide and lt (kernels/matmul_mixed.cu, matmul_mixed_cuda.c; neither moved the step on an
-  # H100 or an H200, session 33) and gelu (the fc bias in the fcproj dinp GEMM's DGELU_BGRAD epilogue, session
-  # 34): their test, then the step on each of DBIASAB_MODES (default "narrow wide lt") over DBIASAB_SHAPES
+  # MEMOPT_DBIAS=wide (the default since session 36: the cp.async kernel), narrow (the 2-byte-load one, the same
+  # bits), lt (kernels/matmul_mixed.cu, matmul_mixed_cuda.c; it moved no step on an H100 or an H200, session 33)
+  # and gelu (the fc bias in the fcproj dinp GEMM's DGELU_BGRAD epilogue, session 34; slower): their test, then the step on each of DBIASAB_MODES (default "narrow wide lt") over DBIASAB_SHAPES
   # (";"-separated, default GPT-2 124M B 8 and T 2048 B 4), interleaved, DBIASAB_ROUNDS rounds ($gk-dbias-ab.csv)
   (cd $B && timeout 120 ./gpu_ops_gemm_attn_mixed >"$R/gpu_ops_gemm_attn_mixed.log" 2>&1
    echo "gpu_ops_gemm_attn_mixed exit $?: $(tail -1 "$R/gpu_ops_gemm_attn_mixed.log")")
