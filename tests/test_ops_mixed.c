@@ -84,15 +84,30 @@ static void test_encoder(mo_dtype dt) {
     free(dwte); free(dwpe); free(dwte_ref); free(dwpe_ref);
 }
 
-static void test_layernorm(mo_dtype dt, int N, int C) {
-    size_t NC = (size_t)N * C;
+// A LayerNorm test's random inputs (N, C): x, weight, bias, dout and the dinp to add to, in dt and as fp32.
+typedef struct {
     uint16_t *x, *w, *b, *dout, *dinp;
     float *xf, *wf, *bf, *doutf, *dinpf;
-    rand16(dt, NC, -2, 3, &x, &xf);
-    rand16(dt, C, 0.5f, 1.5f, &w, &wf);
-    rand16(dt, C, -0.5f, 0.5f, &b, &bf);
-    rand16(dt, NC, -1, 1, &dout, &doutf);
-    rand16(dt, NC, -1, 1, &dinp, &dinpf);
+} ln_inputs;
+static void ln_inputs_make(mo_dtype dt, int N, int C, ln_inputs *in) {
+    size_t NC = (size_t)N * C;
+    rand16(dt, NC, -2, 3, &in->x, &in->xf);
+    rand16(dt, C, 0.5f, 1.5f, &in->w, &in->wf);
+    rand16(dt, C, -0.5f, 0.5f, &in->b, &in->bf);
+    rand16(dt, NC, -1, 1, &in->dout, &in->doutf);
+    rand16(dt, NC, -1, 1, &in->dinp, &in->dinpf);
+}
+static void ln_inputs_free(ln_inputs *in) {
+    free(in->x); free(in->w); free(in->b); free(in->dout); free(in->dinp);
+    free(in->xf); free(in->wf); free(in->bf); free(in->doutf); free(in->dinpf);
+}
+
+static void test_layernorm(mo_dtype dt, int N, int C) {
+    size_t NC = (size_t)N * C;
+    ln_inputs in;
+    ln_inputs_make(dt, N, C, &in);
+    uint16_t *x = in.x, *w = in.w, *b = in.b, *dout = in.dout, *dinp = in.dinp;
+    float *xf = in.xf, *wf = in.wf, *bf = in.bf, *doutf = in.doutf, *dinpf = in.dinpf;
     float *ref = fnew(NC), *mr = fnew(N), *rr = fnew(N), *m = fnew(N), *r = fnew(N);
     uint16_t *out = hnew16(NC);
     CHECK_OK(mo_layernorm_forward(hc, ref, mr, rr, xf, wf, bf, N, C));
@@ -111,7 +126,7 @@ static void test_layernorm(mo_dtype dt, int N, int C) {
     check16(dt, dinp, dinp_ref, NC, "layernorm backward dinp");
     check_same_f32(dw, dw_ref, C, "layernorm backward dweight", dt);
     check_same_f32(db, db_ref, C, "layernorm backward dbias", dt);
-    free(x); free(w); free(b); free(dout); free(dinp); free(xf); free(wf); free(bf); free(doutf); free(dinpf);
+    ln_inputs_free(&in);
     free(ref); free(mr); free(rr); free(m); free(r); free(out); free(dw); free(db); free(dw_ref); free(db_ref);
     free(dinp_ref);
 }
@@ -121,13 +136,9 @@ static void test_layernorm(mo_dtype dt, int N, int C) {
 // the cpu is the same with the sums moved out of the projection GEMMs). Refused: no dsum, fp32, C too wide.
 static void test_layernorm_sum(mo_dtype dt, int N, int C) {
     size_t NC = (size_t)N * C;
-    uint16_t *x, *w, *b, *dout, *dinp;
-    float *xf, *wf, *bf, *doutf, *dinpf;
-    rand16(dt, NC, -2, 3, &x, &xf);
-    rand16(dt, C, 0.5f, 1.5f, &w, &wf);
-    rand16(dt, C, -0.5f, 0.5f, &b, &bf);
-    rand16(dt, NC, -1, 1, &dout, &doutf);
-    rand16(dt, NC, -1, 1, &dinp, &dinpf);
+    ln_inputs in;
+    ln_inputs_make(dt, N, C, &in);
+    uint16_t *x = in.x, *w = in.w, *b = in.b, *dout = in.dout, *dinp = in.dinp;
     float *m = fnew(N), *r = fnew(N), *dw = fnew(C), *db = fnew(C), *ds = fnew(C), *dsum_ref = fnew(C);
     uint16_t *out = hnew16(NC), *dinp2 = hnew16(NC);
     CHECK_OK(mo_layernorm_forward_mixed(hc, dt, out, m, r, x, w, b, N, C));
@@ -160,7 +171,7 @@ static void test_layernorm_sum(mo_dtype dt, int N, int C) {
     CHECK(mo_layernorm_backward_sum_mixed(hc, MO_F32, dinp2, dw2, db2, ds, dout, x, w, m, r, N, C) == MO_ERR_INVALID);
     CHECK(mo_layernorm_backward_sum_mixed(hc, dt, dinp2, dw2, db2, ds, dout, x, w, m, r, 1, MO_LN_DSUM_MAX_C + 1) ==
           MO_ERR_INVALID);
-    free(x); free(w); free(b); free(dout); free(dinp); free(xf); free(wf); free(bf); free(doutf); free(dinpf);
+    ln_inputs_free(&in);
     free(m); free(r); free(dw); free(db); free(ds); free(dsum_ref); free(out); free(dinp2); free(dw2); free(db2);
     free(ds0); free(dinp_f); free(unused_dw); free(xin); free(wone);
 }
