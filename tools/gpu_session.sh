@@ -41,6 +41,8 @@
 #   (copied to OUTDIR) and rebuilds memopt on it; "gemmab" A/Bs the stored GEMM choices against the heuristic's first
 #   "dbiasab" runs gpu_ops_gemm_attn_mixed (the 16-byte-load bias-gradient kernel, the default, against the cpu
 #   reference and, bit for bit, the 2-byte-load one; BGRADB's and DGELU_BGRAD's sums too) and A/Bs the MEMOPT_DBIAS modes in DBIASAB_MODES against each other in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps;
+#   "lndsum" runs gpu_ops_mixed and gpu_gpt_mixed and A/Bs session 36's defaults (MEMOPT_LN_DSUM=1, MEMOPT_DBIAS=wide)
+#   against the old ones in the bf16 GPT-2 steps;
 #   "dbiasncu" one bf16 GPT-2 124M step under ncu on each of DBIASAB_MODES, the bias-gradient kernels only
 #   (their times and DRAM bytes, ncu-dbias-MODE.csv), then --profile under each
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
@@ -312,6 +314,24 @@ if has lnab; then
   for v in 0 1; do
     MEMOPT_LN_WAVE=$v MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run --preset gpt2-124m --attn fused --precision bf16 --steps 10 \
       --warmup 3 --profile 2>&1 | grep -E "profile \(" | sed "s/^/MEMOPT_LN_WAVE=$v: /"
+  done
+fi
+if has lndsum; then
+  # session 36's defaults, the projections' bias gradients from the LayerNorm backward (MEMOPT_LN_DSUM=1) and the
+  # cp.async bias kernel (MEMOPT_DBIAS=wide), against the old ones (0, narrow): the tests of the summing LayerNorm
+  # backward (gpu_ops_mixed, gpu_gpt_mixed), then the bf16 steps (cuDNN attention) under each, interleaved,
+  # LNDSUM_ROUNDS rounds ($gk-defaults-ab.csv)
+  (cd $B && for t in gpu_ops_mixed gpu_gpt_mixed; do timeout 150 ./$t >"$R/$t.log" 2>&1 &
+   done; wait; for t in gpu_ops_mixed gpu_gpt_mixed; do echo "$t: $(tail -1 "$R/$t.log")"; done)
+  grep -hE "FAIL" "$R/gpu_ops_mixed.log" "$R/gpu_gpt_mixed.log" | head -5
+  for rep in $(seq ${LNDSUM_ROUNDS:-2}); do
+    for shape in "--preset gpt2-124m" "--preset gpt2-124m --seq 2048 --batch 4" "--preset gpt2-350m --batch 4"; do
+      for v in new old; do
+        e="MEMOPT_LN_DSUM=1"; [ $v = old ] && e="MEMOPT_LN_DSUM=0 MEMOPT_DBIAS=narrow"
+        env $e MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run $shape --attn fused --precision bf16 --steps 20 --warmup 3 \
+          --csv "$R/$gk-defaults-ab.csv" 2>&1 | grep -E "step:" | sed "s/^/$shape $v rep $rep: /"
+      done
+    done
   done
 fi
 if has gemmab; then
