@@ -77,6 +77,7 @@ mo_status mo_device_query(int index, mo_device_info *out) {
     out->cc_major = p.major;
     out->cc_minor = p.minor;
     out->l2_bytes = (uint64_t)p.l2CacheSize;
+    out->smem_block_optin = (int)p.sharedMemPerBlockOptin;
     out->total_mem_bytes = (uint64_t)p.totalGlobalMem;
     // cudaMemGetInfo answers for the current device: switch to index, then back.
     int prev = 0;

@@ -16,6 +16,7 @@ typedef struct mo_device_info {
     int sm_count;
     int cc_major, cc_minor;
     uint64_t l2_bytes;
+    int smem_block_optin;  // shared memory a block may opt in to (bytes): which kernels' slices fit
     char driver[32];       // e.g. "13.0" from cudaDriverGetVersion, or the NVML driver string if known
     char runtime[32];      // cudaRuntimeGetVersion
     char cublas[32];       // cublasLtGetVersion

@@ -466,22 +466,21 @@ static mo_status layernorm_backward_mixed_launch(mo_ctx *c, void *dinp, float *d
     // 16.91 / 16.94 (results/h200-ln-wave-ab-720cf68.csv).
     // The wave is the default kernel's (the register one where C allows) also under MEMOPT_LN=loop, so that
     // both kinds split the rows over the same blocks and still give the same bits (gpu_ops_mixed).
-    // Both kinds (SUM or not) take the same G, so the summing backward gives the plain one's dweight and dbias
-    // bits (GPT's step the same bits with MEMOPT_LN_DSUM on or off but for the two biases): the plain kernel's
-    // wave, of plain_warps (the summing kernel runs those blocks in more than one wave where it fits fewer: at C
-    // 1280-1536 on an H100, where its slices allow one block an SM), and at most 2 G / 3, the rows of 3 C the
-    // scratch holds.
-    if (c->ln_bwd_wave) {
+    // The summing kernel takes the plain kernel's wave (of plain_warps; it runs those blocks in more than one
+    // wave where it fits fewer: at C 1280-1536 on an H100, where its slices allow one block an SM), so both give
+    // the same dweight and dbias bits unless the scratch's cap below binds for it: the plain path keeps its own
+    // launch. The query is skipped where the plain kernel could not run (its slices above the device's limit).
+    if (c->ln_bwd_wave && (size_t)plain_warps * 2 * C * sizeof(float) <= (size_t)optin) {
         int wave = 0;
         MO_TRY(lnm_wave(c, lnm_bwd_pick<D, false>(vec, lnm_reg_groups_of(vec, C, LNM_REG_GROUPS_BWD)), plain_warps * 32,
                         (size_t)plain_warps * 2 * C * sizeof(float), dev, &wave));
         if (wave >= 1 && wave < G) G = wave;
-        const int cap = 2 * layernorm_backward_blocks(N) / 3;
-        if (cap >= 1 && cap < G) G = cap;
     }
     // The scratch holds scratch_bytes / (S C floats) partial rows (SUM: 2 G_max / 3 of the (G, 2, C) scratch
-    // the plain backward takes, at least one: mo_layernorm_backward_sum_scratch_bytes), so no peak moves.
-    // On 132 SMs the wave (264 blocks at C 768 and 1024) is below both caps.
+    // the plain backward takes, at least one: mo_layernorm_backward_sum_scratch_bytes), so no peak moves. At
+    // GPT-2's N 8192 on 132 SMs the wave (264 blocks at C 768 and 1024) is below the summing kernel's cap of 341;
+    // where the cap binds (fewer rows, or a wider wave: 396 blocks at C 1032, 528 at 1600 on an H100), the
+    // summing kernel's dweight and dbias take other fixed bits than the plain kernel's.
     const size_t rows = scratch_bytes / ((size_t)S * C * sizeof(float));
     if ((size_t)G > rows) G = (int)rows;
     if (G < 1) return MO_FAIL(MO_ERR_INTERNAL, "layernorm_backward_mixed: scratch of %zu B holds no partial row", scratch_bytes);

@@ -161,6 +161,7 @@ static void test_layernorm_sum(mo_dtype dt, int N, int C) {
     float *xin = fnew(N), *wone = fnew(C); // (N, 1) input, (C, 1) weight: only dbias is looked at
     memset(xin, 0, N * sizeof(float));
     memset(wone, 0, C * sizeof(float));
+    memset(unused_dw, 0, C * sizeof(float));
     CHECK_OK(matmul_backward_cpu(NULL, unused_dw, dsum_ref, dinp_f, xin, wone, N, 1, C));
     CHECK_MSG(memcmp(ds, dsum_ref, C * sizeof(float)) == 0, "%s layernorm backward sum: dsum differs from the GEMM's dbias",
               mo_dtype_name(dt));
