@@ -103,9 +103,10 @@ static int fuse_epilogues(const mo_gpt *m) {
 // come from the LayerNorm backward that makes that gradient (ctx.h's ln_dsum, mo_layernorm_backward_sum_mixed):
 // block l's ln2 backward sums attproj l's, its ln1 backward fcproj l-1's, the final LayerNorm's fcproj L-1's, and
 // the projections' GEMM backwards then read dresid for dinp and dweight only (one pass over it less a GEMM, and
-// two launches). 16 bits, the whole model on this rank only: a pipeline stage's edge block gets its gradient
-// from another stage, ZeRO's block units make a block's gradient only around its own backward, sequence
-// parallel holds a slice of the rows. (Offload copies the gradients to the host in the update, after them all.)
+// two launches). 16 bits, an unsplit model only (no shard of any kind, kept simple): a pipeline stage's edge
+// block gets its gradient from another stage, ZeRO's block units make a block's gradient only around its own
+// backward, sequence parallel holds a slice of the rows. (Offload copies the gradients to the host in the
+// update, after them all.)
 static int proj_bias_in_ln(const mo_gpt *m) {
     return DT != MO_F32 && m->ctx->ln_dsum && !m->shard && !m->zero && m->cfg.hidden <= MO_LN_DSUM_MAX_C;
 }
