@@ -7,22 +7,23 @@
 //           order; partial[chunk][col].
 //   pass 2: one thread per column adds the chunks 0, 1, .. in order, then to dbias.
 // Pass 1 has two kernels that make the same sums in the same order, so the same bits (gpu_ops_gemm_attn_mixed):
-//   wide (MEMOPT_DBIAS=wide, OC % 8 == 0, dout 16-byte aligned): a block of 64 threads, 8 column threads x 8 row
-//     lanes, each thread 8 columns through one 16-byte load a row, so that 8 threads read a row's 128
-//     contiguous bytes, 16 rows copied to shared memory by cp.async before they are added; the 64 columns'
-//     8 lane sums then go through shared memory, one thread a column. Its pass 2 copies 16 chunks' partials
-//     the same way before adding them.
-//   narrow (the default): 32 columns x 8 row lanes, one 2-byte load a thread a row.
+//   wide (the default since session 36; OC % 8 == 0, dout 16-byte aligned, else narrow): a block of 64 threads,
+//     8 column threads x 8 row lanes, each thread 8 columns through one 16-byte load a row, so that 8 threads
+//     read a row's 128 contiguous bytes, 16 rows copied to shared memory by cp.async before they are added; the
+//     64 columns' 8 lane sums then go through shared memory, one thread a column. Its pass 2 copies 16 chunks'
+//     partials the same way before adding them.
+//   narrow (MEMOPT_DBIAS=narrow): 32 columns x 8 row lanes, one 2-byte load a thread a row.
 //   MEMOPT_DBIAS=lt takes neither: cuBLASLt's BGRADB epilogue sums dout's columns inside the dweight GEMM
 //     (matmul_mixed_cuda.c), which reads dout anyway; matmul_mixed_dbias_add_cuda adds its sums to dbias.
 //   MEMOPT_DBIAS=gelu: GPT's fc bias from the fcproj dinp GEMM's DGELU_BGRAD epilogue (bf16 sums, added by
 //     mm_dbias_add16_kernel); every other bias on narrow. Slower: 18.09 ms against narrow's 16.74 on an H100
 //     (GPT-2 124M bf16, session 35): the DGELU_BGRAD GEMM costs more than the pass it saves.
-//   Why: the narrow kernel took 0.73 ms of the bf16 GPT-2 124M step on an H100 (48 calls a step, ncu,
-//   session 32), about 60% of what its bytes allow. But on that H100 (session 33) neither wide nor lt moved the
-//   step (16.59 / 16.60 ms narrow, 16.60 / 16.64 wide, 16.65 / 16.60 lt, interleaved) nor --profile's GEMM class,
-//   which holds the bias gradients, and on an H200 wide's 0.05 ms was inside the spread (15.81 / 15.71 narrow,
-//   15.76 / 15.66 wide, 15.88 / 15.91 lt): narrow stays the default, the other two opt-in.
+//   Why wide: the narrow kernel took 0.73 ms of the bf16 GPT-2 124M step on an H100 (48 calls a step, ncu,
+//   session 32), about 60% of what its bytes allow. Session 33's wide kernel (16-byte loads, no cp.async) and
+//   lt moved no step on an H100 or an H200. The cp.async one did (H100, session 36, results/h100-lndsum-ab-b2a4237.csv,
+//   with GPT's projection biases already summed by the LayerNorm backward): its 24 partial passes 0.448 ms against
+//   narrow's 0.563 (ncu), GPT-2 350M B 4 24.90 / 24.96 ms against 25.09 / 25.14, T 2048 B 4 17.70 / 17.68
+//   against 17.90 / 17.79, GPT-2 124M level (16.46 / 16.47 against 16.52 / 16.43).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -111,6 +111,14 @@ static int proj_bias_in_ln(const mo_gpt *m) {
     return DT != MO_F32 && m->ctx->ln_dsum && !m->shard && !m->zero && m->cfg.hidden <= MO_LN_DSUM_MAX_C;
 }
 
+// The 16-bit LayerNorm backward, summing dinp's columns into dsum as well when dsum is given (proj_bias_in_ln)
+static mo_status ln_backward(mo_gpt *m, void *dinp, float *dweight, float *dbias, float *dsum, const void *dout,
+                             const void *inp, const void *weight, const float *mean, const float *rstd, int N) {
+    const int C = m->cfg.hidden;
+    return dsum ? mo_layernorm_backward_sum_mixed(m->ctx, DT, dinp, dweight, dbias, dsum, dout, inp, weight, mean, rstd, N, C)
+                : mo_layernorm_backward_mixed(m->ctx, DT, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
 // The checkpoint segments over this model's (or stage's) layers (ckpt_layout.h): a stage's sqrt is that of
 // its own layer count, and every:K and segments:N are at most the stage's layers.
 static mo_ckpt_layout segment_layout(const mo_gpt *m) {
@@ -334,14 +342,10 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
     }
     act_free(m, &a->d4);
     act_free(m, &a->ln2);
-    if (ln_bias) // attproj's bias gradient: the column sums of the new dresid, its output gradient
-        OP(MO_PROF_NORM, mo_layernorm_backward_sum_mixed(x, DT, dresid, GB(m, GPT_LN2W, l, C), GB(m, GPT_LN2B, l, C),
-                                                         GB(m, GPT_PROJB, l, C), dln2, a->resid2, W(m, GPT_LN2W, l, C),
-                                                         a->ln2_mean, a->ln2_rstd, Ns, C));
-    else
-        OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN2W, l, C), GB(m, GPT_LN2B, l, C),
-                                                     dln2, a->resid2, W(m, GPT_LN2W, l, C), a->ln2_mean, a->ln2_rstd, Ns,
-                                                     C));
+    // with ln_bias, attproj's bias gradient too: the column sums of the new dresid, its output gradient
+    OP(MO_PROF_NORM, ln_backward(m, dresid, GB(m, GPT_LN2W, l, C), GB(m, GPT_LN2B, l, C),
+                                 ln_bias ? GB(m, GPT_PROJB, l, C) : NULL, dln2, a->resid2, W(m, GPT_LN2W, l, C),
+                                 a->ln2_mean, a->ln2_rstd, Ns));
     act_free(m, &a->ds);
     act_free(m, &a->ln2_mean); act_free(m, &a->ln2_rstd); act_free(m, &a->resid2);
     const void *dresid2 = dresid; // (B,T,C) d(resid2) for the proj backward
@@ -401,14 +405,10 @@ static mo_status block_backward(mo_gpt *m, step_state *s, int l, block_acts *a, 
         MO_TRY(tp_allreduce(m, a->dC, NC));
     }
     act_free(m, &a->dqkv); act_free(m, &a->qkv); act_free(m, &a->ln1);
-    if (ln_bias && l > 0) // fcproj l-1's bias gradient: the new dresid is block l-1's output gradient
-        OP(MO_PROF_NORM, mo_layernorm_backward_sum_mixed(x, DT, dresid, GB(m, GPT_LN1W, l, C), GB(m, GPT_LN1B, l, C),
-                                                         GB(m, GPT_FCPROJB, l - 1, C), dln1, a->in,
-                                                         W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, Ns, C));
-    else
-        OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, dresid, GB(m, GPT_LN1W, l, C), GB(m, GPT_LN1B, l, C),
-                                                     dln1, a->in, W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, Ns,
-                                                     C));
+    // with ln_bias (l > 0), fcproj l-1's bias gradient too: the new dresid is block l-1's output gradient
+    OP(MO_PROF_NORM, ln_backward(m, dresid, GB(m, GPT_LN1W, l, C), GB(m, GPT_LN1B, l, C),
+                                 ln_bias && l > 0 ? GB(m, GPT_FCPROJB, l - 1, C) : NULL, dln1, a->in,
+                                 W(m, GPT_LN1W, l, C), a->ln1_mean, a->ln1_rstd, Ns));
     act_free(m, &a->ds);
     act_free(m, &a->dC); act_free(m, &a->ln1_mean); act_free(m, &a->ln1_rstd);
     a->in = NULL; // the schedule frees it
@@ -511,14 +511,10 @@ static mo_status sched_head_bwd(void *mp, void *sp, int micro, const void *last,
     act_free(m, &s->logits);
     MO_TRY(act_alloc(m, NC, &s->dresid));
     OP(MO_PROF_ELEMENTWISE, mo_memset_zero(x, s->dresid, NC * mo_dtype_size(DT)));
-    if (proj_bias_in_ln(m)) // the last block's fcproj bias gradient: dresid is that block's output gradient
-        OP(MO_PROF_NORM, mo_layernorm_backward_sum_mixed(x, DT, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
-                                                         GB(m, GPT_FCPROJB, layers_of(m) - 1, C), s->dhead, last,
-                                                         m->wparam_ptr[GPT_LNFW], s->lnf_mean, s->lnf_rstd, N, C));
-    else
-        OP(MO_PROF_NORM, mo_layernorm_backward_mixed(x, DT, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
-                                                     s->dhead, last, m->wparam_ptr[GPT_LNFW], s->lnf_mean,
-                                                     s->lnf_rstd, N, C));
+    // with proj_bias_in_ln, the last block's fcproj bias gradient too: dresid is that block's output gradient
+    OP(MO_PROF_NORM, ln_backward(m, s->dresid, m->grad_ptr[GPT_LNFW], m->grad_ptr[GPT_LNFB],
+                                 proj_bias_in_ln(m) ? GB(m, GPT_FCPROJB, layers_of(m) - 1, C) : NULL, s->dhead, last,
+                                 m->wparam_ptr[GPT_LNFW], s->lnf_mean, s->lnf_rstd, N));
     act_free(m, &s->dhead); act_free(m, &s->lnf); act_free(m, &s->lnf_mean); act_free(m, &s->lnf_rstd);
     gpt_zero_weights_put(m, 0);
     *d = s->dresid;
