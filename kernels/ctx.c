@@ -3,6 +3,7 @@
 #include "attention_cudnn.h"
 #include "cost.h"
 #include "copy_stream.h"
+#include "side_stream.h"
 #include "zero_side.h"
 
 #include <stdlib.h>
@@ -172,6 +173,13 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         free(c);
         return kst;
     }
+    // where the 16-bit GEMM backward's bias kernels run: refused when unknown, as MEMOPT_DBIAS below
+    const char *ds = getenv("MEMOPT_DBIAS_SIDE");
+    if (ds && *ds && strcmp(ds, "0") != 0 && strcmp(ds, "1") != 0 && strcmp(ds, "2") != 0) {
+        free(c);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DBIAS_SIDE=%s: expected 0, 1 or 2", ds);
+    }
+    c->dbias_side = ds && *ds ? ds[0] - '0' : 0;
     c->conv_add16_beta1 = 1;
     c->conv_force_rank = -1;
     c->conv_last_engine = -1;
@@ -254,6 +262,7 @@ void mo_ctx_destroy(mo_ctx *c) {
     if (!c) return;
     mo_copy_destroy(c); // its stream drained before anything it copied is given back
     mo_zero_side_destroy(c); // likewise: no clear still writes into memory about to be freed
+    mo_side_destroy(c);      // and no bias kernel still reads it
     prof_free(c->prof);
     mo_free(c->alloc, c->gemm_ws); // in stream order, before the stream goes
 #ifdef MEMOPT_HAVE_CUDA

@@ -185,6 +185,9 @@ typedef struct mo_ctx {
     struct mo_copy_engine *copy;  // the copy stream and its events (copy_stream.h): lazily, at the first copy
     struct mo_zero_side *zero_side; // the gradients' zeroing stream (zero_side.h): lazily, cuda only
     int zero_side_on;             // MEMOPT_ZERO_SIDE=1 (default 0: it gained nothing, session 32): the gradients cleared on a side stream
+    struct mo_side_stream *side;  // the side stream of one op (side_stream.h): lazily, cuda only
+    int dbias_side;               // MEMOPT_DBIAS_SIDE: the 16-bit GEMM backward's bias kernels on the side stream,
+                                  // under its GEMMs: 0 no (the default), 1 launched before the GEMMs, 2 after them
 } mo_ctx;
 
 // mo_ctx.conv_gemm's values (MEMOPT_CONV_GEMM 0, 1x1, all, unset or auto).

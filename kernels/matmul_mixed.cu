@@ -179,7 +179,12 @@ mo_status matmul_mixed_bias_cuda(mo_ctx *c, mo_dtype dt, void *out, const void *
 
 mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const void *dout, float *partial, int N,
                                   int OC) {
-    cudaStream_t s = (cudaStream_t)c->stream;
+    return matmul_mixed_dbias_on_cuda(c, c->stream, dt, dbias, dout, partial, N, OC);
+}
+
+mo_status matmul_mixed_dbias_on_cuda(mo_ctx *c, void *stream, mo_dtype dt, float *dbias, const void *dout,
+                                     float *partial, int N, int OC) {
+    cudaStream_t s = (cudaStream_t)stream;
     const int chunks = mo_mm_mixed_dbias_chunks(N);
     if (c->dbias_mode == MO_DBIAS_WIDE && OC % 8 == 0 && mx_aligned16(dout)) {
         const dim3 grid((unsigned)((OC + MM_DBIAS_WIDE_COLS - 1) / MM_DBIAS_WIDE_COLS), (unsigned)chunks);

@@ -50,6 +50,9 @@ mo_status matmul_backward_dgelu_bsum_mixed_cuda(mo_ctx *c, mo_dtype dt, void *di
 // gelu_out = gelu(out) elementwise in dt (used when the GELU epilogue is unavailable).
 mo_status matmul_mixed_dbias_cuda(mo_ctx *c, mo_dtype dt, float *dbias, const void *dout, float *partial, int N,
                                   int OC);
+// the same on a stream of the caller's (c->stream or the side stream, side_stream.h)
+mo_status matmul_mixed_dbias_on_cuda(mo_ctx *c, void *stream, mo_dtype dt, float *dbias, const void *dout,
+                                     float *partial, int N, int OC);
 // dbias (OC) += sums (OC), fp32 elementwise: after the BGRADB epilogue wrote the column sums (MEMOPT_DBIAS=lt)
 mo_status matmul_mixed_dbias_add_cuda(mo_ctx *c, float *dbias, const float *sums, int OC);
 // dbias (OC) += sums (OC, bf16), in fp32: after the DGELU_BGRAD epilogue wrote them (MEMOPT_DBIAS=gelu)

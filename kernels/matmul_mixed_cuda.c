@@ -19,7 +19,8 @@
 // falls back to the plain GEMM and the reduction kernels (counted in epilogue_fallbacks; that path has not
 // run on a device: every shape of gpu_ops_gemm_attn_mixed, the odd ones too, got a BGRADB algorithm on the
 // H100 and H200 of session 33).
-// Everything on c->stream, the workspace is c->gemm_ws.
+// Everything on c->stream (MEMOPT_DBIAS_SIDE: the bias kernels on the side stream, joined before the
+// backward returns), the workspace is c->gemm_ws.
 #include "matmul_mixed.h"
 
 #include <cublasLt.h>
@@ -30,6 +31,7 @@
 #include "lib_writes.h"
 #include "lt_gemm.h"
 #include "ops_mixed.h"
+#include "side_stream.h"
 
 static cudaDataType_t mx_cuda_type(mo_dtype dt) { return dt == MO_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
 
@@ -94,9 +96,10 @@ mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gel
     return MO_OK;
 }
 
-mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
-                                     const void *dout, const void *inp, const void *weight, const void *gelu_pre,
-                                     void *scratch, int N, int C, int OC) {
+// The GEMMs of the backward and, when dbias, its bias gradient after them on c->stream.
+static mo_status backward_on_stream(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                    const void *dout, const void *inp, const void *weight, const void *gelu_pre,
+                                    void *scratch, int N, int C, int OC) {
     const cudaDataType_t t = mx_cuda_type(dt);
     int no_algo = 0;
     if (dinp) {
@@ -134,6 +137,27 @@ mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *
     if (no_algo) MO_TRY(mx_gemm_ex(c, &g));
     if (dbias) MO_TRY(matmul_mixed_dbias_cuda(c, dt, dbias, dout, (float *)scratch, N, OC));
     return MO_OK;
+}
+
+// MEMOPT_DBIAS_SIDE 1 or 2 (not with lt, whose sums come out of the dweight GEMM): the bias kernels, which
+// only read dout and write dbias and the scratch, on the side stream forked here, launched before (1) or
+// after (2) the GEMMs; the compute stream joins it before this returns. The same kernels in the same order:
+// the same bits.
+mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                     const void *dout, const void *inp, const void *weight, const void *gelu_pre,
+                                     void *scratch, int N, int C, int OC) {
+    const int side = dbias && c->dbias_mode != MO_DBIAS_LT ? c->dbias_side : 0;
+    if (!side)
+        return backward_on_stream(c, dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, scratch, N, C, OC);
+    void *ss = NULL;
+    MO_TRY(mo_side_fork(c, &ss));
+    mo_status st = MO_OK;
+    if (side == 1) st = matmul_mixed_dbias_on_cuda(c, ss, dt, dbias, dout, (float *)scratch, N, OC);
+    if (st == MO_OK)
+        st = backward_on_stream(c, dt, dinp, dweight, NULL, dout, inp, weight, gelu_pre, scratch, N, C, OC);
+    if (st == MO_OK && side == 2) st = matmul_mixed_dbias_on_cuda(c, ss, dt, dbias, dout, (float *)scratch, N, OC);
+    const mo_status sj = mo_side_join(c); // also after a failure: nothing left forked
+    return st != MO_OK ? st : sj;
 }
 
 // MEMOPT_DBIAS=gelu: bf16's dinp GEMM with DGELU_BGRAD, its bias gradient (the sums of D's rows over its n

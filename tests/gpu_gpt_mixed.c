@@ -2,9 +2,11 @@
 // reference (fresh batch each run), both attention forms; two GPU runs give the same bits;
 // checkpointing bit-identical to none and accumulation equal to the full batch on the GPU; 50 steps
 // tracking fp32; the loss scaler on a real overflow; the dry backend's peaks equal the cuda peaks;
-// MEMOPT_DBIAS=gelu's gradients against the cpu's.
+// MEMOPT_DBIAS=gelu's gradients against the cpu's; MEMOPT_LN_DSUM's against the GEMMs' sums; MEMOPT_DBIAS_SIDE's
+// bits against the compute stream's.
 #include <math.h>
 #include <stdio.h>
+#include "kernels/side_stream.h"
 #include "tests/gpt_fixture.h"
 
 static const mo_dtype DTS[] = {MO_BF16, MO_F16};
@@ -302,6 +304,53 @@ static void test_ln_dsum(mo_dtype dt, uint64_t seed) {
     free(g1); free(g0); free(gc);
 }
 
+// MEMOPT_DBIAS_SIDE (kernels/side_stream.h): the bias kernels on the side stream, launched before (1) or after (2)
+// the GEMMs, each fork held back 2 ms by the test hook, give the compute stream's loss and gradients bit for bit
+// (the same kernels in the same order, joined before the backward returns; the LayerNorm sums and the wide
+// kernel pinned). The negative control holds the side back 20 ms and skips the join: the gradients read after
+// the step then differ (else this test could not fail); left out under compute-sanitizer, which serializes the
+// streams (see gpu_gpt.c's zero-side test).
+static float *grads_side(mo_gpt_config c, int side, mo_side_test hook, uint64_t seed, double *loss, size_t *n) {
+    gpt_fixture f;
+    if (!fixture_open(&f, MO_BACKEND_CUDA, &c, seed)) return NULL;
+    f.ctx->dbias_side = side;
+    f.ctx->ln_dsum = 1;
+    f.ctx->dbias_mode = MO_DBIAS_WIDE;
+    mo_side_testing = hook;
+    CHECK_OK(mo_gpt_forward_backward(f.m));
+    mo_side_testing = (mo_side_test){0, 0};
+    *loss = f.m->last_loss;
+    *n = f.m->num_params;
+    float *g = fixture_read(&f, f.m->grads, f.m->num_params);
+    mo_side_destroy(f.ctx); // the control's late bias kernels drained before anything is freed
+    fixture_close(&f);
+    return g;
+}
+
+static void test_dbias_side(mo_dtype dt, uint64_t seed) {
+    mo_gpt_config c = small_config(dt);
+    c.attn_fused = 1;
+    const int controls = !test_under_sanitizer();
+    double l[4] = {0, 0, 0, 0};
+    size_t n = 0;
+    float *g[4] = {NULL, NULL, NULL, NULL};
+    for (int r = 0; r < (controls ? 4 : 3); r++)
+        g[r] = grads_side(c, r == 3 ? 1 : r, (mo_side_test){.delay_us = r == 3 ? 20000 : r ? 2000 : 0, .skip_join = r == 3},
+                          seed, &l[r], &n);
+    const char *pn = mo_dtype_name(dt);
+    for (int r = 1; r < 3; r++)
+        if (g[0] && g[r]) {
+            CHECK_MSG(l[r] == l[0], "%s MEMOPT_DBIAS_SIDE=%d: loss %.9g vs %.9g", pn, r, l[r], l[0]);
+            CHECK_MSG(!memcmp(g[0], g[r], n * sizeof(float)), "%s MEMOPT_DBIAS_SIDE=%d: gradients differ from the compute stream's", pn, r);
+        }
+    if (controls && g[0])
+        CHECK_MSG(g[3] && memcmp(g[0], g[3], n * sizeof(float)) != 0,
+                  "%s negative control: without the join, the held-back bias kernels still gave the same gradients", pn);
+    printf(" MEMOPT_DBIAS_SIDE %s: 1 and 2 give the compute stream's bits%s\n", pn,
+           controls ? "; without the join the gradients differ" : " (the control without the join left out)");
+    for (int r = 0; r < 4; r++) free(g[r]);
+}
+
 int main(void) {
     test_require_gpu();
     uint64_t seed = test_seed_from_time();
@@ -324,5 +373,7 @@ int main(void) {
     if (test_part_take("MEMOPT_DBIAS=gelu against the cpu")) test_dbias_gelu(seed + 20);
     for (int d = 0; d < 2; d++)
         if (test_part_take("MEMOPT_LN_DSUM against the GEMMs' bias sums")) test_ln_dsum(DTS[d], seed + 22 + d);
+    for (int d = 0; d < 2; d++)
+        if (test_part_take("MEMOPT_DBIAS_SIDE against the compute stream")) test_dbias_side(DTS[d], seed + 24 + d);
     return test_finish();
 }

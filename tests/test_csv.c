@@ -470,7 +470,7 @@ static void test_reorder_and_key(void) {
 static void test_knobs(void) {
     size_t nk;
     const mo_knob *k = mo_knobs(&nk);
-    CHECK(nk == 31);
+    CHECK(nk == 32);
     for (size_t i = 0; i < nk; i++) {
         CHECK(!strncmp(k[i].name, "MEMOPT_", 7) && k[i].what && k[i].what[0]);
         if (i) CHECK_MSG(strcmp(k[i - 1].name, k[i].name) < 0, "knobs table not sorted at %s", k[i].name);
