@@ -175,9 +175,9 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     }
     // where the 16-bit GEMM backward's bias kernels run: refused when unknown, as MEMOPT_DBIAS below
     const char *ds = getenv("MEMOPT_DBIAS_SIDE");
-    if (ds && *ds && strcmp(ds, "0") != 0 && strcmp(ds, "1") != 0 && strcmp(ds, "2") != 0) {
+    if (ds && *ds && strcmp(ds, "0") != 0 && strcmp(ds, "1") != 0 && strcmp(ds, "2") != 0 && strcmp(ds, "3") != 0) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DBIAS_SIDE=%s: expected 0, 1 or 2", ds);
+        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DBIAS_SIDE=%s: expected 0, 1, 2 or 3", ds);
     }
     c->dbias_side = ds && *ds ? ds[0] - '0' : 0;
     c->conv_add16_beta1 = 1;
@@ -245,6 +245,7 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     if (backend == MO_BACKEND_CUDA && (st = ctx_cuda_stream(c)) != MO_OK) { free(c); return st; }
 #endif
     st = mo_alloc(alloc, c->gemm_ws_bytes, MO_CAT_WORKSPACE, &c->gemm_ws);
+    if (st == MO_OK && c->dbias_side == 3) st = mo_alloc(alloc, c->gemm_ws_bytes, MO_CAT_WORKSPACE, &c->side_ws);
     if (st != MO_OK) { mo_ctx_destroy(c); return st; }
 #ifdef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA) {
@@ -265,6 +266,7 @@ void mo_ctx_destroy(mo_ctx *c) {
     mo_side_destroy(c);      // and no bias kernel still reads it
     prof_free(c->prof);
     mo_free(c->alloc, c->gemm_ws); // in stream order, before the stream goes
+    if (c->side_ws) mo_free(c->alloc, c->side_ws); // the side stream drained above
 #ifdef MEMOPT_HAVE_CUDA
     if (c->backend == MO_BACKEND_CUDA) {
         ctx_cuda_fini(c);

@@ -187,7 +187,10 @@ typedef struct mo_ctx {
     int zero_side_on;             // MEMOPT_ZERO_SIDE=1 (default 0: it gained nothing, session 32): the gradients cleared on a side stream
     struct mo_side_stream *side;  // the side stream of one op (side_stream.h): lazily, cuda only
     int dbias_side;               // MEMOPT_DBIAS_SIDE: the 16-bit GEMM backward's bias kernels on the side stream,
-                                  // under its GEMMs: 0 no (the default), 1 launched before the GEMMs, 2 after them
+                                  // under its GEMMs: 0 no (the default), 1 launched before the GEMMs, 2 after them,
+                                  // 3 with the dweight GEMM on the side too (on side_ws)
+    void *side_ws;                // MEMOPT_DBIAS_SIDE=3: a second GEMM workspace of gemm_ws_bytes from alloc (every
+                                  // backend, so the dry peak stays exact); NULL otherwise
 } mo_ctx;
 
 // mo_ctx.conv_gemm's values (MEMOPT_CONV_GEMM 0, 1x1, all, unset or auto).

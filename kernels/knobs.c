@@ -22,7 +22,7 @@ static const mo_knob knobs[] = {
     {"MEMOPT_CONV_TUNE", "1: every new convolution plan times its deterministic candidates that fit"},
     {"MEMOPT_CONV_WGRAD_SPLIT", "0: im2col weight gradients as one GEMM a chunk, not split over row slabs"},
     {"MEMOPT_DBIAS", "narrow|lt|gelu: the 16-bit GEMMs' bias gradients on the kernel of 2-byte loads (the same bits), or in the dweight GEMM's BGRADB epilogue, not on the default kernel of 16-byte loads staged by cp.async (lt moved no step on an H100 or an H200: docs/perf-notes.md); gelu: GPT's fc bias summed in the fcproj dinp GEMM's DGELU_BGRAD epilogue, the others as the default (slower on an H100)"},
-    {"MEMOPT_DBIAS_SIDE", "1|2: the 16-bit GEMM backward's bias-gradient kernels on a side stream under its dinp and dweight GEMMs, launched before (1) or after (2) them, not after them on the compute stream (the same bits)"},
+    {"MEMOPT_DBIAS_SIDE", "1|2|3: the 16-bit GEMM backward's bias-gradient kernels on a side stream under its dinp and dweight GEMMs, launched before (1) or after (2) them, not after them on the compute stream; 3: the dweight GEMM on the side too, on a second GEMM workspace (the peak grows by it); the same bits"},
     {"MEMOPT_DGRAD_ADD", "0: the ResNet's shortcut gradient added by a pass of its own, not in a conv's input gradient"},
     {"MEMOPT_FAIL_ALLOC", "k: the k-th device allocation of the process fails as out of memory (alloc.c)"},
     {"MEMOPT_FUSE_EPILOGUES", "1|0: the GEMM epilogue fusions forced on or off (default: 16-bit only)"},

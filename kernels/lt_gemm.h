@@ -46,6 +46,9 @@ typedef struct mo_lt_gemm {
 // pointers and cublasLtMatmul itself: no descriptor creation, no heuristic query.
 // Not thread-safe: a context is used by one thread at a time (see ctx.h).
 mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo);
+// The same on another stream and workspace of gemm_ws_bytes (the side stream's, side_stream.h); a plan made
+// here (a heuristic query, a tuning run) still runs on c->stream and c->gemm_ws before the launch.
+mo_status mo_lt_matmul_on(mo_ctx *c, const mo_lt_gemm *g, int *no_algo, void *stream, void *ws);
 
 // The stored table (mo_lt_table) is used unless c->gemm_table is 0 (MEMOPT_GEMM_TABLE=0); plans whose
 // key, device and version match an entry take its algorithm when the heuristic still lists it among its

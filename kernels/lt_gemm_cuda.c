@@ -713,6 +713,10 @@ static mo_status lt_mark(mo_ctx *c, const mo_lt_gemm *g) {
 }
 
 mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo) {
+    return mo_lt_matmul_on(c, g, no_algo, c->stream, c->gemm_ws);
+}
+
+mo_status mo_lt_matmul_on(mo_ctx *c, const mo_lt_gemm *g, int *no_algo, void *stream, void *ws) {
     *no_algo = 0;
     const lt_key key = make_key(c, g);
     lt_plan *p = NULL;
@@ -732,7 +736,7 @@ mo_status mo_lt_matmul(mo_ctx *c, const mo_lt_gemm *g, int *no_algo) {
     const void *cin = g->Cin ? g->Cin : g->D;
     if (c->mark_lib_writes) MO_TRY(lt_mark(c, g));
     CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)c->cublaslt, p->op, &alpha, g->A, p->a, g->B, p->b, &g->beta, cin,
-                                p->d, g->D, p->d, &p->algo, c->gemm_ws, c->gemm_ws_bytes, (cudaStream_t)c->stream));
+                                p->d, g->D, p->d, &p->algo, ws, c->gemm_ws_bytes, (cudaStream_t)stream));
     return MO_OK;
 }
 

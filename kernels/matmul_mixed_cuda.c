@@ -96,13 +96,12 @@ mo_status matmul_forward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *out, void *gel
     return MO_OK;
 }
 
-// The GEMMs of the backward and, when dbias, its bias gradient after them on c->stream.
-static mo_status backward_on_stream(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
-                                    const void *dout, const void *inp, const void *weight, const void *gelu_pre,
-                                    void *scratch, int N, int C, int OC) {
+// dinp (N, C) = dout (N, OC) @ weight (OC, C), times gelu'(gelu_pre) when given, on c->stream
+static mo_status backward_dinp(mo_ctx *c, mo_dtype dt, void *dinp, const void *dout, const void *weight,
+                               const void *gelu_pre, int N, int C, int OC) {
     const cudaDataType_t t = mx_cuda_type(dt);
     int no_algo = 0;
-    if (dinp) {
+    {
         mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, t, t, 0.0f,
                      CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
         no_algo = 1;
@@ -122,8 +121,24 @@ static mo_status backward_on_stream(mo_ctx *c, mo_dtype dt, void *dinp, float *d
             if (gelu_pre) MO_TRY(mo_gelu_backward_mixed(c, dt, dinp, gelu_pre, dinp, (size_t)N * C));
         }
     }
+    return MO_OK;
+}
+
+// dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC), fp32, beta 1
+static mo_lt_gemm dweight_gemm(mo_dtype dt, float *dweight, const void *dout, const void *inp, int N, int C, int OC) {
+    const cudaDataType_t t = mx_cuda_type(dt);
     mo_lt_gemm g = {CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, t, CUDA_R_32F, 1.0f,
-                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, NULL};
+    return g;
+}
+
+// The GEMMs of the backward and, when dbias, its bias gradient after them on c->stream.
+static mo_status backward_on_stream(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
+                                    const void *dout, const void *inp, const void *weight, const void *gelu_pre,
+                                    void *scratch, int N, int C, int OC) {
+    int no_algo = 0;
+    if (dinp) MO_TRY(backward_dinp(c, dt, dinp, dout, weight, gelu_pre, N, C, OC));
+    mo_lt_gemm g = dweight_gemm(dt, dweight, dout, inp, N, C, OC);
     if (dbias && c->dbias_mode == MO_DBIAS_LT) {
         // BGRADB: the column sums of dout^T's op_T, i.e. of dout (N, OC) over k = N, fp32 (OC) into scratch
         mo_lt_gemm fused = g;
@@ -141,17 +156,33 @@ static mo_status backward_on_stream(mo_ctx *c, mo_dtype dt, void *dinp, float *d
 
 // MEMOPT_DBIAS_SIDE 1 or 2 (not with lt, whose sums come out of the dweight GEMM): the bias kernels, which
 // only read dout and write dbias and the scratch, on the side stream forked here, launched before (1) or
-// after (2) the GEMMs; the compute stream joins it before this returns. The same kernels in the same order:
-// the same bits.
+// after (2) the GEMMs; 3: the dweight GEMM too, on the context's second workspace (side_ws, as large as the
+// first, so the same plan and algorithm), under the dinp GEMM. The compute stream joins the side before this
+// returns. The same kernels in the same order: the same bits.
 mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                      const void *dout, const void *inp, const void *weight, const void *gelu_pre,
                                      void *scratch, int N, int C, int OC) {
-    const int side = dbias && c->dbias_mode != MO_DBIAS_LT ? c->dbias_side : 0;
+    int side = c->dbias_mode != MO_DBIAS_LT ? c->dbias_side : 0;
+    if (side == 3 && !c->side_ws) side = 2; // no second workspace (the knob set after the context was made)
+    if (side == 3 && !dinp) side = dbias ? 2 : 0;
+    if (side != 3 && !dbias) side = 0;
     if (!side)
         return backward_on_stream(c, dt, dinp, dweight, dbias, dout, inp, weight, gelu_pre, scratch, N, C, OC);
     void *ss = NULL;
     MO_TRY(mo_side_fork(c, &ss));
     mo_status st = MO_OK;
+    if (side == 3) {
+        mo_lt_gemm g = dweight_gemm(dt, dweight, dout, inp, N, C, OC);
+        int no_algo = 0;
+        st = mo_lt_matmul_on(c, &g, &no_algo, ss, c->side_ws);
+        if (st == MO_OK && dbias) st = matmul_mixed_dbias_on_cuda(c, ss, dt, dbias, dout, (float *)scratch, N, OC);
+        if (st == MO_OK) st = backward_dinp(c, dt, dinp, dout, weight, gelu_pre, N, C, OC);
+        const mo_status sj = mo_side_join(c);
+        if (st == MO_OK) st = sj;
+        // no cuBLASLt algorithm for dweight (nothing was launched for it): cuBLAS on the compute stream
+        if (st == MO_OK && no_algo) st = mx_gemm_ex(c, &g);
+        return st;
+    }
     if (side == 1) st = matmul_mixed_dbias_on_cuda(c, ss, dt, dbias, dout, (float *)scratch, N, OC);
     if (st == MO_OK)
         st = backward_on_stream(c, dt, dinp, dweight, NULL, dout, inp, weight, gelu_pre, scratch, N, C, OC);

@@ -106,14 +106,21 @@ awk -v a="$l0" -v b="$l1" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(a!="" && b!="" && d<
 MEMOPT_DBIAS=fast "$M" run "${TINY[@]}" >"$tmp/db.out" 2>"$tmp/db.err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/db.err")" -eq 1 ] && grep -qF "MEMOPT_DBIAS=fast: expected narrow, wide, lt or gelu" "$tmp/db.err" && ok ||
   bad "MEMOPT_DBIAS=fast: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/db.err")"
-# 4d. MEMOPT_DBIAS_SIDE takes 0, 1 or 2 (cuda only: on the cpu the same step, the same loss); another value exits 2 so.
-for v in 1 2; do
+# 4d. MEMOPT_DBIAS_SIDE takes 0, 1, 2 or 3 (cuda only: on the cpu the same step, the same loss; 3 takes a second
+# GEMM workspace on every backend: the cpu peak 32 MiB over the default's and the dry peak the cpu's); another
+# value exits 2 so.
+for v in 1 2 3; do
   MEMOPT_DBIAS_SIDE=$v "$M" run --backend cpu "${B16[@]}" --csv "$tmp/s$v.csv" >/dev/null 2>&1 &&
     [ "$(ws_cell "$tmp/s$v.csv" loss_last)" = "$l0" ] && ok || bad "MEMOPT_DBIAS_SIDE=$v bf16 cpu run failed or moved the loss"
 done
-MEMOPT_DBIAS_SIDE=3 "$M" run "${TINY[@]}" >"$tmp/ds.out" 2>"$tmp/ds.err"; rc=$?
-[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/ds.err")" -eq 1 ] && grep -qF "MEMOPT_DBIAS_SIDE=3: expected 0, 1 or 2" "$tmp/ds.err" && ok ||
-  bad "MEMOPT_DBIAS_SIDE=3: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/ds.err")"
+MEMOPT_DBIAS_SIDE=3 "$M" run --backend dry "${B16[@]}" --csv "$tmp/s3d.csv" >/dev/null 2>&1 || bad "MEMOPT_DBIAS_SIDE=3 dry run failed"
+p0=$(ws_cell "$tmp/g0.csv" peak_allocated_bytes); p3=$(ws_cell "$tmp/s3.csv" peak_allocated_bytes)
+p3d=$(ws_cell "$tmp/s3d.csv" peak_allocated_bytes)
+[ -n "$p3" ] && [ "$p3" = "$p3d" ] && [ -n "$p0" ] && [ $((p3 - p0)) -eq $((32 << 20)) ] && ok ||
+  bad "MEMOPT_DBIAS_SIDE=3: cpu peak '$p3', dry '$p3d', default '$p0' (want the default's + 32 MiB on both)"
+MEMOPT_DBIAS_SIDE=4 "$M" run "${TINY[@]}" >"$tmp/ds.out" 2>"$tmp/ds.err"; rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/ds.err")" -eq 1 ] && grep -qF "MEMOPT_DBIAS_SIDE=4: expected 0, 1, 2 or 3" "$tmp/ds.err" && ok ||
+  bad "MEMOPT_DBIAS_SIDE=4: exit $rc, want 2 and one line naming the values: $(head -2 "$tmp/ds.err")"
 
 # 5. The committed results files still read (compare each with itself).
 n=0

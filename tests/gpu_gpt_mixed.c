@@ -305,15 +305,21 @@ static void test_ln_dsum(mo_dtype dt, uint64_t seed) {
 }
 
 // MEMOPT_DBIAS_SIDE (kernels/side_stream.h): the bias kernels on the side stream, launched before (1) or after (2)
-// the GEMMs, each fork held back 2 ms by the test hook, give the compute stream's loss and gradients bit for bit
-// (the same kernels in the same order, joined before the backward returns; the LayerNorm sums and the wide
-// kernel pinned). The negative control holds the side back 20 ms and skips the join: the gradients read after
-// the step then differ (else this test could not fail); left out under compute-sanitizer, which serializes the
-// streams (see gpu_gpt.c's zero-side test).
+// the GEMMs, or with the dweight GEMM on the side too (3, its second workspace made with the context, so the
+// knob goes through the environment), each fork held back 2 ms by the test hook, give the compute stream's loss
+// and gradients bit for bit (the same kernels and GEMM algorithms in the same order, joined before the backward
+// returns; the LayerNorm sums and the wide kernel pinned). The negative controls hold the side back 20 ms and
+// skip the join (1 and 3): the gradients read after the step then differ (else this test could not fail); left
+// out under compute-sanitizer, which serializes the streams (see gpu_gpt.c's zero-side test).
 static float *grads_side(mo_gpt_config c, int side, mo_side_test hook, uint64_t seed, double *loss, size_t *n) {
     gpt_fixture f;
-    if (!fixture_open(&f, MO_BACKEND_CUDA, &c, seed)) return NULL;
-    f.ctx->dbias_side = side;
+    char v[2] = {(char)('0' + side), 0};
+    setenv("MEMOPT_DBIAS_SIDE", v, 1);
+    const int ok = fixture_open(&f, MO_BACKEND_CUDA, &c, seed);
+    unsetenv("MEMOPT_DBIAS_SIDE");
+    if (!ok) return NULL;
+    CHECK_MSG(f.ctx->dbias_side == side && (side == 3) == (f.ctx->side_ws != NULL), "MEMOPT_DBIAS_SIDE=%d: ctx %d", side,
+              f.ctx->dbias_side);
     f.ctx->ln_dsum = 1;
     f.ctx->dbias_mode = MO_DBIAS_WIDE;
     mo_side_testing = hook;
@@ -322,7 +328,7 @@ static float *grads_side(mo_gpt_config c, int side, mo_side_test hook, uint64_t 
     *loss = f.m->last_loss;
     *n = f.m->num_params;
     float *g = fixture_read(&f, f.m->grads, f.m->num_params);
-    mo_side_destroy(f.ctx); // the control's late bias kernels drained before anything is freed
+    mo_side_destroy(f.ctx); // the control's late side work drained before anything is freed
     fixture_close(&f);
     return g;
 }
@@ -331,24 +337,31 @@ static void test_dbias_side(mo_dtype dt, uint64_t seed) {
     mo_gpt_config c = small_config(dt);
     c.attn_fused = 1;
     const int controls = !test_under_sanitizer();
-    double l[4] = {0, 0, 0, 0};
+    enum { RUNS = 6 };
+    static const int side[RUNS] = {0, 1, 2, 3, 1, 3}, control[RUNS] = {0, 0, 0, 0, 1, 1};
+    double l[RUNS] = {0};
     size_t n = 0;
-    float *g[4] = {NULL, NULL, NULL, NULL};
-    for (int r = 0; r < (controls ? 4 : 3); r++)
-        g[r] = grads_side(c, r == 3 ? 1 : r, (mo_side_test){.delay_us = r == 3 ? 20000 : r ? 2000 : 0, .skip_join = r == 3},
-                          seed, &l[r], &n);
+    float *g[RUNS] = {NULL};
+    for (int r = 0; r < RUNS; r++)
+        if (!control[r] || controls)
+            g[r] = grads_side(c, side[r], (mo_side_test){.delay_us = control[r] ? 20000 : r ? 2000 : 0, .skip_join = control[r]},
+                              seed, &l[r], &n);
     const char *pn = mo_dtype_name(dt);
-    for (int r = 1; r < 3; r++)
-        if (g[0] && g[r]) {
-            CHECK_MSG(l[r] == l[0], "%s MEMOPT_DBIAS_SIDE=%d: loss %.9g vs %.9g", pn, r, l[r], l[0]);
-            CHECK_MSG(!memcmp(g[0], g[r], n * sizeof(float)), "%s MEMOPT_DBIAS_SIDE=%d: gradients differ from the compute stream's", pn, r);
+    for (int r = 1; r < RUNS && g[0]; r++) {
+        if (control[r]) {
+            if (controls)
+                CHECK_MSG(g[r] && memcmp(g[0], g[r], n * sizeof(float)) != 0,
+                          "%s negative control: MEMOPT_DBIAS_SIDE=%d without the join still gave the same gradients", pn, side[r]);
+            continue;
         }
-    if (controls && g[0])
-        CHECK_MSG(g[3] && memcmp(g[0], g[3], n * sizeof(float)) != 0,
-                  "%s negative control: without the join, the held-back bias kernels still gave the same gradients", pn);
-    printf(" MEMOPT_DBIAS_SIDE %s: 1 and 2 give the compute stream's bits%s\n", pn,
-           controls ? "; without the join the gradients differ" : " (the control without the join left out)");
-    for (int r = 0; r < 4; r++) free(g[r]);
+        if (!g[r]) continue;
+        CHECK_MSG(l[r] == l[0], "%s MEMOPT_DBIAS_SIDE=%d: loss %.9g vs %.9g", pn, side[r], l[r], l[0]);
+        CHECK_MSG(!memcmp(g[0], g[r], n * sizeof(float)), "%s MEMOPT_DBIAS_SIDE=%d: gradients differ from the compute stream's",
+                  pn, side[r]);
+    }
+    printf(" MEMOPT_DBIAS_SIDE %s: 1, 2 and 3 give the compute stream's bits%s\n", pn,
+           controls ? "; without the join (1, 3) the gradients differ" : " (the controls without the join left out)");
+    for (int r = 0; r < RUNS; r++) free(g[r]);
 }
 
 int main(void) {

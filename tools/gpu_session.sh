@@ -43,7 +43,7 @@
 #   reference and, bit for bit, the 2-byte-load one; BGRADB's and DGELU_BGRAD's sums too) and A/Bs the MEMOPT_DBIAS modes in DBIASAB_MODES against each other in the bf16 GPT-2 steps (cuDNN attention); "lnab" runs gpu_ops_mixed and A/Bs MEMOPT_LN_WAVE=0 against the default in the bf16 GPT-2 steps;
 #   "lndsum" runs gpu_ops_mixed and gpu_gpt_mixed and A/Bs session 36's defaults (MEMOPT_LN_DSUM=1, MEMOPT_DBIAS=wide)
 #   against the old ones in the bf16 GPT-2 steps; "dbiasside" runs gpu_ops_mixed and gpu_gpt_mixed and A/Bs
-#   MEMOPT_DBIAS_SIDE 0 / 1 / 2 in the bf16 GPT-2 steps;
+#   MEMOPT_DBIAS_SIDE 0 / 1 / 2 / 3 (DBIASSIDE_VALUES) in the bf16 GPT-2 steps;
 #   "dbiasncu" one bf16 GPT-2 124M step under ncu on each of DBIASAB_MODES, the bias-gradient kernels only
 #   (their times and DRAM bytes, ncu-dbias-MODE.csv), then --profile under each
 # Writes session.log and results.tgz (every CSV, log and figure) under OUTDIR: the device tool
@@ -336,7 +336,8 @@ if has lndsum; then
   done
 fi
 if has dbiasside; then
-  # MEMOPT_DBIAS_SIDE: the 16-bit GEMM backward's bias kernels on a side stream (1 before the GEMMs, 2 after) against
+  # MEMOPT_DBIAS_SIDE: the 16-bit GEMM backward's bias kernels on a side stream (1 before the GEMMs, 2 after; 3 with
+  # the dweight GEMM there too) against
   # the compute stream (0): gpu_ops_mixed and gpu_gpt_mixed (its side-stream bits, in two parts at once), then the
   # bf16 steps (cuDNN attention) under each, interleaved, DBIASSIDE_ROUNDS rounds ($gk-dbias-side-ab.csv)
   (cd $B && timeout 170 ./gpu_ops_mixed >"$R/gpu_ops_mixed.log" 2>&1 &
@@ -345,7 +346,7 @@ if has dbiasside; then
   grep -hE "FAIL|MEMOPT_DBIAS_SIDE|MEMOPT_LN_DSUM" "$R/gpu_ops_mixed.log" "$R"/gpu_gpt_mixed-*.log | grep -v "is another part" | head -12
   for rep in $(seq ${DBIASSIDE_ROUNDS:-2}); do
     for shape in "--preset gpt2-124m" "--preset gpt2-124m --seq 2048 --batch 4" "--preset gpt2-350m --batch 4"; do
-      for v in 0 1 2; do
+      for v in ${DBIASSIDE_VALUES:-0 1 2 3}; do
         MEMOPT_DBIAS_SIDE=$v MEMOPT_ATTN_IMPL=cudnn timeout 60 $M run $shape --attn fused --precision bf16 --steps 20 \
           --warmup 3 --csv "$R/$gk-dbias-side-ab.csv" 2>&1 | grep -E "step:" | sed "s/^/$shape side $v rep $rep: /"
       done
