@@ -49,6 +49,7 @@ static mo_status ctx_cuda_init(mo_ctx *c) {
     // MEMOPT_MARK_LIB_WRITES: the libraries' workspace once, for their own reads of what they staged
     // there (cuBLASLt's split-K reduce reads its partial sums: lib_writes.h)
     if (c->mark_lib_writes) CUDA_CHECK(cudaMemsetAsync(c->gemm_ws, 0, c->gemm_ws_bytes, s));
+    if (c->mark_lib_writes && c->side_ws) CUDA_CHECK(cudaMemsetAsync(c->side_ws, 0, c->gemm_ws_bytes, s));
     return MO_OK;
 }
 
@@ -245,7 +246,10 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
     if (backend == MO_BACKEND_CUDA && (st = ctx_cuda_stream(c)) != MO_OK) { free(c); return st; }
 #endif
     st = mo_alloc(alloc, c->gemm_ws_bytes, MO_CAT_WORKSPACE, &c->gemm_ws);
-    if (st == MO_OK && c->dbias_side == 3) st = mo_alloc(alloc, c->gemm_ws_bytes, MO_CAT_WORKSPACE, &c->side_ws);
+    // MEMOPT_DBIAS_SIDE=3's second GEMM workspace (not under MEMOPT_DBIAS=lt, which keeps the dweight GEMM on
+    // the compute stream), allocated after the first so the first keeps its address whatever the knob
+    if (st == MO_OK && c->dbias_side == 3 && c->dbias_mode != MO_DBIAS_LT)
+        st = mo_alloc(alloc, c->gemm_ws_bytes, MO_CAT_WORKSPACE, &c->side_ws);
     if (st != MO_OK) { mo_ctx_destroy(c); return st; }
 #ifdef MEMOPT_HAVE_CUDA
     if (backend == MO_BACKEND_CUDA) {
@@ -265,8 +269,8 @@ void mo_ctx_destroy(mo_ctx *c) {
     mo_zero_side_destroy(c); // likewise: no clear still writes into memory about to be freed
     mo_side_destroy(c);      // and no bias kernel still reads it
     prof_free(c->prof);
+    if (c->side_ws) mo_free(c->alloc, c->side_ws); // the side stream drained above; the last allocated, freed first
     mo_free(c->alloc, c->gemm_ws); // in stream order, before the stream goes
-    if (c->side_ws) mo_free(c->alloc, c->side_ws); // the side stream drained above
 #ifdef MEMOPT_HAVE_CUDA
     if (c->backend == MO_BACKEND_CUDA) {
         ctx_cuda_fini(c);

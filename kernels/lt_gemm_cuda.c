@@ -734,7 +734,14 @@ mo_status mo_lt_matmul_on(mo_ctx *c, const mo_lt_gemm *g, int *no_algo, void *st
                                                     sizeof g->aux));
     const float alpha = 1.0f;
     const void *cin = g->Cin ? g->Cin : g->D;
-    if (c->mark_lib_writes) MO_TRY(lt_mark(c, g));
+    if (c->mark_lib_writes) {
+        // the marks on the GEMM's own stream, ahead of it (mo_mark_lib_write enqueues on c->stream)
+        void *keep = c->stream;
+        c->stream = stream;
+        const mo_status ms = lt_mark(c, g);
+        c->stream = keep;
+        MO_TRY(ms);
+    }
     CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)c->cublaslt, p->op, &alpha, g->A, p->a, g->B, p->b, &g->beta, cin,
                                 p->d, g->D, p->d, &p->algo, ws, c->gemm_ws_bytes, (cudaStream_t)stream));
     return MO_OK;

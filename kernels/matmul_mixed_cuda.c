@@ -19,8 +19,8 @@
 // falls back to the plain GEMM and the reduction kernels (counted in epilogue_fallbacks; that path has not
 // run on a device: every shape of gpu_ops_gemm_attn_mixed, the odd ones too, got a BGRADB algorithm on the
 // H100 and H200 of session 33).
-// Everything on c->stream (MEMOPT_DBIAS_SIDE: the bias kernels on the side stream, joined before the
-// backward returns), the workspace is c->gemm_ws.
+// Everything on c->stream, the workspace c->gemm_ws; MEMOPT_DBIAS_SIDE puts the backward's bias kernels (1, 2)
+// and with 3 its dweight GEMM (on c->side_ws) on the side stream, joined before the backward returns.
 #include "matmul_mixed.h"
 
 #include <cublasLt.h>
@@ -162,7 +162,8 @@ static mo_status backward_on_stream(mo_ctx *c, mo_dtype dt, void *dinp, float *d
 mo_status matmul_backward_mixed_cuda(mo_ctx *c, mo_dtype dt, void *dinp, float *dweight, float *dbias,
                                      const void *dout, const void *inp, const void *weight, const void *gelu_pre,
                                      void *scratch, int N, int C, int OC) {
-    int side = c->dbias_mode != MO_DBIAS_LT ? c->dbias_side : 0;
+    // not while tuning (MEMOPT_GEMM_TUNE): a plan made inside the fork would be timed beside the side's work
+    int side = c->dbias_mode != MO_DBIAS_LT && !c->gemm_tune ? c->dbias_side : 0;
     if (side == 3 && !c->side_ws) side = 2; // no second workspace (the knob set after the context was made)
     if (side == 3 && !dinp) side = dbias ? 2 : 0;
     if (side != 3 && !dbias) side = 0;

@@ -49,9 +49,9 @@ mo_status mo_side_fork(mo_ctx *c, void **stream) {
     if (z->open) return MO_FAIL(MO_ERR_INVALID, "side stream: forked twice without a join");
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)z->ev_fork, (cudaStream_t)c->stream));
     CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)z->stream, (cudaEvent_t)z->ev_fork, 0));
+    if (mo_side_testing.delay_us > 0) MO_TRY(mo_copy_spin_cuda(z->stream, mo_side_testing.delay_us)); // before open: a failure leaves no fork behind
     z->open = 1;
     *stream = z->stream;
-    if (mo_side_testing.delay_us > 0) MO_TRY(mo_copy_spin_cuda(z->stream, mo_side_testing.delay_us));
     return MO_OK;
 #else
     return MO_FAIL(MO_ERR_UNSUPPORTED, "side stream: this build has no CUDA");

@@ -313,10 +313,13 @@ static void test_ln_dsum(mo_dtype dt, uint64_t seed) {
 // out under compute-sanitizer, which serializes the streams (see gpu_gpt.c's zero-side test).
 static float *grads_side(mo_gpt_config c, int side, mo_side_test hook, uint64_t seed, double *loss, size_t *n) {
     gpt_fixture f;
-    char v[2] = {(char)('0' + side), 0};
+    char v[2] = {(char)('0' + side), 0}, keep[8] = "";
+    const char *was = getenv("MEMOPT_DBIAS_SIDE"); // the caller's setting, put back after the context read it
+    if (was) snprintf(keep, sizeof keep, "%s", was);
     setenv("MEMOPT_DBIAS_SIDE", v, 1);
     const int ok = fixture_open(&f, MO_BACKEND_CUDA, &c, seed);
-    unsetenv("MEMOPT_DBIAS_SIDE");
+    if (was) setenv("MEMOPT_DBIAS_SIDE", keep, 1);
+    else unsetenv("MEMOPT_DBIAS_SIDE");
     if (!ok) return NULL;
     CHECK_MSG(f.ctx->dbias_side == side && (side == 3) == (f.ctx->side_ws != NULL), "MEMOPT_DBIAS_SIDE=%d: ctx %d", side,
               f.ctx->dbias_side);

@@ -338,12 +338,15 @@ fi
 if has dbiasside; then
   # MEMOPT_DBIAS_SIDE: the 16-bit GEMM backward's bias kernels on a side stream (1 before the GEMMs, 2 after; 3 with
   # the dweight GEMM there too) against
-  # the compute stream (0): gpu_ops_mixed and gpu_gpt_mixed (its side-stream bits, in two parts at once), then the
-  # bf16 steps (cuDNN attention) under each, interleaved, DBIASSIDE_ROUNDS rounds ($gk-dbias-side-ab.csv)
+  # the compute stream (0): gpu_ops_mixed (the LayerNorm backward), gpu_gpt_mixed (its side-stream bits, in two
+  # parts at once) and gpu_ops_gemm_attn_mixed under MEMOPT_DBIAS_SIDE=3 (the GEMM backward with its side stream
+  # against the cpu, every shape, narrow and wide), then the bf16 steps (cuDNN attention) under each, interleaved,
+  # DBIASSIDE_ROUNDS rounds ($gk-dbias-side-ab.csv)
   (cd $B && timeout 170 ./gpu_ops_mixed >"$R/gpu_ops_mixed.log" 2>&1 &
+   cd $B && MEMOPT_DBIAS_SIDE=3 timeout 170 ./gpu_ops_gemm_attn_mixed >"$R/gpu_ops_gemm_attn_mixed-side3.log" 2>&1 &
    cd $B && for k in 1 2; do MEMOPT_TEST_PART=$k/2 timeout 170 ./gpu_gpt_mixed >"$R/gpu_gpt_mixed-$k.log" 2>&1 & done; wait
-   for t in gpu_ops_mixed gpu_gpt_mixed-1 gpu_gpt_mixed-2; do echo "$t: $(tail -1 "$R/$t.log")"; done)
-  grep -hE "FAIL|MEMOPT_DBIAS_SIDE|MEMOPT_LN_DSUM" "$R/gpu_ops_mixed.log" "$R"/gpu_gpt_mixed-*.log | grep -v "is another part" | head -12
+   for t in gpu_ops_mixed gpu_ops_gemm_attn_mixed-side3 gpu_gpt_mixed-1 gpu_gpt_mixed-2; do echo "$t: $(tail -1 "$R/$t.log")"; done)
+  grep -hE "FAIL|MEMOPT_DBIAS_SIDE|MEMOPT_LN_DSUM" "$R/gpu_ops_mixed.log" "$R"/gpu_gpt_mixed-*.log "$R/gpu_ops_gemm_attn_mixed-side3.log" | grep -v "is another part" | head -12
   for rep in $(seq ${DBIASSIDE_ROUNDS:-2}); do
     for shape in "--preset gpt2-124m" "--preset gpt2-124m --seq 2048 --batch 4" "--preset gpt2-350m --batch 4"; do
       for v in ${DBIASSIDE_VALUES:-0 1 2 3}; do
