@@ -7,6 +7,7 @@
 #include "zero_side.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -78,16 +79,24 @@ mo_status mo_ctx_create(mo_ctx **out, mo_backend_kind backend, mo_allocator *all
 
 // A 0|1 knob: *out = its value, dflt when unset or empty; another value is refused (the row would record
 // the knob as set while the default ran), naming the variable and what it takes.
-static mo_status knob01(const char *name, int dflt, int *out) {
+// A knob of one digit, 0 to max (at most 9): dflt when unset or empty; another value refused, naming them.
+static mo_status knob_digit(const char *name, int dflt, int max, int *out) {
     const char *v = getenv(name);
     if (!v || !*v) {
         *out = dflt;
         return MO_OK;
     }
-    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return MO_FAIL(MO_ERR_INVALID, "%s=%s: expected 0 or 1", name, v);
-    *out = v[0] == '1';
+    if (v[0] < '0' || v[0] > '0' + max || v[1]) {
+        char list[48] = "";
+        for (int k = 0; k <= max; k++) // "0 or 1", "0, 1, 2 or 3"
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", k == 0 ? "" : k == max ? " or " : ", ", k);
+        return MO_FAIL(MO_ERR_INVALID, "%s=%s: expected %s", name, v, list);
+    }
+    *out = v[0] - '0';
     return MO_OK;
 }
+
+static mo_status knob01(const char *name, int dflt, int *out) { return knob_digit(name, dflt, 1, out); }
 
 mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *alloc, size_t ws_bytes) {
     *out = NULL;
@@ -174,13 +183,10 @@ mo_status mo_ctx_create_ws(mo_ctx **out, mo_backend_kind backend, mo_allocator *
         free(c);
         return kst;
     }
-    // where the 16-bit GEMM backward's bias kernels run: refused when unknown, as MEMOPT_DBIAS below
-    const char *ds = getenv("MEMOPT_DBIAS_SIDE");
-    if (ds && *ds && strcmp(ds, "0") != 0 && strcmp(ds, "1") != 0 && strcmp(ds, "2") != 0 && strcmp(ds, "3") != 0) {
+    if ((kst = knob_digit("MEMOPT_DBIAS_SIDE", 0, 3, &c->dbias_side)) != MO_OK) {
         free(c);
-        return MO_FAIL(MO_ERR_INVALID, "MEMOPT_DBIAS_SIDE=%s: expected 0, 1, 2 or 3", ds);
+        return kst;
     }
-    c->dbias_side = ds && *ds ? ds[0] - '0' : 0;
     c->conv_add16_beta1 = 1;
     c->conv_force_rank = -1;
     c->conv_last_engine = -1;

@@ -25,6 +25,9 @@ extern "C" {
 // Clears rows x width_bytes at p, rows pitch_bytes apart (pitch_bytes >= width_bytes; any pitch when rows
 // is 1), when c->mark_lib_writes; nothing when p is NULL or the region is empty.
 mo_status mo_mark_lib_write(mo_ctx *c, const void *p, size_t pitch_bytes, size_t width_bytes, size_t rows);
+// The same on stream (a library call on another stream than c->stream: side_stream.h)
+mo_status mo_mark_lib_write_on(mo_ctx *c, void *stream, const void *p, size_t pitch_bytes, size_t width_bytes,
+                               size_t rows);
 
 // The clearing kernel (lib_writes_zero.cu; cuda builds): rows x width bytes at p zeroed on stream, rows
 // pitch bytes apart (any pitch when rows is 1; a pitch below the width is refused as invalid).

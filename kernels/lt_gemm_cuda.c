@@ -701,14 +701,14 @@ static mo_status plan_get(mo_ctx *c, const mo_lt_gemm *g, const lt_key *key, lt_
 // its input is apart (Cin), the GELU_AUX* pre-activation (m, n) at aux_ld, BGRADB's bias gradient (n),
 // DGELU_BGRAD's (m, D's type).
 // D is left alone when it is also an input (A, B, or C in place), which no caller does today.
-static mo_status lt_mark(mo_ctx *c, const mo_lt_gemm *g) {
+static mo_status lt_mark(mo_ctx *c, void *stream, const mo_lt_gemm *g) {
     const size_t e = g->d_type == CUDA_R_32F ? 4 : 2;
     const int d_read = g->D == g->A || g->D == g->B || (g->beta != 0.0f && (!g->Cin || g->Cin == g->D));
-    if (!d_read) MO_TRY(mo_mark_lib_write(c, g->D, (size_t)g->ldd * e, (size_t)g->m * e, (size_t)g->n));
+    if (!d_read) MO_TRY(mo_mark_lib_write_on(c, stream, g->D, (size_t)g->ldd * e, (size_t)g->m * e, (size_t)g->n));
     if (g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-        MO_TRY(mo_mark_lib_write(c, g->aux, (size_t)g->aux_ld * e, (size_t)g->m * e, (size_t)g->n));
-    if (g->epilogue == CUBLASLT_EPILOGUE_BGRADB) MO_TRY(mo_mark_lib_write(c, g->bias, 0, (size_t)g->n * e, 1));
-    if (g->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) MO_TRY(mo_mark_lib_write(c, g->bias, 0, (size_t)g->m * e, 1));
+        MO_TRY(mo_mark_lib_write_on(c, stream, g->aux, (size_t)g->aux_ld * e, (size_t)g->m * e, (size_t)g->n));
+    if (g->epilogue == CUBLASLT_EPILOGUE_BGRADB) MO_TRY(mo_mark_lib_write_on(c, stream, g->bias, 0, (size_t)g->n * e, 1));
+    if (g->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) MO_TRY(mo_mark_lib_write_on(c, stream, g->bias, 0, (size_t)g->m * e, 1));
     return MO_OK;
 }
 
@@ -734,14 +734,7 @@ mo_status mo_lt_matmul_on(mo_ctx *c, const mo_lt_gemm *g, int *no_algo, void *st
                                                     sizeof g->aux));
     const float alpha = 1.0f;
     const void *cin = g->Cin ? g->Cin : g->D;
-    if (c->mark_lib_writes) {
-        // the marks on the GEMM's own stream, ahead of it (mo_mark_lib_write enqueues on c->stream)
-        void *keep = c->stream;
-        c->stream = stream;
-        const mo_status ms = lt_mark(c, g);
-        c->stream = keep;
-        MO_TRY(ms);
-    }
+    if (c->mark_lib_writes) MO_TRY(lt_mark(c, stream, g)); // on the GEMM's own stream, ahead of it
     CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)c->cublaslt, p->op, &alpha, g->A, p->a, g->B, p->b, &g->beta, cin,
                                 p->d, g->D, p->d, &p->algo, ws, c->gemm_ws_bytes, (cudaStream_t)stream));
     return MO_OK;

@@ -15,6 +15,16 @@
 extern "C" {
 #endif
 
+// A non-blocking stream and two events marking where work begins and ends on it (the side stream's fork and
+// join here, the zeroing stream's ready and done in zero_side.c), made together: on failure nothing is left
+// made, and *se stays zeroed. cuda builds only; destroy drains the stream first (teardown: its statuses have no
+// caller to go to) and zeroes *se.
+typedef struct mo_stream_events {
+    void *stream, *ev_begin, *ev_end; // cudaStream_t, cudaEvent_t (timing off) x 2
+} mo_stream_events;
+mo_status mo_stream_events_make(mo_stream_events *se, const char *what);
+void mo_stream_events_destroy(mo_stream_events *se);
+
 // *stream (a cudaStream_t) waits for everything enqueued on c->stream so far. One fork at a time: a
 // second fork before the join is refused (MO_ERR_INVALID).
 mo_status mo_side_fork(mo_ctx *c, void **stream);
